@@ -1,0 +1,86 @@
+//! # The reference provider
+//!
+//! A complete egress provider that needs no hypervisor. It is the example to copy when writing a
+//! provider of your own, and the component the host's tests drive through every import and
+//! export of the contract (`egress:provider@0.1.0`, world `provider-world` in `wit/`).
+//!
+//! ## How the code is laid out
+//!
+//! * `lib.rs` (this file) only wires the exported functions to one module per operation:
+//!   `describe`, `config` (`validate-config`), `create`, `get`, `delete`,
+//!   `list_by_tag` and `check`.
+//! * `operation` is what every hypervisor-facing operation does first: parse the config, wait
+//!   `delayMs`, answer `failWith`.
+//! * `http` is the whole `wasi:http` client: build a request, send it, read the body.
+//! * `status` turns HTTP statuses and `wasi:http` error codes into contract errors.
+//! * `instance`, `time` and `logging` are small helpers (provider IDs, the JSON the endpoint
+//!   speaks, RFC 3339 timestamps, the `log` import).
+//!
+//! ## What it does
+//!
+//! Without `endpoint` in its configuration it invents its answers: `create` of `web` answers a
+//! running instance `ref/web` at a `198.51.100.x` address derived from the name. With `endpoint`
+//! it makes one real HTTP request per operation (see `http`), so a host can test its egress
+//! broker. `delayMs` and `failWith` let a host test timeouts and each error class.
+//!
+//! Each call runs in a fresh instance, so nothing here keeps state between calls.
+
+mod check;
+mod config;
+mod create;
+mod delete;
+mod describe;
+mod get;
+mod http;
+mod instance;
+mod list_by_tag;
+mod logging;
+mod operation;
+mod status;
+mod time;
+
+// Rust bindings for the contract, generated at compile time from the WIT in the repository's
+// `wit/` folder. Imports become plain functions (`wasi::clocks::wall_clock::now()`), exports
+// become the `Guest` trait implemented below.
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "provider-world",
+});
+
+use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance};
+use exports::egress::provider::provider::Guest;
+
+/// The type the component exports; each method hands over to the operation's module.
+struct ReferenceProvider;
+
+impl Guest for ReferenceProvider {
+    fn describe() -> Description {
+        describe::describe()
+    }
+
+    fn validate_config(config: String) -> Result<(), Error> {
+        config::validate_config(&config)
+    }
+
+    fn create(request: CreateRequest) -> Result<Instance, Error> {
+        create::create(&request)
+    }
+
+    fn get(config: String, provider_id: String) -> Result<Instance, Error> {
+        get::get(&config, &provider_id)
+    }
+
+    fn delete(config: String, provider_id: String) -> Result<(), Error> {
+        delete::delete(&config, &provider_id)
+    }
+
+    fn list_by_tag(config: String, key: String, value: String) -> Result<Vec<Instance>, Error> {
+        list_by_tag::list_by_tag(&config, &key, &value)
+    }
+
+    fn check(config: String) -> CheckResult {
+        check::check(&config)
+    }
+}
+
+export!(ReferenceProvider);

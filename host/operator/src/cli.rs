@@ -1,0 +1,224 @@
+//! The command line: `egress-operator provider inspect|call`.
+//!
+//! Exit status: 0 on success, 1 when a provider operation answered a (classified) error, 2 when the
+//! command could not run at all (bad arguments, a file that is not a provider, a bad config).
+//! Errors are one line on stderr, never a backtrace.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use egress_runtime::egress::DenyAll;
+use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
+use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig};
+use serde::Deserialize;
+
+#[derive(Parser)]
+#[command(name = "egress-operator", version, about = "Provision egress-proxy VMs through sandboxed provider components")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with one provider component file.
+    #[command(subcommand)]
+    Provider(ProviderCommand),
+}
+
+#[derive(Subcommand)]
+enum ProviderCommand {
+    /// Print a provider's name, versions, exports, imports and requested capabilities.
+    Inspect {
+        /// The provider component (`.wasm`).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one operation and print its result, or its classified error, as JSON.
+    Call {
+        /// The provider component (`.wasm`).
+        file: PathBuf,
+        /// describe, validate-config, create, get, delete, list-by-tag or check.
+        operation: String,
+        /// The provider's configuration (a JSON file). Defaults to `{}`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The operation's input as JSON: create `{"name","uid","tags":[{"key","value"}],"userData"}`,
+        /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
+        #[arg(long)]
+        input: Option<String>,
+    },
+}
+
+/// Parses the command line, runs it and turns every failure into one line and an exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&anyhow::Error::new(err).context("starting the async runtime")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(err) => fail(&err),
+    }
+}
+
+fn fail(err: &anyhow::Error) -> ExitCode {
+    // `{:#}` joins the context chain on one line.
+    eprintln!("error: {err:#}");
+    ExitCode::from(2)
+}
+
+fn init_tracing() {
+    // Logs go to stderr so stdout stays parseable JSON; `RUST_LOG` overrides the level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
+        Command::Provider(ProviderCommand::Call { file, operation, config, input }) => {
+            call(&file, &operation, config.as_deref(), input.as_deref()).await
+        }
+    }
+}
+
+async fn load(file: &Path) -> anyhow::Result<Arc<Provider>> {
+    let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(DenyAll))?;
+    Ok(runtime.load_file(file).await?)
+}
+
+async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let provider = load(file).await?;
+    let description = provider.description();
+    if json {
+        let report = serde_json::json!({
+            "name": description.name,
+            "version": description.version,
+            "contractVersion": description.contract_version,
+            "digest": provider.digest(),
+            "capabilities": description.capabilities,
+            "exports": provider.exports(),
+            "imports": provider.imports(),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("name:             {}", description.name);
+    println!("version:          {}", description.version);
+    println!("contract version: {}", description.contract_version);
+    println!("digest:           sha256:{}", provider.digest());
+    let capabilities: Vec<String> =
+        description.capabilities.iter().map(|c| serde_json::to_value(c).map(|v| v.as_str().unwrap_or_default().to_owned())).collect::<Result<_, _>>()?;
+    println!("capabilities:     {}", if capabilities.is_empty() { "none".to_owned() } else { capabilities.join(", ") });
+    println!("exports:");
+    for export in provider.exports() {
+        println!("  {export}");
+    }
+    println!("imports:");
+    for import in provider.imports() {
+        println!("  {import}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `--input` of create.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateInput {
+    name: String,
+    uid: String,
+    #[serde(default)]
+    tags: Vec<Tag>,
+    #[serde(default)]
+    user_data: String,
+}
+
+/// The `--input` of get and delete.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct IdInput {
+    provider_id: String,
+}
+
+/// The `--input` of list-by-tag.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TagInput {
+    key: String,
+    value: String,
+}
+
+async fn call(file: &Path, operation: &str, config: Option<&Path>, input: Option<&str>) -> anyhow::Result<ExitCode> {
+    let operation: Operation = operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = match config {
+        Some(path) => read_config(path)?,
+        None => "{}".to_owned(),
+    };
+    let request = build_request(operation, config, input)?;
+    let provider = load(file).await?;
+    let context = CallContext { proxy: None };
+    match provider.call(request, &context).await {
+        Ok(response) => {
+            println!("{}", serde_json::to_string_pretty(&response_json(&response)?)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            let report = serde_json::json!({ "error": { "class": err.class(), "message": err.to_string() } });
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn read_config(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    // Parse here so a typo is reported against the file, not deep inside the provider.
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("config {} is not valid JSON", path.display()))?;
+    if !value.is_object() {
+        bail!("config {} must be a JSON object", path.display());
+    }
+    Ok(text)
+}
+
+fn parse_input<T: serde::de::DeserializeOwned>(operation: Operation, input: Option<&str>) -> anyhow::Result<T> {
+    let Some(input) = input else { bail!("{} needs --input", operation.as_str()) };
+    serde_json::from_str(input).with_context(|| format!("--input for {} is not what it takes", operation.as_str()))
+}
+
+fn build_request(operation: Operation, config: String, input: Option<&str>) -> anyhow::Result<Request> {
+    Ok(match operation {
+        Operation::Describe => Request::Describe,
+        Operation::ValidateConfig => Request::ValidateConfig { config },
+        Operation::Create => {
+            let input: CreateInput = parse_input(operation, input)?;
+            Request::Create(CreateRequest { name: input.name, uid: input.uid, tags: input.tags, user_data: input.user_data, config })
+        }
+        Operation::Get => {
+            let input: IdInput = parse_input(operation, input)?;
+            Request::Get { config, provider_id: input.provider_id }
+        }
+        Operation::Delete => {
+            let input: IdInput = parse_input(operation, input)?;
+            Request::Delete { config, provider_id: input.provider_id }
+        }
+        Operation::ListByTag => {
+            let input: TagInput = parse_input(operation, input)?;
+            Request::ListByTag { config, key: input.key, value: input.value }
+        }
+        Operation::Check => Request::Check { config },
+    })
+}
+
+fn response_json(response: &Response) -> anyhow::Result<serde_json::Value> {
+    Ok(serde_json::to_value(response)?)
+}

@@ -1,0 +1,9 @@
+//! `egress-operator`: the operator binary and its command line.
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}
