@@ -2,7 +2,7 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-components := "reference misbehave future-contract bad-import"
+components := "reference proxmox misbehave future-contract bad-import"
 
 # Show the recipes.
 default:
@@ -10,7 +10,8 @@ default:
 
 # Install what a fresh Debian/Ubuntu machine lacks: the wasm target, cargo-component, system packages.
 setup:
-    rustup target add wasm32-wasip2
+    # cargo-component 0.21 builds wasm32-wasip1 beside wasm32-wasip2 and wants both targets.
+    rustup target add wasm32-wasip2 wasm32-wasip1
     command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
     {{ if `id -u` == "0" { "" } else { "sudo " } }}bash -c 'export DEBIAN_FRONTEND=noninteractive; \
         dpkg -s pkg-config libvirt-dev xorriso genisoimage curl >/dev/null 2>&1 || \

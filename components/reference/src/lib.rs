@@ -41,10 +41,13 @@ mod time;
 
 // Rust bindings for the contract, generated at compile time from the WIT in the repository's
 // `wit/` folder. Imports become plain functions (`wasi::clocks::wall_clock::now()`), exports
-// become the `Guest` trait implemented below.
+// become the `Guest` trait implemented below. `generate_all` also generates the WASI interfaces
+// the world only uses indirectly (`wasi:io/poll`, `wasi:io/streams`, ...), rather than expecting
+// them from another crate.
 wit_bindgen::generate!({
     path: "../../wit",
     world: "provider-world",
+    generate_all,
 });
 
 use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance};
@@ -83,4 +86,7 @@ impl Guest for ReferenceProvider {
     }
 }
 
+// Only the component exports these functions. A host build (for unit tests) leaves them out:
+// export names like `egress:provider/provider@0.1.0#create` are not valid native symbols.
+#[cfg(target_arch = "wasm32")]
 export!(ReferenceProvider);

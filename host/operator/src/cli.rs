@@ -172,7 +172,7 @@ async fn call(file: &Path, operation: &str, config: Option<&Path>, input: Option
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
-            let report = serde_json::json!({ "error": { "class": err.class(), "message": err.to_string() } });
+            let report = serde_json::json!({ "error": { "class": err.class().as_str(), "message": err.to_string() } });
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(ExitCode::from(1))
         }
@@ -201,7 +201,9 @@ fn build_request(operation: Operation, config: String, input: Option<&str>) -> a
         Operation::ValidateConfig => Request::ValidateConfig { config },
         Operation::Create => {
             let input: CreateInput = parse_input(operation, input)?;
-            Request::Create(CreateRequest { name: input.name, uid: input.uid, tags: input.tags, user_data: input.user_data, config })
+            Request::Create {
+                request: CreateRequest { name: input.name, uid: input.uid, tags: input.tags, user_data: input.user_data, config },
+            }
         }
         Operation::Get => {
             let input: IdInput = parse_input(operation, input)?;

@@ -1,1 +1,273 @@
-//! placeholder
+//! `pvesim`: a stateful Proxmox VE 9.2 API simulator over real HTTPS, for testing the proxmox
+//! provider without a host.
+//!
+//! It reproduces the slice of the API a provider uses — version, cluster resources and nextid,
+//! clone, config, status and power actions, resize, destroy, the guest agent's
+//! `network-get-interfaces`, ISO upload and volume delete, and task status — with the texts,
+//! status codes and timing rules recorded from a real PVE 9.2.20 host (facts F1–F23 in the
+//! Proxmox provider execution log). Every error carries its text in the reason phrase and in
+//! the body's `message` (F1); 401s have an empty body.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
+//!
+//! let sim = Simulator::start(SimConfig::default()).await?;
+//! // API base: sim.url() + "/api2/json"; trust sim.ca_pem(); send sim.token_header()
+//! // as the Authorization header.
+//! sim.faults().add(FaultRule::new(
+//!     "POST", "/nodes/*/qemu/*/clone", Trigger::Nth(1), FaultAction::LockContention,
+//! ));
+//! let template = sim.state().guest(9001).expect("preloaded template");
+//! assert_eq!(template.config["name"], "debian-13-template");
+//! # Ok(()) }
+//! ```
+//!
+//! Preloaded: templates 9001 (`debian-13-template`, suitable) and 9000 (Ubuntu, unsuitable:
+//! cloud-init drive on ide2, `tag=4` on net0) as in F19; storages `local` (iso, no images,
+//! F15), `local-lvm` (images) and `proxy-seeds` (iso only). Two tokens: the main one holds
+//! Datastore.Allocate on `proxy-seeds` only (the recorded setup, F13/F17); the limited one holds
+//! it nowhere, so its seed deletes get 403.
+//!
+//! State lives in memory for the life of the [`Simulator`]; the state directory only receives
+//! the CA and the tokens. Faults ([`Faults`]) and seeding ([`SimState`]) work while it runs.
+
+mod api;
+mod faults;
+mod model;
+mod params;
+mod reply;
+mod state;
+mod tasks;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
+pub use state::{
+    DEFAULT_GUEST_IP, GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView,
+};
+
+/// The user the simulator's tokens belong to.
+pub const TOKEN_USER: &str = "egress@pve";
+/// The main token's id: full rights, Datastore.Allocate on `proxy-seeds` only.
+pub const TOKEN_ID: &str = "operator";
+/// The limited token's id: no Datastore.Allocate anywhere (F13, F17).
+pub const LIMITED_TOKEN_ID: &str = "limited";
+
+/// How to run a simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Node name in paths, UPIDs and resources (default `pv1-1`, the recorded host).
+    pub node: String,
+    /// How long every task runs before it ends (default 50 ms).
+    pub task_latency: Duration,
+    /// How long after start the agent answers `QEMU guest agent is not running` (F5).
+    pub agent_delay: Duration,
+    /// Where to write `ca.pem`, `token` and `limited-token`; a temporary directory if `None`.
+    pub state_dir: Option<PathBuf>,
+    /// Address to listen on (default `127.0.0.1:0`, a free port).
+    pub listen: SocketAddr,
+    /// Seed for [`Trigger::Rate`] faults, so runs repeat.
+    pub fault_seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            node: "pv1-1".to_string(),
+            task_latency: Duration::from_millis(50),
+            agent_delay: Duration::from_millis(200),
+            state_dir: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            fault_seed: 0,
+        }
+    }
+}
+
+/// A running simulator. Dropping it (or [`Simulator::shutdown`]) stops the server.
+pub struct Simulator {
+    url: String,
+    ca_pem: String,
+    ca_file: PathBuf,
+    token: String,
+    limited_token: String,
+    server: Arc<api::Server>,
+    shutdown: watch::Sender<bool>,
+    _temp_dir: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Token secrets stay out of Debug output.
+        f.debug_struct("Simulator")
+            .field("url", &self.url)
+            .field("ca_file", &self.ca_file)
+            .field("token", &format_args!("{TOKEN_USER}!{TOKEN_ID}=<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+fn new_token(tokenid: &str, allocate_on: &[&str]) -> api::Token {
+    api::Token {
+        user: TOKEN_USER.to_string(),
+        tokenid: tokenid.to_string(),
+        secret: uuid::Uuid::new_v4().to_string(),
+        allocate_on: allocate_on.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("restricting {}", path.display()))?;
+    }
+    Ok(())
+}
+
+impl Simulator {
+    /// Generates the CA and tokens, preloads the templates and starts serving.
+    pub async fn start(config: SimConfig) -> anyhow::Result<Simulator> {
+        let tls = tls::generate(&config.node)?;
+        let (state_dir, temp_dir) = match &config.state_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                (dir.clone(), None)
+            }
+            None => {
+                let temp = tempfile::tempdir().context("creating a temporary state directory")?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        let main_token = new_token(TOKEN_ID, &["proxy-seeds"]);
+        let limited = new_token(LIMITED_TOKEN_ID, &[]);
+        let token = format!("{}={}", main_token.full_id(), main_token.secret);
+        let limited_token = format!("{}={}", limited.full_id(), limited.secret);
+        let ca_file = state_dir.join("ca.pem");
+        std::fs::write(&ca_file, &tls.ca_pem).with_context(|| format!("writing {}", ca_file.display()))?;
+        write_private(&state_dir.join("token"), &token)?;
+        write_private(&state_dir.join("limited-token"), &limited_token)?;
+
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        let address = listener.local_addr()?;
+        let server = Arc::new(api::Server {
+            node: config.node.clone(),
+            state: SimState::new(&config.node),
+            faults: Arc::new(Faults::new(config.fault_seed)),
+            tokens: vec![main_token, limited],
+            task_latency: config.task_latency,
+            agent_delay: config.agent_delay,
+        });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, TlsAcceptor::from(tls.server_config), server.clone(), shutdown_rx));
+        Ok(Simulator {
+            url: format!("https://{address}"),
+            ca_pem: tls.ca_pem,
+            ca_file,
+            token,
+            limited_token,
+            server,
+            shutdown,
+            _temp_dir: temp_dir,
+        })
+    }
+
+    /// `https://127.0.0.1:PORT`; the API base is this plus `/api2/json`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// The per-run CA in PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The CA written to `<state dir>/ca.pem`.
+    pub fn ca_file(&self) -> &Path {
+        &self.ca_file
+    }
+
+    /// The main token, `egress@pve!operator=<uuid secret>`.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// `PVEAPIToken=` + [`Simulator::token`], the Authorization header value.
+    pub fn token_header(&self) -> String {
+        format!("PVEAPIToken={}", self.token)
+    }
+
+    /// The limited token (no Datastore.Allocate anywhere), same shape as [`Simulator::token`].
+    pub fn limited_token(&self) -> &str {
+        &self.limited_token
+    }
+
+    /// The Authorization header value for the limited token.
+    pub fn limited_token_header(&self) -> String {
+        format!("PVEAPIToken={}", self.limited_token)
+    }
+
+    /// Fault injection, live.
+    pub fn faults(&self) -> &Faults {
+        &self.server.faults
+    }
+
+    /// Inspect and seed the simulated host.
+    pub fn state(&self) -> &SimState {
+        &self.server.state
+    }
+
+    /// Stops accepting and closes open connections.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    server: Arc<api::Server>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((tcp, _peer)) = accepted else { continue };
+        let acceptor = acceptor.clone();
+        let server = server.clone();
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let service = service_fn(move |request| api::handle(server.clone(), request));
+            let connection = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+            tokio::select! {
+                _ = connection => {}
+                _ = shutdown.changed() => {}
+            }
+        });
+    }
+}

@@ -1,1 +1,64 @@
-fn main(){}
+//! `pvesim`: runs the Proxmox VE 9.2 simulator until killed, printing its URL, CA file and token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use pvesim::{FaultRule, SimConfig, Simulator};
+
+/// A Proxmox VE 9.2 API simulator over HTTPS.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8006")]
+    listen: SocketAddr,
+    /// Directory receiving ca.pem, token and limited-token.
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Node name.
+    #[arg(long, default_value = "pv1-1")]
+    node: String,
+    /// How long each task runs, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    task_latency_ms: u64,
+    /// How long after start the guest agent stays unavailable, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    agent_delay_ms: u64,
+    /// A fault rule: `METHOD PATH TRIGGER ACTION`, e.g. `POST /nodes/*/qemu/*/clone nth=1 lock`.
+    #[arg(long = "fault")]
+    faults: Vec<FaultRule>,
+    /// Seed for rate-triggered faults.
+    #[arg(long, default_value_t = 0)]
+    fault_seed: u64,
+    /// Serve this many requests, then reset every connection.
+    #[arg(long)]
+    abort_after: Option<u64>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let config = SimConfig {
+        node: args.node,
+        task_latency: Duration::from_millis(args.task_latency_ms),
+        agent_delay: Duration::from_millis(args.agent_delay_ms),
+        state_dir: Some(args.state_dir),
+        listen: args.listen,
+        fault_seed: args.fault_seed,
+    };
+    let sim = Simulator::start(config).await?;
+    for rule in args.faults {
+        sim.faults().add(rule);
+    }
+    if let Some(n) = args.abort_after {
+        sim.faults().abort_after(n);
+    }
+    println!("url: {}", sim.url());
+    println!("ca-file: {}", sim.ca_file().display());
+    println!("token: {}", sim.token());
+    tokio::signal::ctrl_c().await?;
+    sim.shutdown();
+    Ok(())
+}

@@ -1,1 +1,361 @@
-//! placeholder
+//! The egress broker: how providers reach their hypervisor without ever holding its credentials.
+//!
+//! A provider (a WebAssembly component) sends HTTP through `wasi:http/outgoing-handler`. The
+//! runtime hands every such request to an [`Egress`]; [`Broker`] is the one that lets requests
+//! out. For each request, in order:
+//!
+//! 1. find the provider's grant (none: denied);
+//! 2. parse the URL's origin once — scheme, host, port with the scheme's default
+//!    ([`policy::Origin`]) — and check it against the grant's origins (default deny);
+//! 3. screen the guest's headers: a `Host` naming another authority, or a credential header
+//!    (`Authorization`, `Proxy-Authorization`, `Cookie`, the grant's own header) is denied. Guests
+//!    cannot even set those headers ([`Egress::is_forbidden_header`]); this is the second check;
+//! 4. read the secret ([`credentials::CredentialSource`], on every request) and inject it;
+//! 5. connect to the origin's host with the grant's client: the grant's CA only, optional
+//!    `serverName` for verification, HTTP/1.1 only if asked, no proxy, no redirects
+//!    ([`client`]), within the connect and first-byte timeouts;
+//! 6. hand the response back with every echo of the secret replaced by `[redacted]`
+//!    ([`redact`]), its body capped and bounded by the total timeout ([`body`]);
+//! 7. count it ([`metrics`]) and log one `debug!` line: method, origin, path, status, duration.
+//!
+//! Failures reach the guest as `wasi:http/types.error-code`s, never with host detail; the host
+//! logs the detail (without secrets). See `docs/egress.md` for the table.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use egress_capability_http::{Broker, Grants};
+//! use egress_runtime::egress::Egress;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let grants = Grants::from_yaml(r#"
+//! grants:
+//!   proxmox:
+//!     origins: ["https://192.168.2.8:8006"]
+//!     credential:
+//!       header: Authorization
+//!       format: "PVEAPIToken={secret}"
+//!       secretFile: /etc/egress/proxmox-token
+//!     tls:
+//!       caFile: /etc/egress/proxmox-ca.pem
+//!       serverName: pv1-1.home.lab
+//!       http1Only: true
+//! "#)?;
+//! let broker = Broker::new(&grants)?;
+//! let mut registry = prometheus_client::registry::Registry::default();
+//! broker.metrics().register(&mut registry);
+//! // Hand it to the runtime, which calls it for every provider request.
+//! let egress: Arc<dyn Egress> = Arc::new(broker);
+//! # let _ = egress;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod body;
+pub mod client;
+pub mod credentials;
+pub mod grant;
+pub mod metrics;
+pub mod policy;
+pub mod redact;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use egress_runtime::egress::{
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions, default_forbidden_header,
+};
+use http::{HeaderName, HeaderValue};
+use hyper::body::Body as _;
+use rustls_pki_types::ServerName;
+use tokio::time::Instant;
+
+use crate::body::{RequestBody, ResponseBody};
+use crate::client::{ClientError, ClientSettings, GrantClients, classify};
+use crate::credentials::{CredentialSource, FileSource};
+pub use crate::grant::{Grant, GrantError, Grants};
+use crate::grant::{SECRET_PLACEHOLDER, Timeouts};
+pub use crate::metrics::Metrics;
+use crate::policy::{Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, screen_headers};
+use crate::redact::{Redactor, redact_headers};
+
+/// The detail of `internal-error` when the secret could not be read: transient, and a provider's
+/// `check` reports it as `credentials-unavailable`.
+pub const CREDENTIALS_UNAVAILABLE: &str = "credentials-unavailable";
+
+/// The detail of `internal-error` when the grant's CA file is not there yet: transient, the next
+/// request loads it.
+pub const CA_UNAVAILABLE: &str = "ca-unavailable";
+
+/// The egress broker: an [`Egress`] that lets each provider reach its granted origins only, with
+/// credentials the host injects and the provider never sees.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// By provider name; shared by every call of every provider.
+    grants: HashMap<String, ActiveGrant>,
+    /// Headers injected by some grant: no guest may set them.
+    injected_headers: Vec<HeaderName>,
+    metrics: Metrics,
+}
+
+struct ActiveGrant {
+    allowlist: Allowlist,
+    injection: Option<Injection>,
+    clients: GrantClients,
+    timeouts: Timeouts,
+    max_response_bytes: u64,
+}
+
+/// How a grant's secret becomes a header: `prefix` + secret + `suffix`.
+struct Injection {
+    header: HeaderName,
+    prefix: String,
+    suffix: String,
+    source: Arc<dyn CredentialSource>,
+}
+
+impl fmt::Debug for Broker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut providers: Vec<&str> = self.inner.grants.keys().map(String::as_str).collect();
+        providers.sort_unstable();
+        f.debug_struct("Broker").field("providers", &providers).finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// A broker serving `grants`. Validates every grant; reads no file (secrets and CAs are read
+    /// when requests need them).
+    pub fn new(grants: &Grants) -> Result<Self, GrantError> {
+        let mut active = HashMap::new();
+        let mut injected_headers = Vec::new();
+        for (provider, grant) in &grants.grants {
+            let grant = activate(provider, grant)?;
+            if let Some(injection) = &grant.injection {
+                injected_headers.push(injection.header.clone());
+            }
+            active.insert(provider.clone(), grant);
+        }
+        Ok(Self { inner: Arc::new(Inner { grants: active, injected_headers, metrics: Metrics::default() }) })
+    }
+
+    /// The broker's metrics, to register with the process's registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+}
+
+fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
+    let invalid = |field: &'static str, reason: String| GrantError::Invalid { provider: provider.to_owned(), field, reason };
+    if grant.origins.is_empty() {
+        return Err(GrantError::NoOrigins { provider: provider.to_owned() });
+    }
+    let origins = grant
+        .origins
+        .iter()
+        .map(|text| {
+            Origin::parse_grant(text).map_err(|reason| GrantError::InvalidOrigin {
+                provider: provider.to_owned(),
+                origin: text.clone(),
+                reason,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let any_http = origins.iter().any(|origin| origin.scheme() == Scheme::Http);
+    let any_https = origins.iter().any(|origin| origin.scheme() == Scheme::Https);
+    if any_https && grant.tls.ca_file.is_none() {
+        return Err(invalid("tls.caFile", "required for https origins: the broker trusts no system roots".into()));
+    }
+    if let Some(name) = &grant.tls.server_name {
+        // An IP would make the client connect there instead of to the origin's host.
+        match ServerName::try_from(name.as_str()) {
+            Ok(ServerName::DnsName(_)) => {}
+            _ => return Err(invalid("tls.serverName", format!("{name:?} is not a DNS name"))),
+        }
+    }
+    let injection = match &grant.credential {
+        None => None,
+        Some(credential) => {
+            if any_http {
+                return Err(invalid("credential", "never injected over plain http; use https origins".into()));
+            }
+            let header = HeaderName::try_from(credential.header.as_str())
+                .map_err(|_| invalid("credential.header", format!("{:?} is not a header name", credential.header)))?;
+            if default_forbidden_header(&header) && !CREDENTIAL_HEADERS.contains(&header) {
+                return Err(invalid("credential.header", format!("{header} is managed by the connection")));
+            }
+            let (prefix, suffix) = credential
+                .format
+                .split_once(SECRET_PLACEHOLDER)
+                .filter(|(_, suffix)| !suffix.contains(SECRET_PLACEHOLDER))
+                .ok_or_else(|| invalid("credential.format", format!("must contain {SECRET_PLACEHOLDER} exactly once")))?;
+            if HeaderValue::from_str(&format!("{prefix}x{suffix}")).is_err() {
+                return Err(invalid("credential.format", "holds characters a header cannot carry".into()));
+            }
+            Some(Injection {
+                header,
+                prefix: prefix.to_owned(),
+                suffix: suffix.to_owned(),
+                source: Arc::new(FileSource::new(&credential.secret_file)),
+            })
+        }
+    };
+    let timeouts = grant.timeouts;
+    if timeouts.connect_ms == 0 || timeouts.first_byte_ms == 0 || timeouts.total_ms == 0 {
+        return Err(invalid("timeouts", "every timeout must be above zero".into()));
+    }
+    if grant.max_response_bytes == 0 {
+        return Err(invalid("maxResponseBytes", "must be above zero".into()));
+    }
+    Ok(ActiveGrant {
+        allowlist: Allowlist::new(origins),
+        injection,
+        clients: GrantClients::new(ClientSettings {
+            ca_file: grant.tls.ca_file.clone(),
+            server_name: grant.tls.server_name.clone(),
+            http1_only: grant.tls.http1_only,
+            connect_timeout: timeouts.connect(),
+        }),
+        timeouts,
+        max_response_bytes: grant.max_response_bytes,
+    })
+}
+
+impl Egress for Broker {
+    fn is_forbidden_header(&self, name: &HeaderName) -> bool {
+        default_forbidden_header(name)
+            || CREDENTIAL_HEADERS.contains(name)
+            || self.inner.injected_headers.contains(name)
+    }
+
+    fn send(&self, site: &CallSite, request: http::Request<EgressBody>, options: Option<RequestOptions>) -> EgressFuture {
+        let inner = self.inner.clone();
+        let site = site.clone();
+        Box::pin(async move { inner.send(&site, request, options).await })
+    }
+}
+
+impl Inner {
+    async fn send(
+        &self,
+        site: &CallSite,
+        request: http::Request<EgressBody>,
+        options: Option<RequestOptions>,
+    ) -> Result<http::Response<EgressBody>, EgressError> {
+        let started = Instant::now();
+        let (mut parts, body) = request.into_parts();
+        let provider = &*site.provider;
+        // The one parse of the URL: it drives the check, the connection and the injection.
+        let checked = self
+            .grants
+            .get(provider)
+            .ok_or(Denied::NoGrant)
+            .and_then(|grant| {
+                let origin = Origin::of_uri(&parts.uri).map_err(Denied::MalformedUrl)?;
+                if !grant.allowlist.allows(&origin) {
+                    return Err(Denied::OriginNotAllowed);
+                }
+                let host_only = grant.injection.as_ref().map(|injection| injection.header.clone());
+                screen_headers(&mut parts.headers, &origin, host_only.as_slice())?;
+                Ok((grant, origin))
+            });
+        let (grant, origin) = match checked {
+            Ok(found) => found,
+            Err(denied) => {
+                // The URL's authority only: its path or query could carry anything.
+                let target = parts.uri.authority().map_or("", |authority| authority.as_str());
+                tracing::warn!(provider, operation = site.operation, %target, reason = %denied, "outgoing HTTP denied");
+                self.metrics.record(provider, "-", "denied", started.elapsed());
+                return Err(EgressError::HttpRequestDenied);
+            }
+        };
+        let origin_label = origin.to_string();
+        let method = parts.method.clone();
+        // The path only: a query could carry anything.
+        let path = parts.uri.path().to_owned();
+        let fail = |error: EgressError, kind: &str| {
+            self.metrics.record(provider, &origin_label, "error", started.elapsed());
+            tracing::debug!(provider, %method, origin = %origin_label, path,
+                error.type = kind, elapsed_ms = started.elapsed().as_millis() as u64, "outgoing HTTP failed");
+            error
+        };
+
+        let mut injected = None;
+        if let Some(injection) = &grant.injection {
+            let secret = injection.source.read().map_err(|error| {
+                tracing::warn!(provider, origin = %origin_label, %error, "credentials unavailable");
+                fail(EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())), "credentials")
+            })?;
+            let value = format!("{}{}{}", injection.prefix, secret.expose(), injection.suffix);
+            let redactor = Redactor::new(secret.expose(), &value);
+            let mut value = HeaderValue::try_from(zeroize::Zeroizing::new(value).as_str())
+                .map_err(|_| fail(EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())), "credentials"))?;
+            value.set_sensitive(true);
+            injected = Some((injection.header.clone(), value, redactor));
+        }
+
+        let client = grant.clients.client_for(&origin).map_err(|error| {
+            tracing::warn!(provider, origin = %origin_label, %error, "no HTTP client for the grant");
+            match error {
+                ClientError::CaMissing { .. } => fail(EgressError::InternalError(Some(CA_UNAVAILABLE.into())), "ca_missing"),
+                ClientError::CaUnusable { .. } => fail(EgressError::TlsCertificateError, "ca_unusable"),
+                ClientError::Build(_) => fail(EgressError::InternalError(None), "client_build"),
+            }
+        })?;
+
+        let path_and_query = parts.uri.path_and_query().map_or("/", |path| path.as_str());
+        let url = reqwest::Url::parse(&grant.clients.url_for(&origin, path_and_query))
+            .map_err(|_| fail(EgressError::HttpRequestUriInvalid, "url"))?;
+        let mut outgoing = reqwest::Request::new(method.clone(), url);
+        *outgoing.headers_mut() = std::mem::take(&mut parts.headers);
+        let mut redactor = None;
+        if let Some((name, value, patterns)) = injected {
+            outgoing.headers_mut().insert(name, value);
+            redactor = Some(patterns);
+        }
+        if !body.is_end_stream() {
+            *outgoing.body_mut() = Some(reqwest::Body::wrap(RequestBody::new(body)));
+        }
+
+        let deadline = started + grant.timeouts.total();
+        let first_byte = options
+            .and_then(|options| options.first_byte_timeout)
+            .map_or(grant.timeouts.first_byte(), |guest| guest.min(grant.timeouts.first_byte()));
+        let response = match tokio::time::timeout_at((started + first_byte).min(deadline), client.execute(outgoing)).await {
+            Err(_elapsed) => return Err(fail(EgressError::HttpResponseTimeout, "first_byte_timeout")),
+            Ok(Err(error)) => {
+                let (code, kind) = classify(&error);
+                let error = error.without_url();
+                tracing::warn!(provider, origin = %origin_label, error.type = kind, %error, "outgoing HTTP failed");
+                return Err(fail(code, kind));
+            }
+            Ok(Ok(response)) => response,
+        };
+
+        let status = response.status();
+        let mut response: http::Response<reqwest::Body> = response.into();
+        let announced = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+        if announced.is_some_and(|length| length > grant.max_response_bytes) {
+            return Err(fail(EgressError::HttpResponseBodySize(announced), "response_too_large"));
+        }
+        if let Some(redactor) = &redactor {
+            redact_headers(redactor, response.headers_mut());
+            // Redaction can change the body's length.
+            response.headers_mut().remove(http::header::CONTENT_LENGTH);
+        }
+        let elapsed = started.elapsed();
+        self.metrics.record(provider, &origin_label, metrics::status_class(status), elapsed);
+        tracing::debug!(provider, %method, origin = %origin_label, path,
+            status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "outgoing HTTP");
+        let (head, body) = response.into_parts();
+        Ok(http::Response::from_parts(head, ResponseBody::new(body, grant.max_response_bytes, deadline, redactor)))
+    }
+}

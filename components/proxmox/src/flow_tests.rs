@@ -1,0 +1,655 @@
+//! Operation-level tests on the host: each operation runs against a scripted [`Io`] that answers
+//! an exact, ordered list of requests with Proxmox's wording and JSON shapes (F1–F21). A request
+//! out of order fails the test, so these pin each operation's call order and request count (the
+//! end-to-end tests against the simulator are host-side, through the runtime and broker).
+
+use std::collections::VecDeque;
+
+use crate::api::{Io, LogLevel, Method, Pve, Request, Response, TransportError, escape};
+use crate::config::Config;
+use crate::config::tests::simulator_config;
+use crate::create::{create, start_vmid};
+use crate::delete::delete;
+use crate::egress::provider::types::{CreateRequest, Error, InstanceState, Tag};
+use crate::get::get;
+use crate::id::VmId;
+use crate::list::list_by_tag;
+
+/// One expected request and its answer.
+struct Step {
+    method: Method,
+    path: String,
+    status: u16,
+    body: String,
+}
+
+/// An [`Io`] that answers a fixed script in order and keeps the requests it saw.
+struct ScriptIo {
+    script: VecDeque<Step>,
+    seen: Vec<Request>,
+    clock_ms: u64,
+}
+
+impl ScriptIo {
+    fn new(steps: Vec<Step>) -> Self {
+        ScriptIo {
+            script: steps.into(),
+            seen: Vec::new(),
+            clock_ms: 0,
+        }
+    }
+
+    /// The body of the first write (not GET) to `path`.
+    fn body_of(&self, path: &str) -> String {
+        let request = self
+            .seen
+            .iter()
+            .find(|r| r.method != Method::Get && r.path == format!("/api2/json{path}"))
+            .unwrap_or_else(|| panic!("no write to {path}"));
+        String::from_utf8(request.body.clone()).unwrap()
+    }
+}
+
+impl Io for ScriptIo {
+    fn send(&mut self, request: &Request) -> Result<Response, TransportError> {
+        let step = self
+            .script
+            .pop_front()
+            .unwrap_or_else(|| panic!("unexpected request {:?} {}", request.method, request.path));
+        assert_eq!(
+            (request.method, request.path.as_str()),
+            (step.method, format!("/api2/json{}", step.path).as_str())
+        );
+        self.seen.push(request.clone());
+        Ok(Response {
+            status: step.status,
+            body: step.body.into_bytes(),
+        })
+    }
+    fn sleep_ms(&mut self, milliseconds: u64) {
+        self.clock_ms += milliseconds;
+    }
+    fn monotonic_ms(&mut self) -> u64 {
+        self.clock_ms
+    }
+    fn now_rfc3339(&mut self) -> String {
+        "2026-09-18T15:02:00Z".into()
+    }
+    fn log(&mut self, _level: LogLevel, _message: &str, _fields: &[(&str, &str)]) {}
+}
+
+fn ok(method: Method, path: impl Into<String>, data: &str) -> Step {
+    Step {
+        method,
+        path: path.into(),
+        status: 200,
+        body: format!("{{\"data\":{data}}}"),
+    }
+}
+
+fn fail(method: Method, path: impl Into<String>, status: u16, message: &str) -> Step {
+    Step {
+        method,
+        path: path.into(),
+        status,
+        body: format!("{{\"data\":null,\"message\":\"{message}\\n\"}}"),
+    }
+}
+
+const NODE: &str = "pv1-1";
+const OUR_MARK: &str =
+    "egress-operator: managed\\nuid: uid-1\\ncreated-at: 2026-09-18T15:02:00Z\\ntag: pool=blue\\n";
+
+fn upid(kind: &str, id: &str) -> String {
+    format!("UPID:{NODE}:0017C594:0ADB2769:63EC5455:{kind}:{id}:egress@pve!operator:")
+}
+
+/// The task-status step for `upid`, finished with `exit`.
+fn task_done(upid: &str, exit: &str) -> Step {
+    ok(
+        Method::Get,
+        format!("/nodes/{NODE}/tasks/{}/status", escape(upid)),
+        &format!(r#"{{"status":"stopped","exitstatus":"{exit}"}}"#),
+    )
+}
+
+fn task_running(upid: &str) -> Step {
+    ok(
+        Method::Get,
+        format!("/nodes/{NODE}/tasks/{}/status", escape(upid)),
+        r#"{"status":"running"}"#,
+    )
+}
+
+fn resources(entries: &str) -> Step {
+    ok(
+        Method::Get,
+        "/cluster/resources?type=vm",
+        &format!("[{entries}]"),
+    )
+}
+
+const TEMPLATE_ENTRY: &str = r#"{"type":"qemu","vmid":9001,"node":"pv1-1","name":"debian-13-template","status":"stopped","template":1}"#;
+
+fn vm_entry(vmid: u32, name: &str, status: &str) -> String {
+    format!(
+        r#"{{"type":"qemu","vmid":{vmid},"node":"pv1-1","name":"{name}","status":"{status}","tags":"proxy_operator"}}"#
+    )
+}
+
+fn config_path(vmid: u32) -> String {
+    format!("/nodes/{NODE}/qemu/{vmid}/config")
+}
+
+fn status_path(vmid: u32) -> String {
+    format!("/nodes/{NODE}/qemu/{vmid}/status/current")
+}
+
+fn our_config(vmid: u32, name: &str) -> String {
+    format!(
+        r#"{{"name":"{name}","description":"{OUR_MARK}","boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-{vmid}-disk-0,size=3G","net0":"virtio=BC:24:11:EE:48:83,bridge=vmbr0","agent":"1","digest":"ab"}}"#
+    )
+}
+
+fn request(config: &str) -> CreateRequest {
+    CreateRequest {
+        name: "proxy-a".into(),
+        uid: "uid-1".into(),
+        tags: vec![Tag {
+            key: "pool".into(),
+            value: "blue".into(),
+        }],
+        user_data: "#cloud-config\n".into(),
+        config: config.into(),
+    }
+}
+
+fn run<T>(
+    config: &Config,
+    steps: Vec<Step>,
+    operation: impl FnOnce(&mut Pve<'_, ScriptIo>) -> T,
+) -> (T, ScriptIo, u32) {
+    let mut io = ScriptIo::new(steps);
+    let (result, requests) = {
+        let mut pve = Pve::new(&mut io, config);
+        let result = operation(&mut pve);
+        (result, pve.requests)
+    };
+    assert!(
+        io.script.is_empty(),
+        "requests not made: {:?}",
+        io.script.iter().map(|s| &s.path).collect::<Vec<_>>()
+    );
+    (result, io, requests)
+}
+
+fn id(vmid: u32) -> VmId {
+    VmId {
+        node: NODE.into(),
+        vmid,
+    }
+}
+
+#[test]
+fn correction1_get_of_a_mid_clone_entry_is_transient_before_the_name_is_read() {
+    let config = simulator_config();
+    let steps = vec![resources(
+        r#"{"type":"qemu","vmid":100123,"id":"qemu/100123","node":"pv1-1","lock":"clone","status":"unknown"}"#,
+    )];
+    let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::Transient(_))), "{result:?}");
+    assert_eq!(requests, 1);
+}
+
+#[test]
+fn entry9_running_get_makes_four_calls_and_reports_the_address() {
+    let config = simulator_config();
+    let steps = vec![
+        resources(&vm_entry(100_123, "proxy-a", "running")),
+        ok(
+            Method::Get,
+            config_path(100_123),
+            &our_config(100_123, "proxy-a"),
+        ),
+        ok(
+            Method::Get,
+            status_path(100_123),
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+        ok(
+            Method::Get,
+            format!("/nodes/{NODE}/qemu/100123/agent/network-get-interfaces"),
+            r#"{"result":[{"name":"lo","ip-addresses":[{"ip-address":"127.0.0.1","ip-address-type":"ipv4"}]},{"name":"ens18","ip-addresses":[{"ip-address":"192.168.4.147","ip-address-type":"ipv4"}]}]}"#,
+        ),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    let instance = result.unwrap();
+    assert_eq!(requests, 4);
+    assert_eq!(instance.state, InstanceState::Running);
+    assert_eq!(instance.addresses, ["192.168.4.147"]);
+    assert_eq!(
+        (
+            instance.provider_id.as_str(),
+            instance.name.as_str(),
+            instance.uid.as_str()
+        ),
+        ("pv1-1/100123", "proxy-a", "uid-1")
+    );
+    assert_eq!(instance.created_at.as_deref(), Some("2026-09-18T15:02:00Z"));
+}
+
+#[test]
+fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_status() {
+    let config = simulator_config();
+    let entry = r#"{"type":"qemu","vmid":100123,"node":"pv1-1","name":"proxy-a","status":"stopped","lock":"suspended"}"#;
+    let suspended_config =
+        our_config(100_123, "proxy-a").replace(r#""digest""#, r#""lock":"suspended","digest""#);
+    let steps = vec![
+        resources(entry),
+        ok(Method::Get, config_path(100_123), &suspended_config),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert_eq!(result.unwrap().state, InstanceState::Stopped);
+
+    // Foreign hibernated VM at our VMID: not ours, not-found.
+    let steps = vec![
+        resources(entry),
+        ok(
+            Method::Get,
+            config_path(100_123),
+            r#"{"name":"proxy-a","lock":"suspended"}"#,
+        ),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+}
+
+#[test]
+fn f2_get_of_a_vm_that_vanished_is_not_found_and_a_missing_entry_too() {
+    let config = simulator_config();
+    let steps = vec![
+        resources(&vm_entry(100_123, "proxy-a", "running")),
+        fail(
+            Method::Get,
+            config_path(100_123),
+            500,
+            "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist",
+        ),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+    let (result, _, _) = run(&config, vec![resources(TEMPLATE_ENTRY)], |pve| {
+        get(pve, &id(100_123))
+    });
+    assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+}
+
+/// The steps of a clean create of `proxy-a` at its start VMID, with the given clone config and
+/// start-task exit status.
+fn clean_create_steps(vmid: u32, start_exit: &str) -> Vec<Step> {
+    let clone = upid("qmclone", "9001");
+    let upload = upid("imgcopy", "");
+    let configure = upid("qmconfig", &vmid.to_string());
+    let resize = upid("resize", &vmid.to_string());
+    let start = upid("qmstart", &vmid.to_string());
+    vec![
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+        ok(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/9001/clone"),
+            &format!("\"{clone}\""),
+        ),
+        task_running(&clone),
+        task_done(&clone, "OK"),
+        ok(Method::Get, config_path(vmid), &our_config(vmid, "proxy-a")),
+        ok(
+            Method::Post,
+            format!("/nodes/{NODE}/storage/proxy-seeds/upload"),
+            &format!("\"{upload}\""),
+        ),
+        task_done(&upload, "OK"),
+        ok(Method::Post, config_path(vmid), &format!("\"{configure}\"")),
+        task_done(&configure, "OK"),
+        ok(
+            Method::Put,
+            format!("/nodes/{NODE}/qemu/{vmid}/resize"),
+            &format!("\"{resize}\""),
+        ),
+        task_done(&resize, "OK"),
+        ok(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/{vmid}/status/start"),
+            &format!("\"{start}\""),
+        ),
+        task_done(&start, start_exit),
+        ok(
+            Method::Get,
+            status_path(vmid),
+            r#"{"status":"running","qmpstatus":"prelaunch"}"#,
+        ),
+        ok(
+            Method::Get,
+            status_path(vmid),
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+    ]
+}
+
+fn create_config() -> Config {
+    Config::parse(
+        r#"{"apiUrl":"https://192.168.0.8:8006","nodes":["pv1-1"],"templateVmid":9001,"targetStorage":"local-lvm",
+            "isoStorage":"proxy-seeds","vlanTag":4,"diskGiB":8,"budgets":{"pollMs":100}}"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn phase6_clean_create_sequence_mark_in_clone_and_config_write() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    // F16/Phase 5: WARNINGS on the start task is success.
+    let (result, io, requests) = run(&config, clean_create_steps(vmid, "WARNINGS: 1"), |pve| {
+        create(pve, &request(""))
+    });
+    let instance = result.unwrap();
+    assert_eq!(instance.provider_id, format!("pv1-1/{vmid}"));
+    assert_eq!(instance.state, InstanceState::Provisioning);
+    assert_eq!(requests, 16);
+    let clone_body = io.body_of(&format!("/nodes/{NODE}/qemu/9001/clone"));
+    assert_eq!(
+        clone_body,
+        format!(
+            "newid={vmid}&name=proxy-a&description=egress-operator%3A%20managed%0Auid%3A%20uid-1%0Acreated-at%3A%202026-09-18T15%3A02%3A00Z%0Atag%3A%20pool%3Dblue%0A&full=1&storage=local-lvm"
+        )
+    );
+    let config_body = io.body_of(&config_path(vmid));
+    assert_eq!(
+        config_body,
+        "ide2=proxy-seeds%3Aiso%2Fproxy-a-seed.iso%2Cmedia%3Dcdrom&agent=1&tags=proxy_operator&net0=virtio%3DBC%3A24%3A11%3AEE%3A48%3A83%2Cbridge%3Dvmbr0%2Ctag%3D4"
+    );
+    assert_eq!(
+        io.body_of(&format!("/nodes/{NODE}/qemu/{vmid}/resize")),
+        "disk=scsi0&size=8G"
+    );
+    let upload = io
+        .seen
+        .iter()
+        .find(|r| r.path.ends_with("/upload"))
+        .unwrap();
+    assert!(
+        upload
+            .content_type
+            .as_deref()
+            .unwrap()
+            .starts_with("multipart/form-data; boundary=")
+    );
+    assert!(io.clock_ms >= 200, "waits slept on the clock between polls");
+}
+
+#[test]
+fn phase6_vm_that_stops_after_start_is_transient_at_once() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut steps = clean_create_steps(vmid, "OK");
+    steps.truncate(steps.len() - 2);
+    steps.push(ok(
+        Method::Get,
+        status_path(vmid),
+        r#"{"status":"stopped","qmpstatus":"stopped"}"#,
+    ));
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Transient(m)) if m.contains("stopped right after")),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn phase6_adopting_a_running_vm_costs_three_calls_and_never_reads_the_template() {
+    let config = create_config();
+    let steps = vec![
+        resources(&vm_entry(100_777, "proxy-a", "running")),
+        ok(
+            Method::Get,
+            config_path(100_777),
+            &our_config(100_777, "proxy-a"),
+        ),
+        ok(
+            Method::Get,
+            status_path(100_777),
+            r#"{"status":"running","qmpstatus":"paused"}"#,
+        ),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
+    assert_eq!(result.unwrap().provider_id, "pv1-1/100777");
+    assert_eq!(requests, 3);
+}
+
+#[test]
+fn correction2_name_ours_mark_not_is_permanent_and_nothing_is_cloned() {
+    let config = create_config();
+    let steps = vec![
+        resources(&vm_entry(100_777, "proxy-a", "stopped")),
+        ok(
+            Method::Get,
+            config_path(100_777),
+            r#"{"name":"proxy-a","description":"egress-operator: managed\nuid: uid-2\n"}"#,
+        ),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("another Proxy")),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn correction2_f4_on_clone_inspects_the_vmid_and_adopts_our_crashed_clone() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut steps = clean_create_steps(vmid, "OK");
+    steps.truncate(2); // resources, template config
+    steps.extend([
+        fail(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/9001/clone"),
+            500,
+            &format!("unable to create VM {vmid}: config file already exists"),
+        ),
+        // The racer is our own earlier attempt, still mid-clone (F8): nameless and locked.
+        resources(&format!(
+            r#"{{"type":"qemu","vmid":{vmid},"node":"pv1-1","lock":"clone","status":"unknown"}}"#
+        )),
+        ok(Method::Get, config_path(vmid), r#"{"lock":"clone"}"#),
+        ok(Method::Get, config_path(vmid), &our_config(vmid, "proxy-a")),
+        ok(
+            Method::Get,
+            status_path(vmid),
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+    ]);
+    let (result, io, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert_eq!(result.unwrap().provider_id, format!("pv1-1/{vmid}"));
+    assert!(io.clock_ms >= 100, "the lock was waited out on the clock");
+}
+
+#[test]
+fn correction2_a_foreign_vm_at_the_start_vmid_is_probed_past() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let next = if vmid == config.vmid_max {
+        config.vmid_min
+    } else {
+        vmid + 1
+    };
+    let mut steps = clean_create_steps(next, "OK");
+    steps[0] = resources(&format!(
+        "{TEMPLATE_ENTRY},{}",
+        vm_entry(vmid, "someone-else", "running")
+    ));
+    steps.insert(
+        2,
+        ok(Method::Get, config_path(vmid), r#"{"name":"someone-else"}"#),
+    );
+    let (result, io, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert_eq!(result.unwrap().provider_id, format!("pv1-1/{next}"));
+    assert!(
+        io.body_of(&format!("/nodes/{NODE}/qemu/9001/clone"))
+            .starts_with(&format!("newid={next}&"))
+    );
+}
+
+#[test]
+fn phase6_template_shape_is_refused_before_any_clone() {
+    let config = create_config();
+    let steps = vec![
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"l:base-9001-disk-0,size=3G","ide2":"local-lvm:vm-9001-cloudinit,media=cdrom","net0":"virtio=X,bridge=vmbr0"}"#,
+        ),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("cloud-init")),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn phase6_empty_name_is_permanent_without_io() {
+    let config = create_config();
+    let mut nameless = request("");
+    nameless.name.clear();
+    let (result, _, requests) = run(&config, vec![], |pve| create(pve, &nameless));
+    assert!(matches!(result, Err(Error::Permanent(_))));
+    assert_eq!(requests, 0);
+}
+
+#[test]
+fn phase7_delete_stops_before_destroying_and_deletes_the_seed_as_a_task() {
+    let config = simulator_config();
+    let stop = upid("qmstop", "100123");
+    let destroy = upid("qmdestroy", "100123");
+    let seed = upid("imgdel", "proxy-seeds");
+    let steps = vec![
+        resources(&vm_entry(100_123, "proxy-a", "running")),
+        ok(
+            Method::Get,
+            config_path(100_123),
+            &our_config(100_123, "proxy-a"),
+        ),
+        ok(
+            Method::Get,
+            status_path(100_123),
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+        ok(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/100123/status/stop"),
+            &format!("\"{stop}\""),
+        ),
+        task_done(&stop, "OK"),
+        ok(
+            Method::Delete,
+            format!("/nodes/{NODE}/qemu/100123?purge=1&destroy-unreferenced-disks=1"),
+            &format!("\"{destroy}\""),
+        ),
+        task_done(&destroy, "OK"),
+        ok(
+            Method::Delete,
+            format!(
+                "/nodes/{NODE}/storage/proxy-seeds/content/proxy-seeds%3Aiso%2Fproxy-a-seed.iso"
+            ),
+            &format!("\"{seed}\""),
+        ),
+        task_done(&seed, "OK"),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| delete(pve, &id(100_123)));
+    result.unwrap();
+    assert_eq!(requests, 9);
+}
+
+#[test]
+fn delete_is_idempotent_and_never_destroys_a_vm_that_is_not_ours() {
+    let config = simulator_config();
+    let (result, _, requests) = run(&config, vec![resources(TEMPLATE_ENTRY)], |pve| {
+        delete(pve, &id(100_123))
+    });
+    assert!(result.is_ok());
+    assert_eq!(requests, 1);
+    let steps = vec![
+        resources(&vm_entry(100_123, "proxy-a", "running")),
+        fail(
+            Method::Get,
+            config_path(100_123),
+            500,
+            "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist",
+        ),
+    ];
+    assert!(
+        run(&config, steps, |pve| delete(pve, &id(100_123)))
+            .0
+            .is_ok()
+    );
+    let steps = vec![
+        resources(&vm_entry(100_123, "db", "running")),
+        ok(
+            Method::Get,
+            config_path(100_123),
+            r#"{"name":"db","description":"prod database"}"#,
+        ),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| delete(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::Permanent(_))), "{result:?}");
+}
+
+#[test]
+fn list_by_tag_reads_marks_and_leaves_out_markless_and_other_tags() {
+    let config = simulator_config();
+    let steps = vec![
+        resources(&format!(
+            "{TEMPLATE_ENTRY},{},{},{}",
+            vm_entry(100_001, "proxy-a", "running"),
+            vm_entry(100_002, "proxy-b", "stopped"),
+            vm_entry(100_003, "hand-made", "running")
+        )),
+        ok(
+            Method::Get,
+            config_path(100_001),
+            &our_config(100_001, "proxy-a"),
+        ),
+        ok(
+            Method::Get,
+            config_path(100_002),
+            r#"{"name":"proxy-b","description":"egress-operator: managed\nuid: u\ntag: pool=green\n"}"#,
+        ),
+        ok(Method::Get, config_path(100_003), r#"{"name":"hand-made"}"#),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| list_by_tag(pve, "pool", "blue"));
+    let instances = result.unwrap();
+    assert_eq!(instances.len(), 1);
+    assert_eq!(
+        (instances[0].provider_id.as_str(), instances[0].state),
+        ("pv1-1/100001", InstanceState::Running)
+    );
+}
+
+#[test]
+fn phase6_several_vms_with_our_name_are_permanent_before_any_inspection() {
+    let config = create_config();
+    let steps = vec![resources(&format!(
+        "{TEMPLATE_ENTRY},{},{}",
+        vm_entry(100_777, "proxy-a", "running"),
+        vm_entry(100_778, "proxy-a", "stopped")
+    ))];
+    let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(matches!(&result, Err(Error::Permanent(m)) if m.contains("several VMs")), "{result:?}");
+    assert_eq!(requests, 1);
+}

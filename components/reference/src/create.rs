@@ -1,0 +1,63 @@
+//! `create`: make sure a VM named `request.name` exists and is starting.
+//!
+//! Without an endpoint the answer is invented (a running `ref/<name>`). With one, the provider
+//! POSTs `{"name", "uid"}` to `{endpoint}/instances` and answers the instance the endpoint returns.
+//! Either way it logs an info line `created` with the name, the UID and a random request ID.
+
+use serde::Serialize;
+
+use crate::egress::provider::types::{CreateRequest, Error, Instance};
+use crate::wasi::http::types::Method;
+use crate::wasi::random::random;
+use crate::{instance, logging, operation, time};
+
+/// The JSON body POSTed to `{endpoint}/instances`.
+#[derive(Serialize)]
+struct CreateBody<'a> {
+    name: &'a str,
+    uid: &'a str,
+}
+
+/// The `create` export.
+pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
+    let config = operation::begin(&request.config)?;
+    if request.name.is_empty() {
+        return Err(Error::Permanent(
+            "create needs a non-empty name".to_string(),
+        ));
+    }
+
+    let created = match &config.endpoint {
+        None => instance::invented(&request.name, Some(time::now_rfc3339()), &request.uid),
+        Some(endpoint) => {
+            let body = CreateBody {
+                name: &request.name,
+                uid: &request.uid,
+            };
+            let body = serde_json::to_vec(&body).map_err(|error| {
+                Error::Permanent(format!("could not encode the create request: {error}"))
+            })?;
+            let answer =
+                operation::call(&config, endpoint, Method::Post, "/instances", Some(body))?;
+            let mut created = instance::parse_instance(&answer)?;
+            // The endpoint may leave these out; then they are what this call wrote.
+            created.created_at.get_or_insert_with(time::now_rfc3339);
+            if created.uid.is_empty() {
+                created.uid.clone_from(&request.uid);
+            }
+            created
+        }
+    };
+
+    // A random ID ties this log line to any endpoint-side logs of the same call.
+    let request_id = format!("{:016x}", random::get_random_u64());
+    logging::info(
+        "created",
+        &[
+            ("name", &request.name),
+            ("uid", &request.uid),
+            ("request_id", &request_id),
+        ],
+    );
+    Ok(created)
+}

@@ -1,0 +1,156 @@
+//! Bodies in both directions: the guest's request body streamed out unchanged, and the server's
+//! response body streamed in under the grant's size cap and deadline, redacted on the way.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use egress_runtime::egress::{EgressBody, EgressError};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
+use sync_wrapper::SyncWrapper;
+use tokio::time::{Instant, Sleep};
+
+use crate::client::classify;
+use crate::redact::{Redactor, StreamRedactor};
+
+/// The guest's request body as reqwest wants it (`Sync`; the guest's body is only `Send`, and
+/// is only ever polled through `&mut`, so `SyncWrapper` makes that sound).
+pub struct RequestBody(SyncWrapper<EgressBody>);
+
+impl RequestBody {
+    /// Wraps the guest's body; nothing is buffered.
+    pub fn new(body: EgressBody) -> Self {
+        Self(SyncWrapper::new(body))
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = EgressError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
+        Pin::new(self.get_mut().0.get_mut()).poll_frame(cx)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // `SyncWrapper` gives no `&` access; an unknown size makes the client stream (chunked on
+        // HTTP/1.1) unless the guest sent a Content-Length, which is kept.
+        SizeHint::default()
+    }
+}
+
+/// The response body the guest reads.
+pub struct ResponseBody {
+    inner: reqwest::Body,
+    /// Bytes the guest may still receive.
+    remaining: u64,
+    limit: u64,
+    /// The grant's total deadline for the exchange.
+    deadline: Pin<Box<Sleep>>,
+    redactor: Option<StreamRedactor>,
+    /// Trailers that arrived while redacted data was still held back.
+    pending_trailers: Option<http::HeaderMap>,
+    finished: bool,
+}
+
+impl ResponseBody {
+    /// Guards `inner`: at most `limit` bytes, done by `deadline`, redacted with `redactor`.
+    pub fn new(inner: reqwest::Body, limit: u64, deadline: Instant, redactor: Option<Redactor>) -> EgressBody {
+        Self {
+            inner,
+            remaining: limit,
+            limit,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            redactor: redactor.map(Redactor::stream),
+            pending_trailers: None,
+            finished: false,
+        }
+        .boxed_unsync()
+    }
+
+    fn redact_trailers(&self, mut trailers: http::HeaderMap) -> http::HeaderMap {
+        if let Some(redactor) = &self.redactor {
+            crate::redact::redact_headers(redactor.redactor(), &mut trailers);
+        }
+        trailers
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = EgressError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
+        let this = &mut *self;
+        if let Some(trailers) = this.pending_trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(this.redact_trailers(trailers)))));
+        }
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.finished = true;
+            return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
+        }
+        loop {
+            let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                None => {
+                    this.finished = true;
+                    let tail = this.redactor.as_mut().map(StreamRedactor::finish).unwrap_or_default();
+                    return Poll::Ready((!tail.is_empty()).then(|| Ok(Frame::data(tail))));
+                }
+                Some(Err(error)) => {
+                    this.finished = true;
+                    let (code, kind) = classify(&error);
+                    tracing::warn!(error.type = kind, "response body failed");
+                    let code = match code {
+                        EgressError::InternalError(_) => EgressError::HttpResponseIncomplete,
+                        other => other,
+                    };
+                    return Poll::Ready(Some(Err(code)));
+                }
+                Some(Ok(frame)) => frame,
+            };
+            let frame = match frame.into_data() {
+                Ok(data) => {
+                    let len = data.len() as u64;
+                    if len > this.remaining {
+                        this.finished = true;
+                        return Poll::Ready(Some(Err(EgressError::HttpResponseBodySize(Some(this.limit)))));
+                    }
+                    this.remaining -= len;
+                    match this.redactor.as_mut() {
+                        Some(redactor) => {
+                            let out = redactor.push(&data);
+                            if out.is_empty() {
+                                // All held back: an occurrence may be starting.
+                                continue;
+                            }
+                            Frame::data(out)
+                        }
+                        None => Frame::data(data),
+                    }
+                }
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) => {
+                        let tail = this.redactor.as_mut().map(StreamRedactor::finish).unwrap_or_default();
+                        if tail.is_empty() {
+                            Frame::trailers(this.redact_trailers(trailers))
+                        } else {
+                            this.pending_trailers = Some(trailers);
+                            Frame::data(tail)
+                        }
+                    }
+                    // Neither data nor trailers: nothing the guest could read.
+                    Err(_) => continue,
+                },
+            };
+            return Poll::Ready(Some(Ok(frame)));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished && self.pending_trailers.is_none()
+    }
+}

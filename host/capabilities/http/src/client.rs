@@ -1,0 +1,305 @@
+//! Connections for one grant: pooled reqwest clients that trust the grant's CA and nothing else,
+//! and the mapping of connection failures to `wasi:http` error codes.
+//!
+//! The CA file is loaded on the first request, not at start-up (Proxmox entry 14): a missing
+//! file is a host that is not ready yet, so the request fails and the next one tries again; a
+//! file that holds no certificate is a wrong file, which retrying cannot fix. Once a CA loads it
+//! is cached, and a client (one pool) per origin is built from it and kept.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use egress_runtime::egress::EgressError;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+
+use crate::policy::{Origin, Scheme};
+
+/// Why no client could be had for a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The CA file does not exist (yet). Transient: the next request tries again.
+    #[error("CA file {path} is not there yet: {source}")]
+    CaMissing {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The CA file exists but holds no usable certificate. Permanent until the file changes.
+    #[error("CA file {path}: {reason}")]
+    CaUnusable {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// reqwest refused the configuration.
+    #[error("building the HTTP client: {0}")]
+    Build(reqwest::Error),
+}
+
+/// What every client of a grant shares.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// Trusted roots for `https` origins.
+    pub ca_file: Option<PathBuf>,
+    /// Name to verify certificates for (and to send as SNI), instead of the origin's host.
+    pub server_name: Option<String>,
+    /// Never negotiate HTTP/2.
+    pub http1_only: bool,
+    /// TCP connect plus TLS handshake.
+    pub connect_timeout: Duration,
+}
+
+/// The clients of one grant: the CA once it loads, and a pooled client per origin.
+#[derive(Debug)]
+pub struct GrantClients {
+    settings: ClientSettings,
+    /// Shared by every request of the grant; `None` until the CA file loads.
+    roots: Mutex<Option<Arc<Vec<reqwest::Certificate>>>>,
+    /// One pool per origin, shared by every request of the grant.
+    clients: Mutex<HashMap<Origin, reqwest::Client>>,
+}
+
+impl GrantClients {
+    /// Clients for a grant with these settings. Reads no file.
+    pub fn new(settings: ClientSettings) -> Self {
+        Self { settings, roots: Mutex::new(None), clients: Mutex::new(HashMap::new()) }
+    }
+
+    /// The URL to send for `origin`: the origin's own, or with the host replaced by the grant's
+    /// `serverName` (the client then connects to the origin's host, see [`OriginResolver`]).
+    pub fn url_for(&self, origin: &Origin, path_and_query: &str) -> String {
+        match (&self.settings.server_name, origin.scheme()) {
+            (Some(name), Scheme::Https) => origin.url_with_host(name, path_and_query),
+            _ => origin.url_with_host(origin.host(), path_and_query),
+        }
+    }
+
+    /// The pooled client for `origin`, building it (and loading the CA) on first use.
+    pub fn client_for(&self, origin: &Origin) -> Result<reqwest::Client, ClientError> {
+        if let Some(client) = lock(&self.clients).get(origin) {
+            return Ok(client.clone());
+        }
+        let roots = match origin.scheme() {
+            Scheme::Https => Some(self.roots()?),
+            Scheme::Http => None,
+        };
+        let client = self.build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
+        Ok(lock(&self.clients).entry(origin.clone()).or_insert(client).clone())
+    }
+
+    fn roots(&self) -> Result<Arc<Vec<reqwest::Certificate>>, ClientError> {
+        if let Some(roots) = lock(&self.roots).as_ref() {
+            return Ok(roots.clone());
+        }
+        let path = self.settings.ca_file.as_deref().ok_or_else(|| ClientError::CaUnusable {
+            path: PathBuf::new(),
+            reason: "no caFile for an https origin".into(),
+        })?;
+        let roots = Arc::new(load_ca(path)?);
+        *lock(&self.roots) = Some(roots.clone());
+        Ok(roots)
+    }
+
+    fn build(
+        &self,
+        origin: &Origin,
+        roots: Option<&[reqwest::Certificate]>,
+    ) -> Result<reqwest::Client, ClientError> {
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            // The grant is the whole policy: no proxy from the environment, no redirect to
+            // somewhere the allowlist never saw (a 3xx goes back to the provider as is).
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
+            .connect_timeout(self.settings.connect_timeout)
+            .dns_resolver(Arc::new(OriginResolver { origin: origin.clone() }));
+        if self.settings.http1_only {
+            builder = builder.http1_only();
+        }
+        if origin.scheme() == Scheme::Https {
+            builder = builder.https_only(true);
+        }
+        for root in roots.unwrap_or_default() {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        builder.build().map_err(ClientError::Build)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data behind, still consistent.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Loads every certificate of a PEM file.
+fn load_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let unusable = |reason: String| ClientError::CaUnusable { path: path.to_owned(), reason };
+    let iter = CertificateDer::pem_file_iter(path).map_err(|error| match error {
+        rustls_pki_types::pem::Error::Io(source) if source.kind() == io::ErrorKind::NotFound => {
+            ClientError::CaMissing { path: path.to_owned(), source }
+        }
+        other => unusable(other.to_string()),
+    })?;
+    let mut roots = Vec::new();
+    for certificate in iter {
+        let certificate = certificate.map_err(|error| unusable(error.to_string()))?;
+        let root = reqwest::Certificate::from_der(&certificate)
+            .map_err(|error| unusable(error.to_string()))?;
+        roots.push(root);
+    }
+    if roots.is_empty() {
+        return Err(unusable("no certificate in the file".into()));
+    }
+    Ok(roots)
+}
+
+/// Resolves whatever name the client asks for to the origin's host: the client may be verifying
+/// the grant's `serverName`, but it connects only where the allowlist said.
+#[derive(Debug)]
+struct OriginResolver {
+    origin: Origin,
+}
+
+/// Name resolution of the origin's host failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve {host}: {source}")]
+pub struct Unresolved {
+    host: String,
+    source: io::Error,
+}
+
+impl Resolve for OriginResolver {
+    fn resolve(&self, _name: Name) -> Resolving {
+        let host = self.origin.host_for_lookup().to_owned();
+        let port = self.origin.port();
+        Box::pin(async move {
+            let looked_up = tokio::net::lookup_host((host.clone(), port)).await;
+            match looked_up {
+                Ok(addresses) => {
+                    let addresses: Vec<SocketAddr> = addresses.collect();
+                    Ok(Box::new(addresses.into_iter()) as Addrs)
+                }
+                Err(source) => Err(Box::new(Unresolved { host, source }) as Box<dyn StdError + Send + Sync>),
+            }
+        })
+    }
+}
+
+/// The `wasi:http` error code for a failed exchange, and a stable name for the host's log.
+pub fn classify(error: &reqwest::Error) -> (EgressError, &'static str) {
+    if let Some(found) = find_typed_cause(error) {
+        return found;
+    }
+    if error.is_timeout() {
+        return if error.is_connect() {
+            (EgressError::ConnectionTimeout, "connect_timeout")
+        } else {
+            (EgressError::HttpResponseTimeout, "response_timeout")
+        };
+    }
+    if let Some(found) = find_io_cause(error) {
+        return found;
+    }
+    if error.is_connect() {
+        return (EgressError::DestinationUnavailable, "connect");
+    }
+    if causes(error).any(|cause| cause.downcast_ref::<hyper::Error>().is_some()) {
+        return (EgressError::HttpProtocolError, "protocol");
+    }
+    (EgressError::InternalError(None), "other")
+}
+
+/// Every error in the chain, looking inside `io::Error`s too (whose `source()` skips the error
+/// they wrap, where rustls puts its own).
+fn causes<'a>(error: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    let mut stack = vec![error];
+    std::iter::from_fn(move || {
+        let current = stack.pop()?;
+        if let Some(source) = current.source() {
+            stack.push(source);
+        }
+        if let Some(inner) = current.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            stack.push(inner);
+        }
+        Some(current)
+    })
+}
+
+fn find_typed_cause(error: &reqwest::Error) -> Option<(EgressError, &'static str)> {
+    causes(error).find_map(|cause| {
+        if cause.downcast_ref::<Unresolved>().is_some() {
+            return Some((EgressError::DnsError { rcode: None, info_code: None }, "dns"));
+        }
+        let tls = cause.downcast_ref::<rustls::Error>()?;
+        Some(match tls {
+            rustls::Error::InvalidCertificate(_) => (EgressError::TlsCertificateError, "tls_certificate"),
+            rustls::Error::AlertReceived(alert) => (
+                EgressError::TlsAlertReceived {
+                    alert_id: Some(u8::from(*alert)),
+                    alert_message: Some(format!("{alert:?}")),
+                },
+                "tls_alert",
+            ),
+            _ => (EgressError::TlsProtocolError, "tls_protocol"),
+        })
+    })
+}
+
+fn find_io_cause(error: &reqwest::Error) -> Option<(EgressError, &'static str)> {
+    causes(error).find_map(|cause| {
+        let io = cause.downcast_ref::<io::Error>()?;
+        match io.kind() {
+            io::ErrorKind::ConnectionRefused => Some((EgressError::ConnectionRefused, "connection_refused")),
+            io::ErrorKind::TimedOut => Some((EgressError::ConnectionTimeout, "connect_timeout")),
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof => Some((EgressError::ConnectionTerminated, "connection_terminated")),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_ca_file_is_missing_and_empty_or_garbage_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(load_ca(&dir.path().join("nope.pem")), Err(ClientError::CaMissing { .. })));
+
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        assert!(matches!(load_ca(&empty), Err(ClientError::CaUnusable { .. })));
+
+        let key_only = dir.path().join("key.pem");
+        std::fs::write(&key_only, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+        assert!(matches!(load_ca(&key_only), Err(ClientError::CaUnusable { .. })));
+    }
+
+    #[test]
+    fn server_name_replaces_the_host_only_for_https() {
+        let clients = GrantClients::new(ClientSettings {
+            ca_file: None,
+            server_name: Some("pv1-1.home.lab".into()),
+            http1_only: true,
+            connect_timeout: Duration::from_secs(1),
+        });
+        let https = Origin::parse_grant("https://192.168.2.8:8006").unwrap();
+        assert_eq!(clients.url_for(&https, "/api2/json/version"), "https://pv1-1.home.lab:8006/api2/json/version");
+        let http = Origin::parse_grant("http://192.168.2.8:8006").unwrap();
+        assert_eq!(clients.url_for(&http, ""), "http://192.168.2.8:8006/");
+    }
+}

@@ -1,0 +1,138 @@
+//! Where injected secrets come from. A source is read on every request, so a rotated secret is
+//! used from the next request on, with no restart (Proxmox entry 14: the token is read per
+//! request).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+/// A secret value. Its `Debug` and `Display` print `[redacted]`; its memory is zeroed on drop.
+pub struct Secret(Zeroizing<String>);
+
+impl Secret {
+    /// Wraps a value. Surrounding whitespace is the caller's to trim.
+    pub fn new(value: String) -> Self {
+        Self(Zeroizing::new(value))
+    }
+
+    /// The value, for building the injected header. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Why a secret could not be read. Never carries the secret or any part of it.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// The file could not be read (missing, permissions).
+    #[error("secret file {path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is empty or only whitespace.
+    #[error("secret file {path} is empty")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The secret holds bytes a header value cannot carry (control characters, non-UTF-8).
+    #[error("secret file {path} holds characters a header cannot carry")]
+    Unusable {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// A place the broker reads a secret from, once per request.
+pub trait CredentialSource: Send + Sync {
+    /// Reads the current secret.
+    fn read(&self) -> Result<Secret, CredentialError>;
+}
+
+/// A secret in a file (for example a mounted Kubernetes Secret), read and trimmed on every call.
+#[derive(Clone, Debug)]
+pub struct FileSource {
+    path: PathBuf,
+}
+
+impl FileSource {
+    /// A source reading `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// The file read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl CredentialSource for FileSource {
+    fn read(&self) -> Result<Secret, CredentialError> {
+        // Small, and read once per request: a blocking read is cheaper than a hop to a thread.
+        let bytes = Zeroizing::new(std::fs::read(&self.path).map_err(|source| {
+            CredentialError::Unreadable { path: self.path.clone(), source }
+        })?);
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| CredentialError::Unusable { path: self.path.clone() })?;
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return Err(CredentialError::Empty { path: self.path.clone() });
+        }
+        if trimmed.chars().any(|c| c.is_control()) {
+            return Err(CredentialError::Unusable { path: self.path.clone() });
+        }
+        Ok(Secret::new(trimmed.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_source_trims_and_rereads_every_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "  first-secret\n").unwrap();
+        let source = FileSource::new(&path);
+        assert_eq!(source.read().unwrap().expose(), "first-secret");
+        std::fs::write(&path, "second-secret\r\n").unwrap();
+        assert_eq!(source.read().unwrap().expose(), "second-secret");
+    }
+
+    #[test]
+    fn errors_and_debug_never_show_the_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "abc\u{7}def").unwrap();
+        let error = FileSource::new(&path).read().unwrap_err();
+        assert!(matches!(error, CredentialError::Unusable { .. }));
+        assert!(!error.to_string().contains("abc"), "{error}");
+
+        std::fs::write(&path, " \n").unwrap();
+        assert!(matches!(FileSource::new(&path).read(), Err(CredentialError::Empty { .. })));
+
+        let missing = FileSource::new(dir.path().join("missing")).read().unwrap_err();
+        assert!(matches!(missing, CredentialError::Unreadable { .. }));
+
+        let secret = Secret::new("hunter2".into());
+        assert_eq!(format!("{secret:?} {secret}"), "Secret([redacted]) [redacted]");
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests of the egress broker: direct calls over real TLS, then real provider
+//! components through the runtime.
+
+mod broker;
+mod through_runtime;
+mod support;

@@ -1,0 +1,63 @@
+//! Costs of the runtime's hot paths, with `Store::new` alone as the baseline for ratios.
+//!
+//! Run: `cargo bench -p egress-runtime -- --warm-up-time 1 --measurement-time 3`
+//! (needs `just build-components`). Goals: a fresh instance of the reference provider ≤ 10 µs
+//! median; a whole no-op call (instantiate + `describe` + drop) ≤ 25 µs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use egress_runtime::{CallContext, DenyAll, Request, Runtime, RuntimeConfig};
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+fn reference_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/components/reference.wasm")
+}
+
+fn runtime_benchmarks(c: &mut Criterion) {
+    let path = reference_path();
+    let bytes = std::fs::read(&path).unwrap_or_else(|error| {
+        panic!("{} is missing ({error}): run `just build-components` first", path.display())
+    });
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(DenyAll))
+        .expect("runtime builds");
+    let provider = executor.block_on(runtime.load_bytes(&bytes, &path)).expect("reference loads");
+    let context = CallContext::default();
+
+    c.bench_function("baseline: Store::new", |b| b.iter(|| Store::new(runtime.engine(), ())));
+    c.bench_function("fresh instance of reference", |b| {
+        b.to_async(&executor).iter(|| async {
+            provider.instantiate_for_benchmark().await.expect("instantiates")
+        })
+    });
+    c.bench_function("no-op call: instantiate + describe + drop", |b| {
+        b.to_async(&executor).iter(|| async {
+            provider.call(Request::Describe, &context).await.expect("describe answers")
+        })
+    });
+
+    let mut compile = c.benchmark_group("compile");
+    compile.sample_size(10);
+    compile.bench_function("cold: Component::new", |b| {
+        b.iter(|| Component::new(runtime.engine(), &bytes).expect("compiles"))
+    });
+    let serialized = Component::new(runtime.engine(), &bytes).unwrap().serialize().unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let cached = directory.path().join("reference.cwasm");
+    std::fs::write(&cached, serialized).unwrap();
+    compile.bench_function("cached: Component::deserialize_file", |b| {
+        // SAFETY: the file was just written by `Component::serialize` with this same engine.
+        b.iter(|| unsafe { Component::deserialize_file(runtime.engine(), &cached) }.expect("loads"))
+    });
+    compile.finish();
+}
+
+criterion_group!(benches, runtime_benchmarks);
+criterion_main!(benches);

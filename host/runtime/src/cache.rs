@@ -1,0 +1,159 @@
+//! On-disk cache of compiled components.
+//!
+//! Compiling a provider with Cranelift takes a second or more; loading its serialized form takes
+//! milliseconds. An entry is keyed by the sha256 of the component's bytes and a digest of the
+//! engine's [`precompile_compatibility_hash`](wasmtime::Engine::precompile_compatibility_hash),
+//! so a different wasmtime version or engine configuration never reads another's entries.
+//!
+//! Each entry is `<key>.cwasm` (the [`Component::serialize`] output) beside `<key>.sha256` (the
+//! digest of that file). A missing, unreadable or corrupt entry is recompiled and rewritten, never
+//! an error: the cache only saves time.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The default cache directory: `$XDG_CACHE_HOME/egress-operator`, else
+/// `~/.cache/egress-operator`; `None` when neither variable is set.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|home| !home.is_empty())
+                .map(|home| PathBuf::from(home).join(".cache"))
+        })?;
+    Some(base.join("egress-operator"))
+}
+
+/// The sha256 of `bytes` as lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Feeds a [`Hash`] value into sha256, so the engine's compatibility hash becomes a stable digest
+/// (std's `DefaultHasher` may change between Rust releases).
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        // Only `write` is used: the digest is read with `finalize`.
+        0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// Where compiled components are kept for one engine.
+#[derive(Clone, Debug)]
+pub(crate) struct CompileCache {
+    dir: PathBuf,
+    engine_digest: String,
+}
+
+impl CompileCache {
+    /// A cache in `dir` for components compiled by `engine`. The directory is created on the first
+    /// write.
+    pub(crate) fn new(dir: PathBuf, engine: &Engine) -> CompileCache {
+        let mut hasher = Sha256Hasher(Sha256::new());
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_digest = hex::encode(hasher.0.finalize());
+        CompileCache { dir, engine_digest }
+    }
+
+    /// The entry's file for a component whose bytes hash to `component_digest`.
+    pub(crate) fn entry_path(&self, component_digest: &str) -> PathBuf {
+        self.dir.join(format!("{component_digest}-{}.cwasm", &self.engine_digest[..16]))
+    }
+
+    fn checksum_path(entry: &Path) -> PathBuf {
+        entry.with_extension("sha256")
+    }
+
+    /// Load the compiled component for `component_digest`, if a sound entry exists.
+    pub(crate) fn load(&self, engine: &Engine, component_digest: &str) -> Option<Component> {
+        let entry = self.entry_path(component_digest);
+        let expected = std::fs::read_to_string(Self::checksum_path(&entry)).ok()?;
+        let compiled = std::fs::read(&entry).ok()?;
+        if sha256_hex(&compiled) != expected.trim() {
+            tracing::warn!(entry = %entry.display(), "compile cache entry is corrupt; recompiling");
+            return None;
+        }
+        // SAFETY: `deserialize_file` trusts the file to be `Component::serialize` output from a
+        // compatible engine; arbitrary bytes could run arbitrary native code. That holds here:
+        // the file is one this cache wrote (its checksum, written after it, matches what we just
+        // read), its name carries this engine's compatibility digest, and wasmtime itself checks
+        // the header's engine and version. The directory is the operator's own cache directory.
+        match unsafe { Component::deserialize_file(engine, &entry) } {
+            Ok(component) => Some(component),
+            Err(error) => {
+                tracing::warn!(entry = %entry.display(), error = %format!("{error:#}"), "compile cache entry unusable; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Store `component`'s compiled form. Failures are logged and otherwise ignored.
+    pub(crate) fn store(&self, component: &Component, component_digest: &str) {
+        if let Err(error) = self.try_store(component, component_digest) {
+            tracing::warn!(dir = %self.dir.display(), error = %error, "could not write compile cache entry");
+        }
+    }
+
+    fn try_store(&self, component: &Component, component_digest: &str) -> std::io::Result<()> {
+        let compiled = component.serialize().map_err(std::io::Error::other)?;
+        std::fs::create_dir_all(&self.dir)?;
+        let entry = self.entry_path(component_digest);
+        // Write to a unique temporary name and rename: readers never see half a file, and
+        // concurrent writers of the same entry each rename a complete copy.
+        write_atomically(&entry, &compiled)?;
+        write_atomically(&Self::checksum_path(&entry), sha256_hex(&compiled).as_bytes())
+    }
+}
+
+fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temporary = path.with_extension(format!("tmp.{}.{unique}", std::process::id()));
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_hex_is_lowercase_hex_of_the_digest() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn entry_name_carries_component_and_engine_digests() {
+        let engine = Engine::default();
+        let cache = CompileCache::new(PathBuf::from("/cache"), &engine);
+        let entry = cache.entry_path("abcd");
+        let name = entry.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("abcd-") && name.ends_with(".cwasm"), "{name}");
+        assert_eq!(name.len(), "abcd-".len() + 16 + ".cwasm".len());
+        // A differently configured engine gets different entries.
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        let other = CompileCache::new(PathBuf::from("/cache"), &Engine::new(&config).unwrap());
+        assert_ne!(other.entry_path("abcd"), entry);
+    }
+}

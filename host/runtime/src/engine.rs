@@ -1,0 +1,90 @@
+//! The one [`wasmtime::Engine`] every provider runs on, and the thread that advances its epoch.
+
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, MemoryCreator, PoolingAllocationConfig};
+
+use crate::limits::Limits;
+
+/// Memories one component may define: a Rust wasip2 component has one.
+const MEMORIES_PER_COMPONENT: u32 = 2;
+/// Tables one component may define: the main module's plus the shims wit-component adds.
+const TABLES_PER_COMPONENT: u32 = 8;
+
+/// Build the engine: component model, async, epoch interruption, and either the pooling
+/// allocator sized from `limits` or (tests and diagnostics only) `memory_creator`.
+pub(crate) fn build_engine(
+    limits: &Limits,
+    memory_creator: Option<Arc<dyn MemoryCreator>>,
+) -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    match memory_creator {
+        Some(creator) => {
+            // A custom creator owns every linear memory, which the pooling allocator cannot
+            // share: fall back to on-demand allocation.
+            config.with_host_memory(creator);
+            config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+        }
+        None => {
+            let instances = limits.max_concurrent_instances_limit();
+            let core_instances_per_store =
+                u32::try_from(limits.instances_per_store_limit()).unwrap_or(u32::MAX);
+            let mut pooling = PoolingAllocationConfig::default();
+            pooling
+                .total_component_instances(instances)
+                .total_core_instances(instances.saturating_mul(core_instances_per_store))
+                .total_memories(instances.saturating_mul(MEMORIES_PER_COMPONENT))
+                .max_memories_per_component(MEMORIES_PER_COMPONENT)
+                .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
+                .max_tables_per_component(TABLES_PER_COMPONENT)
+                .total_stacks(instances)
+                .max_memory_size(limits.memory_bytes_limit())
+                .table_elements(limits.table_elements_limit());
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+            // Fresh instances map the component's data segments copy-on-write instead of
+            // copying them: the main reason instantiation takes microseconds.
+            config.memory_init_cow(true);
+        }
+    }
+    Engine::new(&config)
+}
+
+/// Advances the engine's epoch every tick on its own thread; stops when dropped.
+///
+/// Epoch interruption is how a guest that never returns is made to yield its executor thread
+/// (every tick) and, once its deadline passes, stopped.
+pub(crate) struct EpochTicker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    /// Start ticking `engine` every `tick`.
+    pub(crate) fn start(engine: Engine, tick: Duration) -> std::io::Result<EpochTicker> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("egress-epoch-ticker".into())
+            .spawn(move || {
+                // The sender is never used to send: its drop disconnects the channel.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(EpochTicker { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // The thread only sleeps and increments a counter: it cannot panic.
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! [`Runtime`]: the engine, linker and limits shared by every provider, and the loader that turns a
+//! component file into a validated [`Provider`].
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Engine, MemoryCreator};
+
+use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
+use crate::egress::{CallSite, Egress};
+use crate::engine::{EpochTicker, build_engine};
+use crate::error::{LoadError, RuntimeError, one_line};
+use crate::limits::Limits;
+use crate::provider::{LoadedParts, Provider, run_call};
+use crate::state::HostState;
+use crate::types::{Operation, Request, Response};
+use crate::wit::{self, latest};
+
+/// How the runtime is built.
+#[derive(Clone)]
+pub struct RuntimeConfig {
+    /// Limits applied to every call.
+    pub limits: Limits,
+    /// Where compiled components are cached; `None` disables the cache. Defaults to
+    /// `$XDG_CACHE_HOME/egress-operator` or `~/.cache/egress-operator`.
+    pub cache_dir: Option<PathBuf>,
+    /// Replaces the pooling allocator with this creator of linear memories. **Tests and
+    /// diagnostics only**: it lets a test read a guest's whole memory after a call; it gives up
+    /// the pooling allocator's fast, copy-on-write instantiation.
+    pub memory_creator: Option<Arc<dyn MemoryCreator>>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { limits: Limits::default(), cache_dir: default_cache_dir(), memory_creator: None }
+    }
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("limits", &self.limits)
+            .field("cache_dir", &self.cache_dir)
+            .field("memory_creator", &self.memory_creator.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+impl RuntimeConfig {
+    /// Use `limits`.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Cache compiled components in `dir`, or not at all with `None`.
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+
+    /// Tests and diagnostics only: see [`RuntimeConfig::memory_creator`](Self#structfield.memory_creator).
+    pub fn memory_creator(mut self, creator: Arc<dyn MemoryCreator>) -> Self {
+        self.memory_creator = Some(creator);
+        self
+    }
+}
+
+/// State shared by the runtime handle and every provider it loaded.
+pub(crate) struct RuntimeInner {
+    /// The one engine; also driven by `ticker`.
+    pub(crate) engine: Engine,
+    /// WASI p2 (granting nothing, see `state.rs`), wasi:http and the contract's `log`.
+    linker: Linker<HostState>,
+    /// Limits for every call.
+    pub(crate) limits: Limits,
+    /// Where every provider's outgoing HTTP goes.
+    pub(crate) egress: Arc<dyn Egress>,
+    cache: Option<CompileCache>,
+    /// Concurrency permits per provider name; they outlive any one generation.
+    semaphores: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Advances the engine's epoch for as long as anything holds this state.
+    _ticker: EpochTicker,
+}
+
+/// The provider host: one wasmtime engine, its linker, limits, compile cache and egress.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("limits", &self.inner.limits).finish_non_exhaustive()
+    }
+}
+
+/// Every generation ever loaded in this process gets the next number.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl Runtime {
+    /// Build the engine and linker and start the epoch ticker.
+    pub fn new(config: RuntimeConfig, egress: Arc<dyn Egress>) -> Result<Runtime, RuntimeError> {
+        let engine = build_engine(&config.limits, config.memory_creator)
+            .map_err(|error| RuntimeError::Engine { message: one_line(&error) })?;
+        let mut linker = Linker::new(&engine);
+        let link = |linker: &mut Linker<HostState>| -> wasmtime::Result<()> {
+            wasmtime_wasi::p2::add_to_linker_async(linker)?;
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+            latest::add_to_linker(linker)
+        };
+        link(&mut linker).map_err(|error| RuntimeError::Linker { message: one_line(&error) })?;
+        let ticker = EpochTicker::start(engine.clone(), config.limits.epoch_tick_interval())
+            .map_err(RuntimeError::Ticker)?;
+        let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                limits: config.limits,
+                egress,
+                cache,
+                semaphores: Mutex::new(HashMap::new()),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The engine every provider runs on.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The limits applied to every call.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Read, validate, compile and describe the component at `path`.
+    pub async fn load_file(&self, path: &Path) -> Result<Arc<Provider>, LoadError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+        self.load_bytes(&bytes, path).await
+    }
+
+    /// Validate, compile and describe a component; `origin` names it in errors and on the
+    /// provider.
+    ///
+    /// Before a component serves, the loader checks, in order: it is a wasm component (not
+    /// empty, not text, not a core module); it compiles; it exports
+    /// `egress:provider/provider@X` with `X` a [supported](crate::wit::SUPPORTED) version; every
+    /// import is one the host provides; `describe` succeeds in a fresh instance and its
+    /// `contract-version` matches the export. Each failure is its own [`LoadError`] variant.
+    /// Compilation runs on a blocking thread, off the async executor.
+    pub async fn load_bytes(&self, bytes: &[u8], origin: &Path) -> Result<Arc<Provider>, LoadError> {
+        let path = origin.to_owned();
+        check_header(bytes, &path)?;
+        let digest = sha256_hex(bytes);
+        let (component, from_cache) = self.compile(bytes.to_vec(), digest.clone(), &path).await?;
+        let engine = &self.inner.engine;
+        let export = check_exports(&component, engine, &path)?;
+        let instance_pre = self.inner.linker.instantiate_pre(&component).map_err(|error| {
+            let imports = component.component_type();
+            let unknown = imports.imports(engine).map(|(name, _)| name).find(|name| !provided_by_host(name));
+            match unknown {
+                Some(import) => LoadError::UnknownImport { path: path.clone(), import: import.to_owned() },
+                None => LoadError::Link { path: path.clone(), message: one_line(&error) },
+            }
+        })?;
+        let pre = latest::ProviderWorldPre::new(instance_pre)
+            .map_err(|error| LoadError::Link { path: path.clone(), message: one_line(&error) })?;
+
+        let description = self.describe(&pre, &path).await?;
+        let exported_version = export.rsplit_once('@').map_or("", |(_, version)| version);
+        if description.contract_version != exported_version {
+            return Err(LoadError::InvalidDescription {
+                path,
+                problem: format!(
+                    "contract-version is `{}` but the component exports {export}",
+                    description.contract_version
+                ),
+            });
+        }
+        if let Some(problem) = name_problem(&description.name) {
+            return Err(LoadError::InvalidDescription { path, problem });
+        }
+        let concurrency = self.semaphore_for(&description.name);
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            provider = %description.name,
+            version = %description.version,
+            path = %path.display(),
+            digest = %digest,
+            generation,
+            from_cache,
+            "provider loaded"
+        );
+        Ok(Arc::new(Provider::new(LoadedParts {
+            runtime: Arc::clone(&self.inner),
+            pre,
+            component,
+            description,
+            digest,
+            path,
+            generation,
+            from_cache,
+            concurrency,
+        })))
+    }
+
+    /// Compile `bytes` (or load them from the cache) on a blocking thread.
+    async fn compile(
+        &self,
+        bytes: Vec<u8>,
+        digest: String,
+        path: &Path,
+    ) -> Result<(Component, bool), LoadError> {
+        let engine = self.inner.engine.clone();
+        let cache = self.inner.cache.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            if let Some(component) = cache.as_ref().and_then(|cache| cache.load(&engine, &digest)) {
+                return Ok((component, true));
+            }
+            let component = Component::new(&engine, &bytes)?;
+            if let Some(cache) = &cache {
+                cache.store(&component, &digest);
+            }
+            Ok((component, false))
+        });
+        match task.await {
+            Ok(Ok(compiled)) => Ok(compiled),
+            Ok(Err(error)) => {
+                Err(LoadError::Compile { path: path.to_owned(), message: one_line(&error) })
+            }
+            Err(join_error) => {
+                Err(LoadError::Host { path: path.to_owned(), message: join_error.to_string() })
+            }
+        }
+    }
+
+    /// Call `describe` once in a fresh instance.
+    async fn describe(
+        &self,
+        pre: &latest::ProviderWorldPre<HostState>,
+        path: &Path,
+    ) -> Result<crate::types::Description, LoadError> {
+        let after = self.inner.limits.deadline_for(Operation::Describe);
+        // Not yet named: grants are keyed by name, so the egress grants this call nothing.
+        let site = CallSite { provider: Arc::from(""), operation: Operation::Describe.as_str() };
+        let span = tracing::info_span!("provider_describe", path = %path.display());
+        let call = run_call(&self.inner, pre, site, Request::Describe, Instant::now() + after, after);
+        match call.instrument(span).await {
+            Ok(Response::Describe(description)) => Ok(description),
+            Ok(other) => Err(LoadError::InvalidDescription {
+                path: path.to_owned(),
+                problem: format!("describe answered a {} response", other.operation()),
+            }),
+            Err(error) => Err(LoadError::Describe { path: path.to_owned(), error }),
+        }
+    }
+
+    /// The concurrency permits of the provider named `name`, created on first use.
+    fn semaphore_for(&self, name: &str) -> Arc<Semaphore> {
+        let mut semaphores = self.inner.semaphores.lock().unwrap_or_else(|poison| poison.into_inner());
+        let permits = self.inner.limits.concurrency_per_provider_limit();
+        Arc::clone(semaphores.entry(name.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(permits))))
+    }
+}
+
+/// Reject what is not a wasm component, saying what it is instead.
+fn check_header(bytes: &[u8], path: &Path) -> Result<(), LoadError> {
+    const MAGIC: &[u8] = b"\0asm";
+    const CORE_VERSION: [u8; 4] = [0x01, 0x00, 0x00, 0x00];
+    let path = path.to_owned();
+    if bytes.is_empty() {
+        return Err(LoadError::Empty { path });
+    }
+    if !bytes.starts_with(MAGIC) {
+        let what = if std::str::from_utf8(bytes).is_ok() { "it is a text file" } else { "it is not WebAssembly" };
+        return Err(LoadError::NotWasm { path, what });
+    }
+    if bytes.get(4..8) == Some(&CORE_VERSION[..]) {
+        return Err(LoadError::CoreModule { path });
+    }
+    Ok(())
+}
+
+/// Find the `egress:provider/provider@X` export and check `X` is served; returns the export name.
+fn check_exports(component: &Component, engine: &Engine, path: &Path) -> Result<String, LoadError> {
+    let component_type = component.component_type();
+    let exports: Vec<&str> = component_type.exports(engine).map(|(name, _)| name).collect();
+    let interface = format!("{}/provider", wit::CONTRACT_PACKAGE);
+    let Some(export) = exports.iter().find(|name| {
+        name.strip_prefix(interface.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+    }) else {
+        let exports = if exports.is_empty() { "none".to_owned() } else { exports.join(", ") };
+        return Err(LoadError::MissingExport { path: path.to_owned(), exports });
+    };
+    let version = export.rsplit_once('@').map_or("", |(_, version)| version);
+    if !wit::SUPPORTED.contains(&version) {
+        return Err(LoadError::UnsupportedContract {
+            path: path.to_owned(),
+            export: (*export).to_owned(),
+            supported: wit::SUPPORTED.join(", "),
+        });
+    }
+    Ok((*export).to_owned())
+}
+
+/// WASI 0.2 interfaces the linker provides (all of them: see `state.rs` for why).
+const WASI_INTERFACES: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+    "wasi:http/types",
+    "wasi:http/outgoing-handler",
+];
+
+/// The contract's own host interfaces.
+const CONTRACT_INTERFACES: &[&str] = &["egress:provider/log", "egress:provider/types"];
+
+/// Whether `import` is an interface the linker provides. Used only to name the culprit when
+/// linking fails; the linker itself is the authority.
+fn provided_by_host(import: &str) -> bool {
+    let (interface, version) = import.split_once('@').unwrap_or((import, ""));
+    if WASI_INTERFACES.contains(&interface) {
+        return version.starts_with("0.2.");
+    }
+    CONTRACT_INTERFACES.contains(&interface) && wit::SUPPORTED.contains(&version)
+}
+
+/// Why `name` cannot name a provider, if it cannot.
+fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("the provider name is empty".to_owned());
+    }
+    if name.len() > 63 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return Some(format!(
+            "the provider name {name:?} is not 1-63 characters of lowercase letters, digits and '-'"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_check_names_what_the_file_is() {
+        let path = Path::new("p.wasm");
+        assert!(matches!(check_header(b"", path), Err(LoadError::Empty { .. })));
+        let text = check_header(b"# README\nhello", path).unwrap_err();
+        assert_eq!(text.to_string(), "p.wasm: not a wasm component: it is a text file");
+        let binary = check_header(&[0xff, 0xfe, 0x00, 0x80], path).unwrap_err();
+        assert!(binary.to_string().ends_with("it is not WebAssembly"), "{binary}");
+        let core = check_header(b"\0asm\x01\0\0\0", path).unwrap_err();
+        assert!(matches!(core, LoadError::CoreModule { .. }), "{core}");
+        assert!(check_header(b"\0asm\x0d\0\x01\0", path).is_ok());
+    }
+
+    #[test]
+    fn host_provides_wasi_0_2_and_the_contract_only() {
+        assert!(provided_by_host("wasi:http/outgoing-handler@0.2.12"));
+        assert!(provided_by_host("wasi:cli/environment@0.2.0"));
+        assert!(provided_by_host("egress:provider/log@0.1.0"));
+        assert!(!provided_by_host("acme:exfil/upload@0.1.0"));
+        assert!(!provided_by_host("wasi:http/outgoing-handler@0.3.0"));
+        assert!(!provided_by_host("egress:provider/log@0.9.0"));
+    }
+
+    #[test]
+    fn provider_names_are_dns_label_like() {
+        assert_eq!(name_problem("proxmox"), None);
+        assert_eq!(name_problem("reference-2"), None);
+        assert!(name_problem("").is_some());
+        assert!(name_problem("Prox mox").is_some());
+        assert!(name_problem(&"a".repeat(64)).is_some());
+    }
+}

@@ -1,0 +1,55 @@
+//! The compile cache: a second load of the same bytes skips compilation; a corrupt entry is
+//! recompiled, not an error.
+
+use std::sync::Arc;
+
+use egress_runtime::{DenyAll, Runtime, RuntimeConfig};
+
+use crate::common::{component_bytes, component_path, test_limits};
+
+#[tokio::test]
+async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
+    let cache = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::default().limits(test_limits()).cache_dir(Some(cache.path().to_owned()));
+    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let path = component_path("reference");
+    let bytes = component_bytes("reference");
+
+    let cold = runtime.load_bytes(&bytes, &path).await.unwrap();
+    assert!(!cold.from_cache());
+    let warm = runtime.load_bytes(&bytes, &path).await.unwrap();
+    assert!(warm.from_cache());
+    assert_eq!(warm.description(), cold.description());
+
+    // Flip bytes in the middle of every compiled entry.
+    let mut corrupted = 0;
+    for entry in std::fs::read_dir(cache.path()).unwrap() {
+        let entry = entry.unwrap().path();
+        if entry.extension().is_some_and(|extension| extension == "cwasm") {
+            let mut compiled = std::fs::read(&entry).unwrap();
+            let middle = compiled.len() / 2;
+            for byte in &mut compiled[middle..middle + 64] {
+                *byte = !*byte;
+            }
+            std::fs::write(&entry, compiled).unwrap();
+            corrupted += 1;
+        }
+    }
+    assert_eq!(corrupted, 1, "one entry for one component");
+
+    let recompiled = runtime.load_bytes(&bytes, &path).await.unwrap();
+    assert!(!recompiled.from_cache(), "a corrupt entry must not be loaded");
+    let call = recompiled.call(egress_runtime::Request::Describe, &Default::default()).await;
+    assert!(call.is_ok(), "{call:?}");
+    assert!(runtime.load_bytes(&bytes, &path).await.unwrap().from_cache(), "the entry was rewritten");
+}
+
+#[tokio::test]
+async fn no_cache_dir_means_no_cache() {
+    let config = RuntimeConfig::default().limits(test_limits()).cache_dir(None);
+    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let path = component_path("misbehave");
+    let bytes = component_bytes("misbehave");
+    assert!(!runtime.load_bytes(&bytes, &path).await.unwrap().from_cache());
+    assert!(!runtime.load_bytes(&bytes, &path).await.unwrap().from_cache());
+}

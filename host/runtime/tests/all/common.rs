@@ -1,0 +1,89 @@
+//! Shared helpers: locating test components, building runtimes, editing component bytes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use egress_runtime::{DenyAll, Limits, Runtime, RuntimeConfig};
+
+/// The built component `name` (`reference`, `misbehave`, …).
+pub fn component_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/components")
+        .join(format!("{name}.wasm"))
+}
+
+/// The bytes of the built component `name`; fails with how to build it when missing.
+pub fn component_bytes(name: &str) -> Vec<u8> {
+    let path = component_path(name);
+    std::fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "test component {} is missing ({error}): run `just build-components` first",
+            path.display()
+        )
+    })
+}
+
+/// A compile cache shared by the tests that do not test the cache: compiling once per test
+/// binary run instead of once per test keeps the suite fast.
+pub fn shared_cache_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("egress-runtime-tests-cache")
+}
+
+/// Limits with a small instance pool: many test runtimes live at once.
+pub fn test_limits() -> Limits {
+    Limits::default().max_concurrent_instances(16)
+}
+
+/// A runtime with `limits`, the shared cache and no egress.
+pub fn runtime_with(limits: Limits) -> Runtime {
+    let config = RuntimeConfig::default().limits(limits).cache_dir(Some(shared_cache_dir()));
+    Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
+}
+
+/// A runtime with test limits.
+pub fn runtime() -> Runtime {
+    runtime_with(test_limits())
+}
+
+/// `component` with a custom section `name` carrying `payload` appended: the same component,
+/// different bytes (and so a different digest). A component custom section is section id 0,
+/// the LEB128 size, then the LEB128-prefixed name and the payload.
+pub fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    let mut content = Vec::new();
+    leb128(&mut content, name.len());
+    content.extend_from_slice(name.as_bytes());
+    content.extend_from_slice(payload);
+    let mut bytes = component.to_vec();
+    bytes.push(0x00);
+    leb128(&mut bytes, content.len());
+    bytes.extend_from_slice(&content);
+    bytes
+}
+
+fn leb128(out: &mut Vec<u8>, mut value: usize) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// sha256 of `bytes`, lowercase hex (what `Provider::digest` reports).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+#[test]
+fn leb128_encodes_multi_byte_values() {
+    let mut out = Vec::new();
+    leb128(&mut out, 624_485);
+    assert_eq!(out, [0xe5, 0x8e, 0x26]);
+    let mut small = Vec::new();
+    leb128(&mut small, 5);
+    assert_eq!(small, [5]);
+}

@@ -1,0 +1,191 @@
+//! Hot swap: files replaced, broken, fixed and removed while calls run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use egress_runtime::{CallContext, CallError, Registry, RegistryEvent, Request, Response};
+use tokio::sync::broadcast;
+
+use crate::common::{component_bytes, runtime, sha256_hex, with_custom_section};
+
+/// Wait (at most 60 s) for an event matching `wanted`, skipping others.
+async fn wait_for(
+    events: &mut broadcast::Receiver<RegistryEvent>,
+    what: &str,
+    wanted: impl Fn(&RegistryEvent) -> bool,
+) -> RegistryEvent {
+    let wait = async {
+        loop {
+            match events.recv().await {
+                Ok(event) if wanted(&event) => return event,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => panic!("event channel closed"),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("no event: {what}"))
+}
+
+fn loaded_with(digest: String) -> impl Fn(&RegistryEvent) -> bool {
+    move |event| matches!(event, RegistryEvent::Loaded { digest: loaded, .. } if *loaded == digest)
+}
+
+/// Write `bytes` to a temporary name beside `path`, then rename it over `path` (atomic).
+fn replace_atomically(path: &Path, bytes: &[u8]) {
+    let temporary = path.with_extension("wasm.partial");
+    std::fs::write(&temporary, bytes).unwrap();
+    std::fs::rename(&temporary, path).unwrap();
+}
+
+fn get_web() -> Request {
+    Request::Get { config: "{}".into(), provider_id: "ref/web".into() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_under_concurrent_calls_fail_no_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.wasm");
+    let original = component_bytes("reference");
+    std::fs::write(&path, &original).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    let mut events = registry.subscribe();
+    let first = registry.get("reference").expect("loaded at start");
+
+    // Callers hammer the provider by name for the whole test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let succeeded = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let (registry, stop, succeeded) = (registry.clone(), stop.clone(), succeeded.clone());
+            tokio::spawn(async move {
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match registry.call("reference", get_web(), &CallContext::default()).await {
+                        Ok(Response::Get(_)) => _ = succeeded.fetch_add(1, Ordering::Relaxed),
+                        other => failures.push(format!("{other:?}")),
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+
+    // A slow call in flight on the first generation across every swap.
+    let slow = {
+        let first = first.clone();
+        tokio::spawn(async move {
+            let request = Request::Get { config: r#"{"delayMs": 2000}"#.into(), provider_id: "ref/web".into() };
+            first.call(request, &CallContext::default()).await
+        })
+    };
+
+    let mut generation = first.generation();
+    for round in 1..=4u8 {
+        let bytes = with_custom_section(&original, "egress-test-generation", &[round]);
+        if round == 4 {
+            // A plain overwrite: the watcher may see a half-written file first; that is
+            // rejected and the previous generation keeps serving until the whole file lands.
+            std::fs::write(&path, &bytes).unwrap();
+        } else {
+            replace_atomically(&path, &bytes);
+        }
+        wait_for(&mut events, "the new generation loads", loaded_with(sha256_hex(&bytes))).await;
+        let current = registry.get("reference").unwrap();
+        assert!(current.generation() > generation, "generations increase");
+        assert_eq!(current.digest(), sha256_hex(&bytes));
+        generation = current.generation();
+    }
+
+    let slow_result = slow.await.unwrap();
+    assert!(matches!(slow_result, Ok(Response::Get(_))), "in-flight call on the old generation: {slow_result:?}");
+    assert_eq!(first.digest(), sha256_hex(&original), "the in-flight call ran on the first bytes");
+    assert_ne!(registry.get("reference").unwrap().generation(), first.generation());
+
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        let failures = caller.await.unwrap();
+        assert!(failures.is_empty(), "calls failed during swaps: {failures:?}");
+    }
+    assert!(succeeded.load(Ordering::Relaxed) > 0, "the callers made calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.wasm");
+    let original = component_bytes("reference");
+    std::fs::write(&path, &original).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    let mut events = registry.subscribe();
+    let serving = registry.get("reference").unwrap();
+
+    replace_atomically(&path, &original[..original.len() / 3]);
+    let rejected = wait_for(&mut events, "the truncated file is rejected", |event| {
+        matches!(event, RegistryEvent::Rejected { .. })
+    })
+    .await;
+    let RegistryEvent::Rejected { path: rejected_path, error } = rejected else { unreachable!() };
+    assert_eq!(rejected_path, path);
+    assert!(error.contains("invalid wasm component"), "{error}");
+    assert_eq!(registry.get("reference").unwrap().generation(), serving.generation());
+    assert!(registry.call("reference", get_web(), &CallContext::default()).await.is_ok());
+
+    replace_atomically(&path, b"not a component, just text\n");
+    wait_for(&mut events, "the text file is rejected", |event| {
+        matches!(event, RegistryEvent::Rejected { error, .. } if error.contains("text file"))
+    })
+    .await;
+    assert_eq!(registry.get("reference").unwrap().generation(), serving.generation());
+
+    let fixed = with_custom_section(&original, "egress-test-fixed", b"1");
+    replace_atomically(&path, &fixed);
+    wait_for(&mut events, "the fixed file loads", loaded_with(sha256_hex(&fixed))).await;
+    assert!(registry.get("reference").unwrap().generation() > serving.generation());
+}
+
+#[tokio::test]
+async fn removing_a_file_removes_its_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.wasm");
+    std::fs::write(&path, component_bytes("reference")).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    let mut events = registry.subscribe();
+    assert_eq!(registry.providers().len(), 1);
+
+    std::fs::remove_file(&path).unwrap();
+    let removed = wait_for(&mut events, "the provider is removed", |event| {
+        matches!(event, RegistryEvent::Removed { .. })
+    })
+    .await;
+    assert_eq!(removed, RegistryEvent::Removed { name: "reference".into(), path });
+    assert!(registry.get("reference").is_none());
+    let error = registry.call("reference", get_web(), &CallContext::default()).await.unwrap_err();
+    assert!(matches!(error, CallError::NotLoaded { ref name } if name == "reference"), "{error:?}");
+}
+
+#[tokio::test]
+async fn a_second_file_claiming_a_name_is_rejected_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = component_bytes("reference");
+    let first = dir.path().join("a-reference.wasm");
+    std::fs::write(&first, &original).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    let mut events = registry.subscribe();
+
+    let second = dir.path().join("b-reference.wasm");
+    std::fs::write(&second, with_custom_section(&original, "egress-test-copy", b"2")).unwrap();
+    registry.reload_now().await.unwrap();
+    let rejected = wait_for(&mut events, "the second file is rejected", |event| {
+        matches!(event, RegistryEvent::Rejected { .. })
+    })
+    .await;
+    let RegistryEvent::Rejected { path, error } = rejected else { unreachable!() };
+    assert_eq!(path, second);
+    assert!(error.contains(&second.display().to_string()), "{error}");
+    assert!(error.contains(&first.display().to_string()), "{error}");
+    assert_eq!(registry.get("reference").unwrap().path(), first);
+}

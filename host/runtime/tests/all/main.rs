@@ -1,0 +1,10 @@
+//! Integration tests: real provider components (built by `just build-components`) on the real
+//! runtime.
+
+mod cache;
+mod calls;
+mod common;
+mod hot_swap;
+mod limits;
+mod load;
+mod logs;

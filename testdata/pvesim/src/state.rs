@@ -1,0 +1,372 @@
+//! The simulated host: guests, storages, volumes, tasks and the request log, behind one mutex.
+//! [`SimState`] is the test-facing handle for inspecting and seeding it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::model;
+
+/// Whether a guest is a QEMU VM or an LXC container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestKind {
+    /// A QEMU virtual machine (`/nodes/{node}/qemu`).
+    Qemu,
+    /// An LXC container; listed in `/cluster/resources` but invisible to the qemu endpoints.
+    Lxc,
+}
+
+/// The run state behind `status` / `qmpstatus` (F14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    /// `status: stopped`, `qmpstatus: stopped`.
+    Stopped,
+    /// `status: running`, `qmpstatus: running`.
+    Running,
+    /// `status: running`, `qmpstatus: paused` (resources say plain running).
+    Paused,
+}
+
+/// The storage a guest or volume lives on.
+#[derive(Debug, Clone)]
+pub(crate) struct Storage {
+    pub id: String,
+    pub plugin: &'static str,
+    pub content: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Guest {
+    pub kind: GuestKind,
+    pub config: BTreeMap<String, String>,
+    pub run: RunState,
+    pub started: Option<(Instant, u64)>,
+    /// Mid-clone: the conf is still qemu-server's temporary file, nameless (F8).
+    pub placeholder: bool,
+    /// The UPID of a task holding this guest's config flock (clone, destroy).
+    pub busy: Option<String>,
+    pub guest_ip: String,
+}
+
+impl Guest {
+    pub fn lock(&self) -> Option<&str> {
+        self.config.get("lock").map(String::as_str)
+    }
+}
+
+/// The address the simulated guest agent reports on ens18 (F21).
+pub const DEFAULT_GUEST_IP: &str = "192.168.0.150";
+
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub upid: String,
+    pub task_type: String,
+    pub id: String,
+    pub user: String,
+    pub tokenid: Option<String>,
+    pub pid: u32,
+    pub pstart: u32,
+    pub starttime: u64,
+    pub exitstatus: Option<String>,
+    pub log: Vec<String>,
+}
+
+/// One stored volume (ISO images) with its bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Volume {
+    pub bytes: bytes::Bytes,
+    pub ctime: u64,
+}
+
+/// One served request, as tests read it from [`SimState::request_log`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// HTTP method.
+    pub method: String,
+    /// Path as requested, including `/api2/json`, without the query.
+    pub path: String,
+    /// Status answered; `None` when the connection was reset without an answer.
+    pub status: Option<u16>,
+}
+
+pub(crate) struct Inner {
+    pub node: String,
+    pub guests: BTreeMap<u32, Guest>,
+    pub storages: Vec<Storage>,
+    pub volumes: BTreeMap<String, Volume>,
+    pub tasks: BTreeMap<String, Task>,
+    pub next_pid: u32,
+    pub pstart: u32,
+    pub requests: Vec<RequestRecord>,
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Inner {
+    pub fn storage(&self, id: &str) -> Option<&Storage> {
+        self.storages.iter().find(|s| s.id == id)
+    }
+
+    /// The lowest VMID in [100, 1_000_000) not used by any guest.
+    pub fn next_free_vmid(&self) -> Option<u32> {
+        (100..1_000_000).find(|id| !self.guests.contains_key(id))
+    }
+}
+
+/// Test handle on the simulated host: inspect and seed guests, volumes, tasks and the request log.
+#[derive(Clone)]
+pub struct SimState {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// A snapshot of one guest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestView {
+    /// The VMID.
+    pub vmid: u32,
+    /// QEMU or LXC.
+    pub kind: GuestKind,
+    /// The config keys as `GET …/config` returns them (without `digest`).
+    pub config: BTreeMap<String, String>,
+    /// Run state.
+    pub run_state: RunState,
+    /// The `lock` property, if set.
+    pub lock: Option<String>,
+    /// True while the clone that creates it has not finished (F8).
+    pub mid_clone: bool,
+}
+
+/// A snapshot of one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskView {
+    /// The UPID.
+    pub upid: String,
+    /// Task type, e.g. `qmclone`.
+    pub task_type: String,
+    /// Task id (a VMID, a storage, or empty).
+    pub id: String,
+    /// `None` while running, else `OK`, `WARNINGS: n` or the error text.
+    pub exitstatus: Option<String>,
+    /// The task log lines.
+    pub log: Vec<String>,
+}
+
+impl SimState {
+    pub(crate) fn new(node: &str) -> Self {
+        let inner = Inner {
+            node: node.to_string(),
+            guests: BTreeMap::new(),
+            storages: vec![
+                Storage { id: "local".into(), plugin: "dir", content: vec!["iso", "vztmpl", "backup", "import"] },
+                Storage { id: "local-lvm".into(), plugin: "lvmthin", content: vec!["images", "rootdir"] },
+                Storage { id: "proxy-seeds".into(), plugin: "dir", content: vec!["iso"] },
+            ],
+            volumes: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            next_pid: 0x0017_C594,
+            pstart: 0x0ADB_2769,
+            requests: Vec::new(),
+        };
+        let state = SimState { inner: Arc::new(Mutex::new(inner)) };
+        state.preload_templates();
+        state
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// F19: 9001 is the suitable Debian template; 9000 (Ubuntu) carries a cloud-init drive on
+    /// ide2 and VLAN tag 4 on net0. The meta line is the one F11 saw copied into clones.
+    fn preload_templates(&self) {
+        let debian = [
+            ("agent", "1"),
+            ("bios", "ovmf"),
+            ("boot", "order=scsi0"),
+            ("cores", "2"),
+            ("cpu", "x86-64-v2-AES"),
+            ("efidisk0", "local-lvm:base-9001-disk-0,efitype=4m,pre-enrolled-keys=1,size=4M"),
+            ("machine", "q35"),
+            ("memory", "2048"),
+            ("meta", "creation-qemu=11.0.3,ctime=1790145676"),
+            ("name", "debian-13-template"),
+            ("net0", "virtio=BC:24:11:5A:3C:01,bridge=vmbr0"),
+            ("ostype", "l26"),
+            ("scsi0", "local-lvm:base-9001-disk-1,iothread=1,size=3G"),
+            ("scsihw", "virtio-scsi-single"),
+            ("serial0", "socket"),
+            ("smbios1", "uuid=6f1c2b1e-5d0e-4a53-9c7b-3f1b8f0a9001"),
+            ("template", "1"),
+            ("vga", "serial0"),
+            ("vmgenid", "2b0d3e3c-1a43-4c4f-8d2b-5a7e0c1f9001"),
+        ];
+        let ubuntu = [
+            ("agent", "1"),
+            ("boot", "order=scsi0"),
+            ("cores", "2"),
+            ("ide2", "local-lvm:vm-9000-cloudinit,media=cdrom"),
+            ("memory", "2048"),
+            ("meta", "creation-qemu=9.0.2,ctime=1751230000"),
+            ("name", "ubuntu-24.04-template"),
+            ("net0", "virtio=BC:24:11:7E:21:90,bridge=vmbr0,tag=4"),
+            ("ostype", "l26"),
+            ("scsi0", "local-lvm:base-9000-disk-0,size=3584M"),
+            ("scsihw", "virtio-scsi-pci"),
+            ("smbios1", "uuid=0c7d9a51-3e2b-4f0a-b1d4-8e6f2a7c9000"),
+            ("template", "1"),
+        ];
+        self.add_qemu_vm(9001, &debian);
+        self.add_qemu_vm(9000, &ubuntu);
+    }
+
+    /// Adds (or replaces) a stopped QEMU VM with this config.
+    pub fn add_qemu_vm(&self, vmid: u32, config: &[(&str, &str)]) {
+        let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.lock().guests.insert(
+            vmid,
+            Guest {
+                kind: GuestKind::Qemu,
+                config,
+                run: RunState::Stopped,
+                started: None,
+                placeholder: false,
+                busy: None,
+                guest_ip: DEFAULT_GUEST_IP.to_string(),
+            },
+        );
+    }
+
+    /// Adds a stopped LXC container named `hostname`.
+    pub fn add_lxc(&self, vmid: u32, hostname: &str) {
+        let config = BTreeMap::from([
+            ("hostname".to_string(), hostname.to_string()),
+            ("memory".to_string(), "512".to_string()),
+            ("cores".to_string(), "1".to_string()),
+        ]);
+        self.lock().guests.insert(
+            vmid,
+            Guest {
+                kind: GuestKind::Lxc,
+                config,
+                run: RunState::Stopped,
+                started: None,
+                placeholder: false,
+                busy: None,
+                guest_ip: DEFAULT_GUEST_IP.to_string(),
+            },
+        );
+    }
+
+    /// Sets or clears a guest's `lock` property (e.g. `backup`, `suspended`). False if absent.
+    pub fn set_lock(&self, vmid: u32, lock: Option<&str>) -> bool {
+        let mut inner = self.lock();
+        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        match lock {
+            Some(lock) => guest.config.insert("lock".into(), lock.into()),
+            None => guest.config.remove("lock"),
+        };
+        true
+    }
+
+    /// Forces a guest's run state; `Running` counts as started now (the agent delay restarts).
+    pub fn set_run_state(&self, vmid: u32, run: RunState) -> bool {
+        let mut inner = self.lock();
+        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        guest.run = run;
+        guest.started = match run {
+            RunState::Stopped => None,
+            _ => guest.started.or(Some((Instant::now(), unix_now()))),
+        };
+        true
+    }
+
+    /// Sets one config key of a guest directly, bypassing the API's checks. False if absent.
+    pub fn set_config(&self, vmid: u32, key: &str, value: Option<&str>) -> bool {
+        let mut inner = self.lock();
+        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        match value {
+            Some(value) => guest.config.insert(key.into(), value.into()),
+            None => guest.config.remove(key),
+        };
+        true
+    }
+
+    /// Sets the IPv4 address the guest agent reports on ens18 (default [`DEFAULT_GUEST_IP`]).
+    pub fn set_guest_ip(&self, vmid: u32, ip: &str) -> bool {
+        let mut inner = self.lock();
+        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        guest.guest_ip = ip.to_string();
+        true
+    }
+
+    /// A snapshot of one guest.
+    pub fn guest(&self, vmid: u32) -> Option<GuestView> {
+        let inner = self.lock();
+        let guest = inner.guests.get(&vmid)?;
+        Some(GuestView {
+            vmid,
+            kind: guest.kind,
+            config: guest.config.clone(),
+            run_state: guest.run,
+            lock: guest.lock().map(str::to_string),
+            mid_clone: guest.placeholder,
+        })
+    }
+
+    /// Every VMID in use (QEMU and LXC).
+    pub fn vmids(&self) -> Vec<u32> {
+        self.lock().guests.keys().copied().collect()
+    }
+
+    /// Stores a volume directly (e.g. a stale seed ISO). `volid` is `<storage>:iso/<file>`.
+    pub fn add_volume(&self, volid: &str, bytes: &[u8]) {
+        let volume = Volume { bytes: bytes::Bytes::copy_from_slice(bytes), ctime: unix_now() };
+        self.lock().volumes.insert(volid.to_string(), volume);
+    }
+
+    /// The bytes of a stored volume, such as an uploaded seed ISO.
+    pub fn volume(&self, volid: &str) -> Option<Vec<u8>> {
+        self.lock().volumes.get(volid).map(|v| v.bytes.to_vec())
+    }
+
+    /// The volids stored on one storage.
+    pub fn volumes(&self, storage: &str) -> Vec<String> {
+        let prefix = format!("{storage}:");
+        self.lock().volumes.keys().filter(|v| v.starts_with(&prefix)).cloned().collect()
+    }
+
+    /// A snapshot of one task.
+    pub fn task(&self, upid: &str) -> Option<TaskView> {
+        self.lock().tasks.get(upid).map(task_view)
+    }
+
+    /// Every task, oldest first.
+    pub fn tasks(&self) -> Vec<TaskView> {
+        let inner = self.lock();
+        let mut tasks: Vec<&Task> = inner.tasks.values().collect();
+        tasks.sort_by_key(|t| t.pid);
+        tasks.into_iter().map(task_view).collect()
+    }
+
+    /// The requests served so far, in order.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.lock().requests.clone()
+    }
+
+    /// The config digest `GET …/config` would report now.
+    pub fn digest(&self, vmid: u32) -> Option<String> {
+        self.lock().guests.get(&vmid).map(|g| model::digest(&g.config))
+    }
+}
+
+fn task_view(task: &Task) -> TaskView {
+    TaskView {
+        upid: task.upid.clone(),
+        task_type: task.task_type.clone(),
+        id: task.id.clone(),
+        exitstatus: task.exitstatus.clone(),
+        log: task.log.clone(),
+    }
+}

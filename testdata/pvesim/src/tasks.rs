@@ -1,0 +1,196 @@
+//! Task workers: each waits the configured latency, then applies its effect (or, under a
+//! `TaskFails` fault, rolls back) and records the exitstatus: `OK`, `WARNINGS: n` or the error.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::api::{Server, TaskOverride, wait_for_flock};
+use crate::model;
+use crate::state::{GuestKind, Inner, RunState, Volume, unix_now};
+
+/// What a task does when its latency has passed.
+pub(crate) enum Work {
+    Clone { newid: u32, config: BTreeMap<String, String> },
+    Start { vmid: u32 },
+    Stop { vmid: u32 },
+    Pause { vmid: u32 },
+    Resume { vmid: u32 },
+    Config { vmid: u32, previous: BTreeMap<String, String> },
+    Resize { vmid: u32, disk: String, size: String },
+    Destroy { vmid: u32 },
+    Upload { volid: String, filename: String, bytes: Bytes },
+    DeleteVolume { volid: String },
+}
+
+/// Runs one task to its end.
+pub(crate) async fn run(server: Arc<Server>, upid: String, task_override: Option<TaskOverride>, work: Work) {
+    let mut log = Vec::new();
+    // F3: start (and stop) queue behind a clone's lock instead of failing; the worker takes the
+    // config flock first and only then does its work.
+    let flock = match &work {
+        Work::Start { vmid } | Work::Stop { vmid } => {
+            let waited = wait_for_flock(&server, *vmid).await;
+            if matches!(waited, Ok(true)) {
+                log.push("trying to acquire lock...".to_string());
+                log.push(" OK".to_string());
+            }
+            waited.map(|_| ())
+        }
+        _ => Ok(()),
+    };
+    tokio::time::sleep(server.task_latency).await;
+    let mut inner = server.state.lock();
+    let result = match (flock, &task_override) {
+        (Err(timeout), _) => Err(timeout),
+        (Ok(()), Some(TaskOverride::Fail(text))) => {
+            roll_back(&mut inner, &work);
+            Err(text.clone())
+        }
+        (Ok(()), _) => apply(&mut inner, work, &mut log),
+    };
+    let exitstatus = match (result, task_override) {
+        (Ok(()), Some(TaskOverride::Warnings(n))) => {
+            log.extend((0..n).map(|i| format!("WARN: simulated warning {}", i + 1)));
+            format!("WARNINGS: {n}")
+        }
+        (Ok(()), _) => "OK".to_string(),
+        (Err(text), _) => {
+            log.push(format!("TASK ERROR: {text}"));
+            text
+        }
+    };
+    if let Some(task) = inner.tasks.get_mut(&upid) {
+        task.log.extend(log);
+        task.exitstatus = Some(exitstatus);
+    }
+}
+
+fn missing(inner: &Inner, vmid: u32) -> String {
+    format!("Configuration file 'nodes/{}/qemu-server/{vmid}.conf' does not exist", inner.node)
+}
+
+/// The effect of a task that ended well.
+fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), String> {
+    match work {
+        Work::Clone { newid, config } => {
+            let err = missing(inner, newid);
+            let guest = inner.guests.get_mut(&newid).ok_or(err)?;
+            for (key, drive) in config.iter().filter(|(k, _)| model::is_drive_key(k)) {
+                log.push(format!("create full clone of drive {key} ({})", drive.split(',').next().unwrap_or_default()));
+            }
+            guest.config = config;
+            guest.placeholder = false;
+            guest.busy = None;
+            Ok(())
+        }
+        Work::Start { vmid } => {
+            let err = missing(inner, vmid);
+            let guest = inner.guests.get_mut(&vmid).filter(|g| g.kind == GuestKind::Qemu).ok_or(err)?;
+            if let Some(lock) = guest.lock() {
+                return Err(format!("VM is locked ({lock})"));
+            }
+            if guest.run != RunState::Stopped {
+                return Err(format!("VM {vmid} already running"));
+            }
+            guest.run = RunState::Running;
+            guest.started = Some((std::time::Instant::now(), unix_now()));
+            Ok(())
+        }
+        Work::Stop { vmid } => {
+            let err = missing(inner, vmid);
+            let guest = inner.guests.get_mut(&vmid).filter(|g| g.kind == GuestKind::Qemu).ok_or(err)?;
+            if let Some(lock) = guest.lock() {
+                return Err(format!("VM is locked ({lock})"));
+            }
+            // Stopping a stopped VM is fine: the task ends OK.
+            guest.run = RunState::Stopped;
+            guest.started = None;
+            Ok(())
+        }
+        Work::Pause { vmid } | Work::Resume { vmid } => {
+            let pausing = matches!(work, Work::Pause { .. });
+            let err = missing(inner, vmid);
+            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            if guest.run == RunState::Stopped {
+                return Err(format!("VM {vmid} not running"));
+            }
+            guest.run = if pausing { RunState::Paused } else { RunState::Running };
+            Ok(())
+        }
+        Work::Config { .. } => Ok(()),
+        Work::Resize { vmid, disk, size } => {
+            let err = missing(inner, vmid);
+            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            let drive = guest.config.get(&disk).ok_or(format!("disk '{disk}' does not exist"))?;
+            if model::drive_option(drive, "media") == Some("cdrom") {
+                return Err("you can't resize a cdrom".to_string());
+            }
+            let current = model::drive_option(drive, "size").and_then(model::parse_size).unwrap_or(0);
+            let requested = match size.strip_prefix('+') {
+                Some(delta) => current + model::parse_size(delta).unwrap_or(0),
+                None => model::parse_size(&size).unwrap_or(0),
+            };
+            // F20: the same size is an OK no-op, shrinking fails inside the task.
+            if requested < current {
+                return Err("shrinking disks is not supported".to_string());
+            }
+            let resized = model::set_drive_option(drive, "size", &model::format_size(requested));
+            guest.config.insert(disk, resized);
+            Ok(())
+        }
+        Work::Destroy { vmid } => {
+            let guest = inner.guests.remove(&vmid).ok_or_else(|| missing(inner, vmid))?;
+            for drive in guest.config.iter().filter(|(k, _)| model::is_drive_key(k)).map(|(_, d)| d) {
+                if model::drive_option(drive, "media") != Some("cdrom") {
+                    log.push(format!("Removing image: {}", drive.split(',').next().unwrap_or_default()));
+                }
+            }
+            Ok(())
+        }
+        Work::Upload { volid, filename, bytes } => {
+            // F23: staged under /var/tmp, then copied into the storage's iso directory.
+            let staged = format!("/var/tmp/pveupload-{}", uuid::Uuid::new_v4().simple());
+            log.push(format!("starting file import from: {staged}"));
+            log.push(format!("target node: {}", inner.node));
+            log.push(format!("target file: {volid} ({filename})"));
+            log.push(format!("file size is: {}", bytes.len()));
+            log.push(format!("command: cp -- {staged} {volid}"));
+            log.push("finished file import successfully".to_string());
+            // F12: an existing name is silently overwritten.
+            inner.volumes.insert(volid, Volume { bytes, ctime: unix_now() });
+            Ok(())
+        }
+        Work::DeleteVolume { volid } => {
+            // F13: a missing volume is logged, and the task still ends OK.
+            if inner.volumes.remove(&volid).is_none() {
+                log.push(format!("disk image '{volid}' does not exist"));
+            }
+            log.push(format!("Removed volume '{volid}'"));
+            Ok(())
+        }
+    }
+}
+
+/// The state a task leaves behind when it fails: nothing done, locks released.
+fn roll_back(inner: &mut Inner, work: &Work) {
+    match work {
+        Work::Clone { newid, .. } => {
+            inner.guests.remove(newid);
+        }
+        Work::Destroy { vmid } => {
+            if let Some(guest) = inner.guests.get_mut(vmid) {
+                guest.config.remove("lock");
+                guest.busy = None;
+            }
+        }
+        Work::Config { vmid, previous } => {
+            if let Some(guest) = inner.guests.get_mut(vmid) {
+                guest.config = previous.clone();
+            }
+        }
+        _ => {}
+    }
+}
+
