@@ -265,9 +265,6 @@ impl RegistryInner {
                         digest: provider.digest().to_owned(),
                         path: path.clone(),
                     });
-                    providers.remove(&name);
-                    self.providers.store(Arc::new(providers.clone()));
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                     providers.insert(name.clone(), provider);
                     files.insert(path.clone(), FileState { digest, serves: Some(name) });
                 }

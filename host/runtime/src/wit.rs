@@ -14,8 +14,3 @@ pub const CONTRACT_PACKAGE: &str = "egress:provider";
 
 /// Contract versions this host can serve, newest first.
 pub const SUPPORTED: &[&str] = &[since_v0_1_0::VERSION];
-
-/// The export name of the `provider` interface at `version` (`egress:provider/provider@0.1.0`).
-pub fn provider_export(version: &str) -> String {
-    format!("{CONTRACT_PACKAGE}/provider@{version}")
-}

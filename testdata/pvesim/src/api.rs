@@ -87,7 +87,11 @@ where
     let path = request.uri().path().to_string();
     let api_path = path.strip_prefix("/api2/json").unwrap_or(&path).to_string();
     let log = |status: Option<u16>| {
-        let record = RequestRecord { method: method.clone(), path: path.clone(), status };
+        let record = RequestRecord {
+            method: method.clone(),
+            path: path.clone(),
+            status,
+        };
         server.state.lock().requests.push(record);
     };
 
@@ -113,14 +117,21 @@ where
             log(Some(500));
             return Ok(reply::error(&ApiError::internal(lock_timeout(vmid))));
         }
-        Decision::Act(FaultAction::TaskFails(text)) => task_override = Some(TaskOverride::Fail(text)),
-        Decision::Act(FaultAction::TaskWarnings(n)) => task_override = Some(TaskOverride::Warnings(n)),
+        Decision::Act(FaultAction::TaskFails(text)) => {
+            task_override = Some(TaskOverride::Fail(text))
+        }
+        Decision::Act(FaultAction::TaskWarnings(n)) => {
+            task_override = Some(TaskOverride::Warnings(n))
+        }
     }
 
     let response = match authenticate(&server, &request) {
         Err(err) => reply::error(&err),
         Ok(token) => {
-            let ctx = Ctx { token, task_override };
+            let ctx = Ctx {
+                token,
+                task_override,
+            };
             let (parts, body) = request.into_parts();
             match Limited::new(body, MAX_BODY).collect().await {
                 Err(_) => reply::error(&ApiError::new(413, "request entity too large")),
@@ -156,7 +167,11 @@ fn authenticate<B>(server: &Server, request: &Request<B>) -> Result<Token, ApiEr
     let Some(value) = request.headers().get(header::AUTHORIZATION) else {
         return Err(ApiError::new(401, "No ticket"));
     };
-    let Some(credential) = value.to_str().ok().and_then(|v| v.strip_prefix("PVEAPIToken=")) else {
+    let Some(credential) = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("PVEAPIToken="))
+    else {
         return Err(ApiError::new(401, "No ticket"));
     };
     let failed = || ApiError::new(401, "Authentication failed!");
@@ -179,21 +194,39 @@ struct ApiRequest {
 
 impl ApiRequest {
     fn params(&self) -> Params {
-        let form = if self.content_type.starts_with("multipart/") { &[][..] } else { &self.body[..] };
+        let form = if self.content_type.starts_with("multipart/") {
+            &[][..]
+        } else {
+            &self.body[..]
+        };
         Params::parse(self.query.as_deref(), form)
     }
 }
 
 fn not_implemented(request: &ApiRequest) -> ApiError {
-    ApiError::new(501, format!("Method '{} /api2/json{}' not implemented", request.method, request.api_path))
+    ApiError::new(
+        501,
+        format!(
+            "Method '{} /api2/json{}' not implemented",
+            request.method, request.api_path
+        ),
+    )
 }
 
-async fn dispatch(server: &Arc<Server>, ctx: &Ctx, request: &ApiRequest) -> Result<Value, ApiError> {
+async fn dispatch(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    request: &ApiRequest,
+) -> Result<Value, ApiError> {
     let segments: Vec<String> = request
         .api_path
         .trim_matches('/')
         .split('/')
-        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .collect();
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let params = request.params();
@@ -223,7 +256,10 @@ fn node_route_known(m: &Method, rest: &[&str]) -> bool {
         ("POST", ["qemu", _, "clone"])
             | ("GET" | "PUT" | "POST", ["qemu", _, "config"])
             | ("GET", ["qemu", _, "status", "current"])
-            | ("POST", ["qemu", _, "status", "start" | "stop" | "suspend" | "resume"])
+            | (
+                "POST",
+                ["qemu", _, "status", "start" | "stop" | "suspend" | "resume"]
+            )
             | ("PUT", ["qemu", _, "resize"])
             | ("DELETE", ["qemu", _])
             | ("GET", ["qemu", _, "agent", "network-get-interfaces"])
@@ -242,12 +278,20 @@ async fn node_dispatch(
     rest: &[&str],
 ) -> Result<Value, ApiError> {
     match (request.method.as_str(), rest) {
-        ("POST", ["qemu", vmid, "clone"]) => clone_vm(server, ctx, parse_vmid("vmid", vmid)?, params),
-        ("GET", ["qemu", vmid, "config"]) => get_config(server, parse_vmid("vmid", vmid)?, params),
-        (method @ ("PUT" | "POST"), ["qemu", vmid, "config"]) => {
-            set_config(server, ctx, parse_vmid("vmid", vmid)?, params, method == "POST")
+        ("POST", ["qemu", vmid, "clone"]) => {
+            clone_vm(server, ctx, parse_vmid("vmid", vmid)?, params)
         }
-        ("GET", ["qemu", vmid, "status", "current"]) => status_current(server, parse_vmid("vmid", vmid)?, params),
+        ("GET", ["qemu", vmid, "config"]) => get_config(server, parse_vmid("vmid", vmid)?, params),
+        (method @ ("PUT" | "POST"), ["qemu", vmid, "config"]) => set_config(
+            server,
+            ctx,
+            parse_vmid("vmid", vmid)?,
+            params,
+            method == "POST",
+        ),
+        ("GET", ["qemu", vmid, "status", "current"]) => {
+            status_current(server, parse_vmid("vmid", vmid)?, params)
+        }
         ("POST", ["qemu", vmid, "status", action]) => {
             status_action(server, ctx, parse_vmid("vmid", vmid)?, action, params)
         }
@@ -258,7 +302,9 @@ async fn node_dispatch(
         }
         ("POST", ["storage", storage, "upload"]) => upload(server, ctx, storage, request).await,
         ("GET", ["storage", storage, "content"]) => list_content(server, storage, params),
-        ("DELETE", ["storage", storage, "content", volid]) => delete_volume(server, ctx, storage, volid, params),
+        ("DELETE", ["storage", storage, "content", volid]) => {
+            delete_volume(server, ctx, storage, volid, params)
+        }
         ("GET", ["tasks", upid, "status"]) => task_status(server, upid, params),
         _ => Err(not_implemented(request)),
     }
@@ -275,14 +321,16 @@ fn check_node(server: &Server, node: &str) -> Result<(), ApiError> {
 
 /// F2: the same text for config, status and destroy of a missing VM.
 fn missing_vm(node: &str, vmid: u32) -> ApiError {
-    ApiError::internal(format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"))
+    ApiError::internal(format!(
+        "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+    ))
 }
 
 pub(crate) fn lock_timeout(vmid: impl std::fmt::Display) -> String {
     format!("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout")
 }
 
-fn qemu<'a>(inner: &'a Inner, vmid: u32) -> Result<&'a Guest, ApiError> {
+fn qemu(inner: &Inner, vmid: u32) -> Result<&Guest, ApiError> {
     inner
         .guests
         .get(&vmid)
@@ -307,12 +355,27 @@ fn check_unlocked(guest: &Guest) -> Result<(), ApiError> {
 }
 
 /// Registers a running task and starts its worker; returns the UPID.
-fn start_task(server: &Arc<Server>, ctx: &Ctx, inner: &mut Inner, task_type: &str, id: &str, work: Work) -> String {
+fn start_task(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    inner: &mut Inner,
+    task_type: &str,
+    id: &str,
+    work: Work,
+) -> String {
     inner.next_pid += 1;
     let pid = inner.next_pid;
     let starttime = unix_now();
     let user = ctx.token.full_id();
-    let upid = model::format_upid(&inner.node, pid, inner.pstart, starttime, task_type, id, &user);
+    let upid = model::format_upid(
+        &inner.node,
+        pid,
+        inner.pstart,
+        starttime,
+        task_type,
+        id,
+        &user,
+    );
     inner.tasks.insert(
         upid.clone(),
         Task {
@@ -328,14 +391,22 @@ fn start_task(server: &Arc<Server>, ctx: &Ctx, inner: &mut Inner, task_type: &st
             log: Vec::new(),
         },
     );
-    tokio::spawn(tasks::run(server.clone(), upid.clone(), ctx.task_override.clone(), work));
+    tokio::spawn(tasks::run(
+        server.clone(),
+        upid.clone(),
+        ctx.task_override.clone(),
+        work,
+    ));
     upid
 }
 
 // ---------------------------------------------------------------- cluster
 
 fn numeric(config: &BTreeMap<String, String>, key: &str, default: u64) -> u64 {
-    config.get(key).and_then(|v| v.parse().ok()).unwrap_or(default)
+    config
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The size of the first disk in boot order, else of scsi0, for `maxdisk`.
@@ -367,7 +438,8 @@ fn resource_entry(node: &str, vmid: u32, guest: &Guest) -> Value {
     let id = format!("{kind}/{vmid}");
     if guest.placeholder {
         // F8: mid-clone the entry has no name and an unknown status.
-        let mut entry = json!({"id": id, "type": kind, "vmid": vmid, "node": node, "status": "unknown"});
+        let mut entry =
+            json!({"id": id, "type": kind, "vmid": vmid, "node": node, "status": "unknown"});
         if let Some(lock) = guest.lock() {
             entry["lock"] = json!(lock);
         }
@@ -375,7 +447,10 @@ fn resource_entry(node: &str, vmid: u32, guest: &Guest) -> Value {
     }
     let config = &guest.config;
     let running = guest.run != RunState::Stopped;
-    let name = config.get("name").or_else(|| config.get("hostname")).cloned();
+    let name = config
+        .get("name")
+        .or_else(|| config.get("hostname"))
+        .cloned();
     let mut entry = json!({
         "id": id,
         "type": kind,
@@ -411,18 +486,27 @@ fn cluster_resources(server: &Server, params: &Params) -> Result<Value, ApiError
     if let Some(kind) = kind.filter(|k| !["vm", "storage", "node", "sdn"].contains(k)) {
         return Err(ApiError::param(
             "type",
-            format!("value '{kind}' does not have a value in the enumeration 'vm, storage, node, sdn'"),
+            format!(
+                "value '{kind}' does not have a value in the enumeration 'vm, storage, node, sdn'"
+            ),
         ));
     }
     let inner = server.state.lock();
     let node = &inner.node;
     let mut entries = Vec::new();
     if kind.is_none() || kind == Some("node") {
-        entries.push(json!({"id": format!("node/{node}"), "type": "node", "node": node, "status": "online",
-            "maxcpu": 8, "maxmem": 34_359_738_368u64, "uptime": 86_400, "level": ""}));
+        entries.push(
+            json!({"id": format!("node/{node}"), "type": "node", "node": node, "status": "online",
+            "maxcpu": 8, "maxmem": 34_359_738_368u64, "uptime": 86_400, "level": ""}),
+        );
     }
     if kind.is_none() || kind == Some("vm") {
-        entries.extend(inner.guests.iter().map(|(vmid, guest)| resource_entry(node, *vmid, guest)));
+        entries.extend(
+            inner
+                .guests
+                .iter()
+                .map(|(vmid, guest)| resource_entry(node, *vmid, guest)),
+        );
     }
     if kind.is_none() || kind == Some("storage") {
         entries.extend(inner.storages.iter().map(|s| {
@@ -447,47 +531,89 @@ fn next_id(server: &Server, params: &Params) -> Result<Value, ApiError> {
     // The schema says integer, but clients see a JSON string.
     match inner.next_free_vmid() {
         Some(vmid) => Ok(json!(vmid.to_string())),
-        None => Err(ApiError::internal("unable to get any free VMID in range [100, 1000000]")),
+        None => Err(ApiError::internal(
+            "unable to get any free VMID in range [100, 1000000]",
+        )),
     }
 }
 
 // ---------------------------------------------------------------- clone
 
-const CLONE_PARAMS: &[&str] =
-    &["newid", "name", "description", "full", "storage", "target", "pool", "snapname", "format", "bwlimit"];
+const CLONE_PARAMS: &[&str] = &[
+    "newid",
+    "name",
+    "description",
+    "full",
+    "storage",
+    "target",
+    "pool",
+    "snapname",
+    "format",
+    "bwlimit",
+];
 
-fn clone_vm(server: &Arc<Server>, ctx: &Ctx, source: u32, params: &Params) -> Result<Value, ApiError> {
+fn clone_vm(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    source: u32,
+    params: &Params,
+) -> Result<Value, ApiError> {
     params.allow(CLONE_PARAMS)?;
     let newid = parse_vmid("newid", params.required("newid")?)?;
     if params.get("name").is_some_and(|n| !is_dns_name(n)) {
-        return Err(ApiError::format("name", "value does not look like a valid DNS name"));
+        return Err(ApiError::format(
+            "name",
+            "value does not look like a valid DNS name",
+        ));
     }
     let full_param = params.boolean("full")?;
     let mut inner = server.state.lock();
     if let Some(storage) = params.get("storage") {
         let Some(scfg) = inner.storage(storage) else {
-            return Err(ApiError::internal(format!("storage '{storage}' does not exist")));
+            return Err(ApiError::internal(format!(
+                "storage '{storage}' does not exist"
+            )));
         };
         // F15: refused up front, leaving no VM.
         if !scfg.content.contains(&"images") {
-            return Err(ApiError::param("storage", format!("storage '{storage}' does not support vm images")));
+            return Err(ApiError::param(
+                "storage",
+                format!("storage '{storage}' does not support vm images"),
+            ));
         }
     }
     if let Some(target) = params.get("target").filter(|t| *t != inner.node) {
-        return Err(ApiError::internal(format!("no such cluster node '{target}'")));
+        return Err(ApiError::internal(format!(
+            "no such cluster node '{target}'"
+        )));
     }
     let source_guest = qemu(&inner, source)?;
     // F4: a taken VMID fails synchronously.
     if inner.guests.contains_key(&newid) {
-        return Err(ApiError::internal(format!("unable to create VM {newid}: config file already exists")));
+        return Err(ApiError::internal(format!(
+            "unable to create VM {newid}: config file already exists"
+        )));
     }
     check_unlocked(source_guest)?;
-    let is_template = source_guest.config.get("template").is_some_and(|t| t == "1");
+    let is_template = source_guest
+        .config
+        .get("template")
+        .is_some_and(|t| t == "1");
     let full = full_param.unwrap_or(!is_template);
     let target_config = cloned_config(&source_guest.config, source, newid, full, params);
 
-    let work = Work::Clone { newid, config: target_config };
-    let upid = start_task(server, ctx, &mut inner, "qmclone", &source.to_string(), work);
+    let work = Work::Clone {
+        newid,
+        config: target_config,
+    };
+    let upid = start_task(
+        server,
+        ctx,
+        &mut inner,
+        "qmclone",
+        &source.to_string(),
+        work,
+    );
     // The target conf starts as qemu-server's temporary file: `lock: clone`, nothing else (F8).
     inner.guests.insert(
         newid,
@@ -516,7 +642,15 @@ fn cloned_config(
     let mut config = BTreeMap::new();
     let mut disk_index = 0;
     for (key, value) in source {
-        let skipped = ["template", "lock", "description", "parent", "vmstate", "runningcpu", "digest"];
+        let skipped = [
+            "template",
+            "lock",
+            "description",
+            "parent",
+            "vmstate",
+            "runningcpu",
+            "digest",
+        ];
         if skipped.contains(&key.as_str()) || key.starts_with("unused") {
             continue;
         }
@@ -541,11 +675,19 @@ fn cloned_config(
                     format!("{storage}:{volname}/{disk}")
                 }
             };
-            if options.is_empty() { new_volume } else { format!("{new_volume},{options}") }
+            if options.is_empty() {
+                new_volume
+            } else {
+                format!("{new_volume},{options}")
+            }
         } else if key == "smbios1" {
-            model::set_drive_option(&format!("x,{value}"), "uuid", &uuid::Uuid::new_v4().to_string())
-                .trim_start_matches("x,")
-                .to_string()
+            model::set_drive_option(
+                &format!("x,{value}"),
+                "uuid",
+                &uuid::Uuid::new_v4().to_string(),
+            )
+            .trim_start_matches("x,")
+            .to_string()
         } else if key == "vmgenid" {
             uuid::Uuid::new_v4().to_string()
         } else {
@@ -553,8 +695,14 @@ fn cloned_config(
         };
         config.insert(key.clone(), new_value);
     }
-    let default_name = format!("Copy-of-VM-{}", source.get("name").cloned().unwrap_or(source_id.to_string()));
-    config.insert("name".into(), params.get("name").map_or(default_name, str::to_string));
+    let default_name = format!(
+        "Copy-of-VM-{}",
+        source.get("name").cloned().unwrap_or(source_id.to_string())
+    );
+    config.insert(
+        "name".into(),
+        params.get("name").map_or(default_name, str::to_string),
+    );
     if let Some(description) = params.get("description") {
         config.insert("description".into(), description.to_string());
     }
@@ -565,8 +713,19 @@ fn cloned_config(
 
 /// JSON rendering of config values: integer-typed properties as numbers, the rest as strings.
 fn render_config(config: &BTreeMap<String, String>) -> serde_json::Map<String, Value> {
-    const INTEGER_KEYS: &[&str] =
-        &["cores", "sockets", "template", "protection", "onboot", "numa", "acpi", "kvm", "tablet", "vcpus", "balloon"];
+    const INTEGER_KEYS: &[&str] = &[
+        "cores",
+        "sockets",
+        "template",
+        "protection",
+        "onboot",
+        "numa",
+        "acpi",
+        "kvm",
+        "tablet",
+        "vcpus",
+        "balloon",
+    ];
     config
         .iter()
         .map(|(k, v)| {
@@ -590,20 +749,76 @@ fn get_config(server: &Server, vmid: u32, params: &Params) -> Result<Value, ApiE
 
 fn is_config_key(key: &str) -> bool {
     const PLAIN: &[&str] = &[
-        "acpi", "affinity", "agent", "arch", "args", "audio0", "autostart", "balloon", "bios", "boot",
-        "bootdisk", "cicustom", "cipassword", "citype", "ciupgrade", "ciuser", "cores", "cpu", "cpulimit",
-        "cpuunits", "description", "hookscript", "hotplug", "hugepages", "keyboard", "kvm", "localtime",
-        "machine", "memory", "meta", "migrate_downtime", "migrate_speed", "name", "nameserver", "numa",
-        "onboot", "ostype", "protection", "reboot", "rng0", "scsihw", "searchdomain", "shares",
-        "smbios1", "sockets", "sshkeys", "startup", "tablet", "tags", "template", "tdf", "vcpus", "vga",
-        "vmgenid", "vmstatestorage", "watchdog", "efidisk0", "tpmstate0",
+        "acpi",
+        "affinity",
+        "agent",
+        "arch",
+        "args",
+        "audio0",
+        "autostart",
+        "balloon",
+        "bios",
+        "boot",
+        "bootdisk",
+        "cicustom",
+        "cipassword",
+        "citype",
+        "ciupgrade",
+        "ciuser",
+        "cores",
+        "cpu",
+        "cpulimit",
+        "cpuunits",
+        "description",
+        "hookscript",
+        "hotplug",
+        "hugepages",
+        "keyboard",
+        "kvm",
+        "localtime",
+        "machine",
+        "memory",
+        "meta",
+        "migrate_downtime",
+        "migrate_speed",
+        "name",
+        "nameserver",
+        "numa",
+        "onboot",
+        "ostype",
+        "protection",
+        "reboot",
+        "rng0",
+        "scsihw",
+        "searchdomain",
+        "shares",
+        "smbios1",
+        "sockets",
+        "sshkeys",
+        "startup",
+        "tablet",
+        "tags",
+        "template",
+        "tdf",
+        "vcpus",
+        "vga",
+        "vmgenid",
+        "vmstatestorage",
+        "watchdog",
+        "efidisk0",
+        "tpmstate0",
     ];
-    let indexed = |prefix: &str| key.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.parse::<u32>().is_ok());
+    let indexed = |prefix: &str| {
+        key.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.parse::<u32>().is_ok())
+    };
     PLAIN.contains(&key)
         || model::is_drive_key(key)
-        || ["net", "ipconfig", "serial", "unused", "hostpci", "usb", "parallel", "numa", "virtiofs"]
-            .iter()
-            .any(|p| indexed(p))
+        || [
+            "net", "ipconfig", "serial", "unused", "hostpci", "usb", "parallel", "numa", "virtiofs",
+        ]
+        .iter()
+        .any(|p| indexed(p))
 }
 
 /// A validated change set: keys to set and keys to delete.
@@ -614,7 +829,9 @@ struct ConfigChange {
 
 fn parse_config_change(params: &Params, is_post: bool) -> Result<ConfigChange, ApiError> {
     const CONTROL: &[&str] = &["delete", "digest", "revert", "force", "skiplock"];
-    params.allow_if(|k| is_config_key(k) || CONTROL.contains(&k) || (is_post && k == "background_delay"))?;
+    params.allow_if(|k| {
+        is_config_key(k) || CONTROL.contains(&k) || (is_post && k == "background_delay")
+    })?;
     let mut set = BTreeMap::new();
     for (key, value) in &params.0 {
         if CONTROL.contains(&key.as_str()) || key == "background_delay" {
@@ -624,7 +841,10 @@ fn parse_config_change(params: &Params, is_post: bool) -> Result<ConfigChange, A
             // F9: hyphens pass, case folds, `;` joins, space or `!` is refused.
             "tags" => model::normalize_tags(value).map_err(|e| ApiError::format("tags", &e))?,
             "name" if !is_dns_name(value) => {
-                return Err(ApiError::format("name", "value does not look like a valid DNS name"));
+                return Err(ApiError::format(
+                    "name",
+                    "value does not look like a valid DNS name",
+                ));
             }
             _ => value.clone(),
         };
@@ -638,43 +858,66 @@ fn parse_config_change(params: &Params, is_post: bool) -> Result<ConfigChange, A
         .map(str::to_string)
         .collect();
     if let Some(bad) = delete.iter().find(|k| !is_config_key(k)) {
-        return Err(ApiError::param("delete", format!("invalid format - invalid configuration ID '{bad}'\n")));
+        return Err(ApiError::param(
+            "delete",
+            format!("invalid format - invalid configuration ID '{bad}'\n"),
+        ));
     }
     if let Some(both) = delete.iter().find(|k| set.contains_key(*k)) {
-        return Err(ApiError::internal(format!("unable to delete '{both}' - option is also set")));
+        return Err(ApiError::internal(format!(
+            "unable to delete '{both}' - option is also set"
+        )));
     }
     Ok(ConfigChange { set, delete })
 }
 
 /// Applies a change set; a newly attached drive joins the boot order (F19: `order=scsi0;ide2`).
-fn apply_config_change(config: &mut BTreeMap<String, String>, set: &BTreeMap<String, String>, delete: &[String]) {
+fn apply_config_change(
+    config: &mut BTreeMap<String, String>,
+    set: &BTreeMap<String, String>,
+    delete: &[String],
+) {
     for key in delete {
         config.remove(key);
     }
     for (key, value) in set {
         let newly_attached = model::is_drive_key(key) && !config.contains_key(key);
         config.insert(key.clone(), value.clone());
-        if newly_attached && key != "efidisk0" && key != "tpmstate0" {
-            if let Some(order) = config.get("boot").and_then(|b| b.strip_prefix("order=")) {
-                if !order.split(';').any(|d| d == key) {
-                    let order = if order.is_empty() { key.clone() } else { format!("{order};{key}") };
-                    config.insert("boot".into(), format!("order={order}"));
-                }
-            }
+        if !newly_attached || key == "efidisk0" || key == "tpmstate0" {
+            continue;
+        }
+        if let Some(order) = config.get("boot").and_then(|b| b.strip_prefix("order="))
+            && !order.split(';').any(|d| d == key)
+        {
+            let order = if order.is_empty() {
+                key.clone()
+            } else {
+                format!("{order};{key}")
+            };
+            config.insert("boot".into(), format!("order={order}"));
         }
     }
 }
 
-fn set_config(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params, is_post: bool) -> Result<Value, ApiError> {
+fn set_config(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    vmid: u32,
+    params: &Params,
+    is_post: bool,
+) -> Result<Value, ApiError> {
     let change = parse_config_change(params, is_post)?;
     let mut inner = server.state.lock();
     let guest = qemu_mut(&mut inner, vmid)?;
     // F7: a config write while clone-locked fails synchronously.
     check_unlocked(guest)?;
-    if let Some(expected) = params.get("digest") {
-        if expected != model::digest(&guest.config) {
-            return Err(ApiError::internal("detected modified configuration - file changed by other user? Try again."));
-        }
+    if params
+        .get("digest")
+        .is_some_and(|expected| expected != model::digest(&guest.config))
+    {
+        return Err(ApiError::internal(
+            "detected modified configuration - file changed by other user? Try again.",
+        ));
     }
     let previous = guest.config.clone();
     apply_config_change(&mut guest.config, &change.set, &change.delete);
@@ -682,15 +925,27 @@ fn set_config(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params, is_po
         return Ok(Value::Null);
     }
     let work = Work::Config { vmid, previous };
-    Ok(json!(start_task(server, ctx, &mut inner, "qmconfig", &vmid.to_string(), work)))
+    Ok(json!(start_task(
+        server,
+        ctx,
+        &mut inner,
+        "qmconfig",
+        &vmid.to_string(),
+        work
+    )))
 }
 
 // ---------------------------------------------------------------- status
 
 fn agent_enabled(config: &BTreeMap<String, String>) -> bool {
     config.get("agent").is_some_and(|agent| {
-        let enabled = agent.split(',').find(|p| !p.contains('=') || p.starts_with("enabled="));
-        matches!(enabled.map(|p| p.trim_start_matches("enabled=")), Some("1" | "yes" | "on" | "true"))
+        let enabled = agent
+            .split(',')
+            .find(|p| !p.contains('=') || p.starts_with("enabled="));
+        matches!(
+            enabled.map(|p| p.trim_start_matches("enabled=")),
+            Some("1" | "yes" | "on" | "true")
+        )
     })
 }
 
@@ -735,18 +990,40 @@ fn status_current(server: &Server, vmid: u32, params: &Params) -> Result<Value, 
     Ok(object)
 }
 
-fn status_action(server: &Arc<Server>, ctx: &Ctx, vmid: u32, action: &str, params: &Params) -> Result<Value, ApiError> {
+fn status_action(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    vmid: u32,
+    action: &str,
+    params: &Params,
+) -> Result<Value, ApiError> {
     let mut inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
     let run = guest.run;
     let (task_type, work) = match action {
         "start" => {
-            params.allow(&["skiplock", "timeout", "machine", "forceCPU", "migratedfrom", "migration_type", "migration_network", "stateuri", "targetstorage"])?;
+            params.allow(&[
+                "skiplock",
+                "timeout",
+                "machine",
+                "forceCPU",
+                "migratedfrom",
+                "migration_type",
+                "migration_network",
+                "stateuri",
+                "targetstorage",
+            ])?;
             // F3: accepted even while clone-locked; the worker waits for the lock.
             ("qmstart", Work::Start { vmid })
         }
         "stop" => {
-            params.allow(&["skiplock", "timeout", "keepActive", "overrule-shutdown", "migratedfrom"])?;
+            params.allow(&[
+                "skiplock",
+                "timeout",
+                "keepActive",
+                "overrule-shutdown",
+                "migratedfrom",
+            ])?;
             ("qmstop", Work::Stop { vmid })
         }
         "suspend" => {
@@ -763,9 +1040,21 @@ fn status_action(server: &Arc<Server>, ctx: &Ctx, vmid: u32, action: &str, param
             }
             ("qmresume", Work::Resume { vmid })
         }
-        _ => return Err(ApiError::new(501, format!("Method 'POST status/{action}' not implemented"))),
+        _ => {
+            return Err(ApiError::new(
+                501,
+                format!("Method 'POST status/{action}' not implemented"),
+            ));
+        }
     };
-    Ok(json!(start_task(server, ctx, &mut inner, task_type, &vmid.to_string(), work)))
+    Ok(json!(start_task(
+        server,
+        ctx,
+        &mut inner,
+        task_type,
+        &vmid.to_string(),
+        work
+    )))
 }
 
 // ---------------------------------------------------------------- resize, destroy
@@ -777,17 +1066,29 @@ fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result
     if !model::is_drive_key(&disk) {
         return Err(ApiError::param(
             "disk",
-            format!("value '{disk}' does not have a value in the enumeration 'ide0, …, virtio15, efidisk0, tpmstate0'"),
+            format!(
+                "value '{disk}' does not have a value in the enumeration 'ide0, …, virtio15, efidisk0, tpmstate0'"
+            ),
         ));
     }
     if model::parse_size(size.trim_start_matches('+')).is_none() {
-        return Err(ApiError::param("size", "value does not match the regex pattern"));
+        return Err(ApiError::param(
+            "size",
+            "value does not match the regex pattern",
+        ));
     }
     let mut inner = server.state.lock();
     check_unlocked(qemu(&inner, vmid)?)?;
     // F20: resize is a task; its errors show in the exitstatus.
     let work = Work::Resize { vmid, disk, size };
-    Ok(json!(start_task(server, ctx, &mut inner, "resize", &vmid.to_string(), work)))
+    Ok(json!(start_task(
+        server,
+        ctx,
+        &mut inner,
+        "resize",
+        &vmid.to_string(),
+        work
+    )))
 }
 
 fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
@@ -797,13 +1098,24 @@ fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Resul
     let mut inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
     if guest.run != RunState::Stopped {
-        return Err(ApiError::internal(format!("VM {vmid} is running - destroy failed")));
+        return Err(ApiError::internal(format!(
+            "VM {vmid} is running - destroy failed"
+        )));
     }
     check_unlocked(guest)?;
     if guest.config.get("protection").is_some_and(|p| p == "1") {
-        return Err(ApiError::internal(format!("can't remove VM {vmid} - protection mode enabled")));
+        return Err(ApiError::internal(format!(
+            "can't remove VM {vmid} - protection mode enabled"
+        )));
     }
-    let upid = start_task(server, ctx, &mut inner, "qmdestroy", &vmid.to_string(), Work::Destroy { vmid });
+    let upid = start_task(
+        server,
+        ctx,
+        &mut inner,
+        "qmdestroy",
+        &vmid.to_string(),
+        Work::Destroy { vmid },
+    );
     let guest = qemu_mut(&mut inner, vmid)?;
     guest.config.insert("lock".into(), "destroyed".into());
     guest.busy = Some(upid.clone());
@@ -821,7 +1133,9 @@ fn agent_interfaces(server: &Server, vmid: u32, params: &Params) -> Result<Value
         return Err(ApiError::internal("No QEMU guest agent configured"));
     }
     let started = match (guest.run, guest.started) {
-        (RunState::Stopped, _) | (_, None) => return Err(ApiError::internal(format!("VM {vmid} is not running"))),
+        (RunState::Stopped, _) | (_, None) => {
+            return Err(ApiError::internal(format!("VM {vmid} is not running")));
+        }
         (RunState::Paused, _) => return Err(ApiError::internal("QEMU guest agent is not running")),
         (RunState::Running, Some((at, _))) => at,
     };
@@ -860,11 +1174,18 @@ fn extension_ok(content: &str, filename: &str) -> bool {
         "vztmpl" => &[".tar.gz", ".tar.xz", ".tar.zst"],
         _ => &[".raw", ".qcow2", ".vmdk", ".ova"],
     };
-    endings.iter().any(|e| lower.len() > e.len() && lower.ends_with(e))
+    endings
+        .iter()
+        .any(|e| lower.len() > e.len() && lower.ends_with(e))
 }
 
 /// F12, F23: multipart with `content` and a `filename` file part; overwrite is silent.
-async fn upload(server: &Arc<Server>, ctx: &Ctx, storage: &str, request: &ApiRequest) -> Result<Value, ApiError> {
+async fn upload(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    storage: &str,
+    request: &ApiRequest,
+) -> Result<Value, ApiError> {
     let mut fields: BTreeMap<String, String> = BTreeMap::new();
     let mut file: Option<(String, Bytes)> = None;
     if let Ok(boundary) = multer::parse_boundary(&request.content_type) {
@@ -875,7 +1196,12 @@ async fn upload(server: &Arc<Server>, ctx: &Ctx, storage: &str, request: &ApiReq
             let field = match multipart.next_field().await {
                 Ok(Some(field)) => field,
                 Ok(None) => break,
-                Err(err) => return Err(ApiError::new(400, format!("malformed multipart body: {err}"))),
+                Err(err) => {
+                    return Err(ApiError::new(
+                        400,
+                        format!("malformed multipart body: {err}"),
+                    ));
+                }
             };
             let name = field.name().unwrap_or_default().to_string();
             let file_name = field.file_name().map(str::to_string);
@@ -894,12 +1220,20 @@ async fn upload(server: &Arc<Server>, ctx: &Ctx, storage: &str, request: &ApiReq
         fields.extend(request.params().0);
     }
     let params = Params(fields);
-    params.allow(&["content", "filename", "checksum", "checksum-algorithm", "tmpfilename"])?;
+    params.allow(&[
+        "content",
+        "filename",
+        "checksum",
+        "checksum-algorithm",
+        "tmpfilename",
+    ])?;
     let content = params.required("content")?.to_string();
     if !["iso", "vztmpl", "import"].contains(&content.as_str()) {
         return Err(ApiError::param(
             "content",
-            format!("value '{content}' does not have a value in the enumeration 'iso, vztmpl, import'"),
+            format!(
+                "value '{content}' does not have a value in the enumeration 'iso, vztmpl, import'"
+            ),
         ));
     }
     let Some((raw_name, bytes)) = file else {
@@ -907,29 +1241,47 @@ async fn upload(server: &Arc<Server>, ctx: &Ctx, storage: &str, request: &ApiReq
     };
     let filename: String = raw_name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     let mut inner = server.state.lock();
     let Some(scfg) = inner.storage(storage) else {
-        return Err(ApiError::internal(format!("storage '{storage}' does not exist")));
+        return Err(ApiError::internal(format!(
+            "storage '{storage}' does not exist"
+        )));
     };
     if !scfg.content.contains(&content.as_str()) {
-        return Err(ApiError::internal(format!("storage '{storage}' does not support '{content}' content")));
+        return Err(ApiError::internal(format!(
+            "storage '{storage}' does not support '{content}' content"
+        )));
     }
     if !extension_ok(&content, &filename) {
         return Err(ApiError::param("filename", "wrong file extension"));
     }
     let volid = format!("{storage}:{}/{filename}", content_dir(&content));
-    let work = Work::Upload { volid, filename, bytes };
+    let work = Work::Upload {
+        volid,
+        filename,
+        bytes,
+    };
     // The imgcopy task has an empty id.
-    Ok(json!(start_task(server, ctx, &mut inner, "imgcopy", "", work)))
+    Ok(json!(start_task(
+        server, ctx, &mut inner, "imgcopy", "", work
+    )))
 }
 
 fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value, ApiError> {
     params.allow(&["content", "vmid"])?;
     let inner = server.state.lock();
     let Some(scfg) = inner.storage(storage) else {
-        return Err(ApiError::internal(format!("storage '{storage}' does not exist")));
+        return Err(ApiError::internal(format!(
+            "storage '{storage}' does not exist"
+        )));
     };
     let wanted = params.get("content");
     let prefix = format!("{storage}:");
@@ -944,10 +1296,19 @@ fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value
         .collect();
     if scfg.content.contains(&"images") {
         for (vmid, guest) in inner.guests.iter().filter(|(_, g)| !g.placeholder) {
-            for drive in guest.config.iter().filter(|(k, _)| model::is_drive_key(k)).map(|(_, d)| d) {
+            for drive in guest
+                .config
+                .iter()
+                .filter(|(k, _)| model::is_drive_key(k))
+                .map(|(_, d)| d)
+            {
                 let volume = drive.split(',').next().unwrap_or_default();
-                if volume.starts_with(&prefix) && model::drive_option(drive, "media") != Some("cdrom") {
-                    let size = model::drive_option(drive, "size").and_then(model::parse_size).unwrap_or(0);
+                if volume.starts_with(&prefix)
+                    && model::drive_option(drive, "media") != Some("cdrom")
+                {
+                    let size = model::drive_option(drive, "size")
+                        .and_then(model::parse_size)
+                        .unwrap_or(0);
                     entries.push(json!({"volid": volume, "content": "images", "format": "raw", "size": size, "vmid": vmid}));
                 }
             }
@@ -960,19 +1321,36 @@ fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value
 }
 
 /// F13: needs Datastore.Allocate on the volume's storage; a missing volume still ends OK.
-fn delete_volume(server: &Arc<Server>, ctx: &Ctx, storage: &str, volume: &str, params: &Params) -> Result<Value, ApiError> {
+fn delete_volume(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    storage: &str,
+    volume: &str,
+    params: &Params,
+) -> Result<Value, ApiError> {
     params.allow(&["delay"])?;
-    let volid = if volume.contains(':') { volume.to_string() } else { format!("{storage}:{volume}") };
+    let volid = if volume.contains(':') {
+        volume.to_string()
+    } else {
+        format!("{storage}:{volume}")
+    };
     let storeid = volid.split(':').next().unwrap_or(storage).to_string();
     let mut inner = server.state.lock();
     if inner.storage(&storeid).is_none() {
-        return Err(ApiError::internal(format!("storage '{storeid}' does not exist")));
+        return Err(ApiError::internal(format!(
+            "storage '{storeid}' does not exist"
+        )));
     }
     if !ctx.token.allocate_on.contains(&storeid) {
-        return Err(ApiError::new(403, format!("Permission check failed (/storage/{storeid}, Datastore.Allocate)")));
+        return Err(ApiError::new(
+            403,
+            format!("Permission check failed (/storage/{storeid}, Datastore.Allocate)"),
+        ));
     }
     let work = Work::DeleteVolume { volid };
-    Ok(json!(start_task(server, ctx, &mut inner, "imgdel", &storeid, work)))
+    Ok(json!(start_task(
+        server, ctx, &mut inner, "imgdel", &storeid, work
+    )))
 }
 
 // ---------------------------------------------------------------- tasks
@@ -1006,7 +1384,12 @@ pub(crate) async fn wait_for_flock(server: &Server, vmid: u32) -> Result<bool, S
     let deadline = Instant::now() + FLOCK_TIMEOUT;
     let mut waited = false;
     loop {
-        let busy = server.state.lock().guests.get(&vmid).is_some_and(|g| g.busy.is_some());
+        let busy = server
+            .state
+            .lock()
+            .guests
+            .get(&vmid)
+            .is_some_and(|g| g.busy.is_some());
         if !busy {
             return Ok(waited);
         }
@@ -1025,11 +1408,17 @@ mod tests {
     #[test]
     fn attaching_ide2_appends_it_to_the_boot_order() {
         let mut config = BTreeMap::from([("boot".to_string(), "order=scsi0".to_string())]);
-        let set = BTreeMap::from([("ide2".to_string(), "proxy-seeds:iso/a.iso,media=cdrom".to_string())]);
+        let set = BTreeMap::from([(
+            "ide2".to_string(),
+            "proxy-seeds:iso/a.iso,media=cdrom".to_string(),
+        )]);
         apply_config_change(&mut config, &set, &[]);
         assert_eq!(config["boot"], "order=scsi0;ide2");
         apply_config_change(&mut config, &set, &[]);
-        assert_eq!(config["boot"], "order=scsi0;ide2", "re-setting ide2 must not append twice");
+        assert_eq!(
+            config["boot"], "order=scsi0;ide2",
+            "re-setting ide2 must not append twice"
+        );
     }
 
     #[test]

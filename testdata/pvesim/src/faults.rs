@@ -60,7 +60,12 @@ impl FaultRule {
     /// A rule for `method` (`"*"` for any) and `path`.
     pub fn new(method: &str, path: &str, trigger: Trigger, action: FaultAction) -> Self {
         let method = (method != "*").then(|| method.to_ascii_uppercase());
-        FaultRule { method, path: path.to_string(), trigger, action }
+        FaultRule {
+            method,
+            path: path.to_string(),
+            trigger,
+            action,
+        }
     }
 
     fn matches(&self, method: &str, path: &str) -> bool {
@@ -82,12 +87,17 @@ impl FromStr for FaultRule {
         let (Some(method), Some(path), Some(trigger), Some(action)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(format!("fault {spec:?}: expected `METHOD PATH TRIGGER ACTION`"));
+            return Err(format!(
+                "fault {spec:?}: expected `METHOD PATH TRIGGER ACTION`"
+            ));
         };
         let trigger = match trigger.split_once('=') {
             None if trigger == "always" => Trigger::Always,
             Some(("nth", n)) => Trigger::Nth(
-                n.parse().ok().filter(|n| *n > 0).ok_or(format!("fault: bad nth {n:?}"))?,
+                n.parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or(format!("fault: bad nth {n:?}"))?,
             ),
             Some(("rate", p)) => Trigger::Rate(
                 p.parse()
@@ -101,21 +111,26 @@ impl FromStr for FaultRule {
             None if action == "reset" => FaultAction::Reset,
             None if action == "lock" => FaultAction::LockContention,
             Some(("status", rest)) => {
-                let (code, message) =
-                    rest.split_once(':').ok_or("fault: status needs CODE:MESSAGE")?;
+                let (code, message) = rest
+                    .split_once(':')
+                    .ok_or("fault: status needs CODE:MESSAGE")?;
                 let status = code
                     .parse()
                     .ok()
                     .filter(|c| (400..=599).contains(c))
                     .ok_or(format!("fault: bad status {code:?}"))?;
-                FaultAction::Status { status, message: message.to_string() }
+                FaultAction::Status {
+                    status,
+                    message: message.to_string(),
+                }
             }
             Some(("delay", ms)) => FaultAction::Delay(Duration::from_millis(
                 ms.parse().map_err(|_| format!("fault: bad delay {ms:?}"))?,
             )),
             Some(("task-fail", text)) if !text.is_empty() => FaultAction::TaskFails(text.into()),
             Some(("task-warnings", n)) => FaultAction::TaskWarnings(
-                n.parse().map_err(|_| format!("fault: bad warning count {n:?}"))?,
+                n.parse()
+                    .map_err(|_| format!("fault: bad warning count {n:?}"))?,
             ),
             _ => return Err(format!("fault: unknown action {action:?}")),
         };
@@ -181,7 +196,9 @@ impl Faults {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Adds a rule; rules are tried in the order they were added and the first that fires wins.
@@ -189,7 +206,11 @@ impl Faults {
         let mut state = self.lock();
         state.next_id += 1;
         let id = FaultId(state.next_id);
-        state.rules.push(ActiveRule { id, rule, matched: 0 });
+        state.rules.push(ActiveRule {
+            id,
+            rule,
+            matched: 0,
+        });
         id
     }
 
@@ -231,7 +252,10 @@ impl Faults {
     pub(crate) fn decide(&self, method: &str, path: &str) -> Decision {
         let mut state = self.lock();
         state.requests_seen += 1;
-        if state.abort_at.is_some_and(|limit| state.requests_seen > limit) {
+        if state
+            .abort_at
+            .is_some_and(|limit| state.requests_seen > limit)
+        {
             return Decision::Act(FaultAction::Reset);
         }
         let FaultState { rules, rng, .. } = &mut *state;
@@ -256,9 +280,18 @@ mod tests {
 
     #[test]
     fn patterns_match_by_segment() {
-        assert!(path_matches("/nodes/*/qemu/*/clone", "/nodes/pv1-1/qemu/9001/clone"));
-        assert!(!path_matches("/nodes/*/qemu/*/clone", "/nodes/pv1-1/qemu/9001/config"));
-        assert!(!path_matches("/nodes/*/qemu/*", "/nodes/pv1-1/qemu/9001/config"));
+        assert!(path_matches(
+            "/nodes/*/qemu/*/clone",
+            "/nodes/pv1-1/qemu/9001/clone"
+        ));
+        assert!(!path_matches(
+            "/nodes/*/qemu/*/clone",
+            "/nodes/pv1-1/qemu/9001/config"
+        ));
+        assert!(!path_matches(
+            "/nodes/*/qemu/*",
+            "/nodes/pv1-1/qemu/9001/config"
+        ));
         assert!(path_matches("/nodes/**", "/nodes/pv1-1/qemu/9001/config"));
         assert!(path_matches("/**", "/version"));
     }
@@ -266,7 +299,12 @@ mod tests {
     #[test]
     fn nth_fires_once_on_the_nth_match_only() {
         let faults = Faults::new(1);
-        faults.add(FaultRule::new("POST", "/a", Trigger::Nth(2), FaultAction::Reset));
+        faults.add(FaultRule::new(
+            "POST",
+            "/a",
+            Trigger::Nth(2),
+            FaultAction::Reset,
+        ));
         let fired: Vec<bool> = (0..4)
             .map(|_| faults.decide("POST", "/a") != Decision::Proceed)
             .collect();
@@ -278,8 +316,15 @@ mod tests {
     fn rate_is_repeatable_with_a_seed() {
         let run = || {
             let faults = Faults::new(42);
-            faults.add(FaultRule::new("*", "/**", Trigger::Rate(0.5), FaultAction::Reset));
-            (0..64).map(|_| faults.decide("GET", "/x") != Decision::Proceed).collect::<Vec<_>>()
+            faults.add(FaultRule::new(
+                "*",
+                "/**",
+                Trigger::Rate(0.5),
+                FaultAction::Reset,
+            ));
+            (0..64)
+                .map(|_| faults.decide("GET", "/x") != Decision::Proceed)
+                .collect::<Vec<_>>()
         };
         let first = run();
         assert_eq!(first, run());
@@ -293,24 +338,64 @@ mod tests {
         faults.abort_after(2);
         let outcomes: Vec<Decision> = (0..4).map(|_| faults.decide("GET", "/version")).collect();
         assert_eq!(outcomes[..2], [Decision::Proceed, Decision::Proceed]);
-        assert_eq!(outcomes[2..], [Decision::Act(FaultAction::Reset), Decision::Act(FaultAction::Reset)]);
+        assert_eq!(
+            outcomes[2..],
+            [
+                Decision::Act(FaultAction::Reset),
+                Decision::Act(FaultAction::Reset)
+            ]
+        );
         faults.clear_abort();
         assert_eq!(faults.decide("GET", "/version"), Decision::Proceed);
     }
 
     #[test]
     fn parses_the_flag_syntax() {
-        let rule: FaultRule = "POST /nodes/*/qemu/*/clone nth=2 status=500:boom, it broke".parse().unwrap();
+        let rule: FaultRule = "POST /nodes/*/qemu/*/clone nth=2 status=500:boom, it broke"
+            .parse()
+            .unwrap();
         assert_eq!(rule.method.as_deref(), Some("POST"));
         assert_eq!(rule.trigger, Trigger::Nth(2));
-        assert_eq!(rule.action, FaultAction::Status { status: 500, message: "boom, it broke".into() });
-        let rule: FaultRule = "* /** rate=0.25 task-fail=clone failed: out of space".parse().unwrap();
+        assert_eq!(
+            rule.action,
+            FaultAction::Status {
+                status: 500,
+                message: "boom, it broke".into()
+            }
+        );
+        let rule: FaultRule = "* /** rate=0.25 task-fail=clone failed: out of space"
+            .parse()
+            .unwrap();
         assert_eq!(rule.method, None);
-        assert_eq!(rule.action, FaultAction::TaskFails("clone failed: out of space".into()));
-        assert_eq!("GET /x always delay=30".parse::<FaultRule>().unwrap().action, FaultAction::Delay(Duration::from_millis(30)));
-        assert_eq!("GET /x always lock".parse::<FaultRule>().unwrap().action, FaultAction::LockContention);
-        assert_eq!("GET /x always task-warnings=1".parse::<FaultRule>().unwrap().action, FaultAction::TaskWarnings(1));
-        for bad in ["GET /x", "GET /x nth=0 reset", "GET /x rate=2 reset", "GET /x always status=200:ok", "GET /x always explode"] {
+        assert_eq!(
+            rule.action,
+            FaultAction::TaskFails("clone failed: out of space".into())
+        );
+        assert_eq!(
+            "GET /x always delay=30"
+                .parse::<FaultRule>()
+                .unwrap()
+                .action,
+            FaultAction::Delay(Duration::from_millis(30))
+        );
+        assert_eq!(
+            "GET /x always lock".parse::<FaultRule>().unwrap().action,
+            FaultAction::LockContention
+        );
+        assert_eq!(
+            "GET /x always task-warnings=1"
+                .parse::<FaultRule>()
+                .unwrap()
+                .action,
+            FaultAction::TaskWarnings(1)
+        );
+        for bad in [
+            "GET /x",
+            "GET /x nth=0 reset",
+            "GET /x rate=2 reset",
+            "GET /x always status=200:ok",
+            "GET /x always explode",
+        ] {
             assert!(bad.parse::<FaultRule>().is_err(), "{bad} should not parse");
         }
     }

@@ -32,6 +32,8 @@
 //! State lives in memory for the life of the [`Simulator`]; the state directory only receives
 //! the CA and the tokens. Faults ([`Faults`]) and seeding ([`SimState`]) work while it runs.
 
+#![warn(missing_docs)]
+
 mod api;
 mod faults;
 mod model;
@@ -145,7 +147,8 @@ impl Simulator {
         let tls = tls::generate(&config.node)?;
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
                 (dir.clone(), None)
             }
             None => {
@@ -158,7 +161,8 @@ impl Simulator {
         let token = format!("{}={}", main_token.full_id(), main_token.secret);
         let limited_token = format!("{}={}", limited.full_id(), limited.secret);
         let ca_file = state_dir.join("ca.pem");
-        std::fs::write(&ca_file, &tls.ca_pem).with_context(|| format!("writing {}", ca_file.display()))?;
+        std::fs::write(&ca_file, &tls.ca_pem)
+            .with_context(|| format!("writing {}", ca_file.display()))?;
         write_private(&state_dir.join("token"), &token)?;
         write_private(&state_dir.join("limited-token"), &limited_token)?;
 
@@ -175,7 +179,12 @@ impl Simulator {
             agent_delay: config.agent_delay,
         });
         let (shutdown, shutdown_rx) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, TlsAcceptor::from(tls.server_config), server.clone(), shutdown_rx));
+        tokio::spawn(accept_loop(
+            listener,
+            TlsAcceptor::from(tls.server_config),
+            server.clone(),
+            shutdown_rx,
+        ));
         Ok(Simulator {
             url: format!("https://{address}"),
             ca_pem: tls.ca_pem,
@@ -261,7 +270,9 @@ async fn accept_loop(
         let server = server.clone();
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
             let service = service_fn(move |request| api::handle(server.clone(), request));
             let connection = http1::Builder::new().serve_connection(TokioIo::new(tls), service);
             tokio::select! {

@@ -9,7 +9,9 @@ pub(crate) fn normalize_tags(input: &str) -> Result<String, String> {
     let mut tags: Vec<String> = Vec::new();
     for tag in input.split([';', ',']).filter(|t| !t.is_empty()) {
         let mut chars = tag.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || "_-+.".contains(c));
         if !first_ok || !rest_ok {
             return Err("invalid characters in tag".to_string());
@@ -39,12 +41,14 @@ pub(crate) fn parse_size(text: &str) -> Option<u64> {
         c => (&text[..text.len() - 1], unit_bytes(c)?),
     };
     let valid = !number.is_empty()
-        && number.split_once('.').map_or(number.chars().all(|c| c.is_ascii_digit()), |(i, f)| {
-            !i.is_empty()
-                && !f.is_empty()
-                && i.chars().all(|c| c.is_ascii_digit())
-                && f.chars().all(|c| c.is_ascii_digit())
-        });
+        && number
+            .split_once('.')
+            .map_or(number.chars().all(|c| c.is_ascii_digit()), |(i, f)| {
+                !i.is_empty()
+                    && !f.is_empty()
+                    && i.chars().all(|c| c.is_ascii_digit())
+                    && f.chars().all(|c| c.is_ascii_digit())
+            });
     if !valid {
         return None;
     }
@@ -57,7 +61,7 @@ pub(crate) fn parse_size(text: &str) -> Option<u64> {
 pub(crate) fn format_size(bytes: u64) -> String {
     for unit in ['T', 'G', 'M', 'K'] {
         let per = unit_bytes(unit).unwrap_or(1);
-        if bytes >= per && bytes % per == 0 {
+        if bytes >= per && bytes.is_multiple_of(per) {
             return format!("{}{unit}", bytes / per);
         }
     }
@@ -66,7 +70,10 @@ pub(crate) fn format_size(bytes: u64) -> String {
 
 /// A drive or net string's `key=value` options after the first (volume or model) part.
 pub(crate) fn drive_option<'a>(drive: &'a str, key: &str) -> Option<&'a str> {
-    drive.split(',').skip(1).find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    drive
+        .split(',')
+        .skip(1)
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// Replaces or appends `key=value` in a drive string, keeping the other options in order.
@@ -87,7 +94,10 @@ pub(crate) fn is_drive_key(key: &str) -> bool {
             .and_then(|n| n.parse::<u32>().ok().filter(|n| *n <= max).map(|_| n.len()))
             .is_some_and(|len| len > 0 && !key.ends_with('+'))
     };
-    indexed("ide", 3) || indexed("sata", 5) || indexed("scsi", 30) || indexed("virtio", 15)
+    indexed("ide", 3)
+        || indexed("sata", 5)
+        || indexed("scsi", 30)
+        || indexed("virtio", 15)
         || key == "efidisk0"
         || key == "tpmstate0"
 }
@@ -105,7 +115,11 @@ pub(crate) fn digest(config: &BTreeMap<String, String>) -> String {
     for (key, value) in config {
         hasher.update(format!("{key}: {value}\n").as_bytes());
     }
-    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The UPID layout: `UPID:<node>:%08X:%08X:%08X:<type>:<id>:<user>:` with the trailing colon.
@@ -156,7 +170,11 @@ mod tests {
         assert_eq!(normalize_tags("b-2,a;B-2").unwrap(), "a;b-2");
         assert_eq!(normalize_tags("").unwrap(), "");
         for bad in ["proxy operator", "bang!", "-lead"] {
-            assert_eq!(normalize_tags(bad).unwrap_err(), "invalid characters in tag", "{bad}");
+            assert_eq!(
+                normalize_tags(bad).unwrap_err(),
+                "invalid characters in tag",
+                "{bad}"
+            );
         }
     }
 
@@ -177,7 +195,10 @@ mod tests {
     fn drive_options_are_read_and_replaced_in_place() {
         let drive = "local-lvm:vm-100-disk-0,iothread=1,size=3G";
         assert_eq!(drive_option(drive, "size"), Some("3G"));
-        assert_eq!(set_drive_option(drive, "size", "8G"), "local-lvm:vm-100-disk-0,iothread=1,size=8G");
+        assert_eq!(
+            set_drive_option(drive, "size", "8G"),
+            "local-lvm:vm-100-disk-0,iothread=1,size=8G"
+        );
         assert_eq!(set_drive_option("x:y", "size", "1G"), "x:y,size=1G");
     }
 
@@ -193,10 +214,23 @@ mod tests {
 
     #[test]
     fn upid_has_the_exact_layout() {
-        let upid = format_upid("pv1-1", 0x17C594, 0xADB2769, 0x63EC5455, "imgcopy", "", "root@pam!tok");
-        assert_eq!(upid, "UPID:pv1-1:0017C594:0ADB2769:63EC5455:imgcopy::root@pam!tok:");
+        let upid = format_upid(
+            "pv1-1",
+            0x17C594,
+            0xADB2769,
+            0x63EC5455,
+            "imgcopy",
+            "",
+            "root@pam!tok",
+        );
+        assert_eq!(
+            upid,
+            "UPID:pv1-1:0017C594:0ADB2769:63EC5455:imgcopy::root@pam!tok:"
+        );
         assert!(is_upid(&upid));
-        assert!(!is_upid("UPID:pv1-1:0017C594:0ADB2769:63EC5455:imgcopy::root@pam"));
+        assert!(!is_upid(
+            "UPID:pv1-1:0017C594:0ADB2769:63EC5455:imgcopy::root@pam"
+        ));
         assert!(!is_upid("nonsense"));
     }
 

@@ -41,11 +41,16 @@ impl Params {
 
     /// A Proxmox boolean (`0/1`, `yes/no`, `on/off`, `true/false`).
     pub fn boolean(&self, key: &str) -> Result<Option<bool>, ApiError> {
-        let Some(value) = self.get(key) else { return Ok(None) };
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
         match value.to_ascii_lowercase().as_str() {
             "1" | "yes" | "on" | "true" => Ok(Some(true)),
             "0" | "no" | "off" | "false" => Ok(Some(false)),
-            _ => Err(ApiError::param(key, format!("type check ('boolean') failed - got '{value}'"))),
+            _ => Err(ApiError::param(
+                key,
+                format!("type check ('boolean') failed - got '{value}'"),
+            )),
         }
     }
 }

@@ -29,7 +29,11 @@ pub(crate) const MISSING: &str = "property is missing and it is not optional";
 
 impl ApiError {
     pub fn new(status: u16, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into(), errors: None }
+        ApiError {
+            status,
+            message: message.into(),
+            errors: None,
+        }
     }
 
     /// A logic error: Proxmox answers every `die` with 500.
@@ -41,7 +45,11 @@ impl ApiError {
     pub fn param(name: &str, message: impl Into<String>) -> Self {
         let mut errors = BTreeMap::new();
         errors.insert(name.to_string(), message.into());
-        ApiError { status: 400, message: PARAM_FAILED.to_string(), errors: Some(errors) }
+        ApiError {
+            status: 400,
+            message: PARAM_FAILED.to_string(),
+            errors: Some(errors),
+        }
     }
 
     /// A schema format error; these values end in a newline on real hosts.
@@ -65,7 +73,10 @@ pub(crate) fn error(err: &ApiError) -> Response<Full<Bytes>> {
     } else {
         let mut object = serde_json::Map::new();
         object.insert("data".into(), Value::Null);
-        object.insert("message".into(), Value::String(format!("{}\n", err.message)));
+        object.insert(
+            "message".into(),
+            Value::String(format!("{}\n", err.message)),
+        );
         if let Some(errors) = &err.errors {
             object.insert("errors".into(), json!(errors));
         }
@@ -83,13 +94,18 @@ pub(crate) fn error(err: &ApiError) -> Response<Full<Bytes>> {
         response.headers_mut().remove(header::CONTENT_TYPE);
     }
     // pveproxy disables keep-alive for codes >= 400.
-    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
 fn add_common_headers(response: &mut Response<Full<Bytes>>) {
     let headers = response.headers_mut();
-    headers.insert(header::SERVER, HeaderValue::from_static("pve-api-daemon/3.0"));
+    headers.insert(
+        header::SERVER,
+        HeaderValue::from_static("pve-api-daemon/3.0"),
+    );
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json;charset=UTF-8"),
@@ -111,10 +127,16 @@ mod tests {
     async fn error_carries_message_twice_with_newline() {
         let response = error(&ApiError::internal("VM is locked (clone)"));
         assert_eq!(response.status(), 500);
-        let reason = response.extensions().get::<hyper::ext::ReasonPhrase>().unwrap();
+        let reason = response
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .unwrap();
         assert_eq!(reason.as_bytes(), b"VM is locked (clone)");
         let body: Value = serde_json::from_slice(&body_of(response).await).unwrap();
-        assert_eq!(body, json!({"data": null, "message": "VM is locked (clone)\n"}));
+        assert_eq!(
+            body,
+            json!({"data": null, "message": "VM is locked (clone)\n"})
+        );
     }
 
     #[tokio::test]

@@ -101,7 +101,9 @@ pub(crate) struct Inner {
 }
 
 pub(crate) fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Inner {
@@ -159,9 +161,21 @@ impl SimState {
             node: node.to_string(),
             guests: BTreeMap::new(),
             storages: vec![
-                Storage { id: "local".into(), plugin: "dir", content: vec!["iso", "vztmpl", "backup", "import"] },
-                Storage { id: "local-lvm".into(), plugin: "lvmthin", content: vec!["images", "rootdir"] },
-                Storage { id: "proxy-seeds".into(), plugin: "dir", content: vec!["iso"] },
+                Storage {
+                    id: "local".into(),
+                    plugin: "dir",
+                    content: vec!["iso", "vztmpl", "backup", "import"],
+                },
+                Storage {
+                    id: "local-lvm".into(),
+                    plugin: "lvmthin",
+                    content: vec!["images", "rootdir"],
+                },
+                Storage {
+                    id: "proxy-seeds".into(),
+                    plugin: "dir",
+                    content: vec!["iso"],
+                },
             ],
             volumes: BTreeMap::new(),
             tasks: BTreeMap::new(),
@@ -169,13 +183,17 @@ impl SimState {
             pstart: 0x0ADB_2769,
             requests: Vec::new(),
         };
-        let state = SimState { inner: Arc::new(Mutex::new(inner)) };
+        let state = SimState {
+            inner: Arc::new(Mutex::new(inner)),
+        };
         state.preload_templates();
         state
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// F19: 9001 is the suitable Debian template; 9000 (Ubuntu) carries a cloud-init drive on
@@ -187,7 +205,10 @@ impl SimState {
             ("boot", "order=scsi0"),
             ("cores", "2"),
             ("cpu", "x86-64-v2-AES"),
-            ("efidisk0", "local-lvm:base-9001-disk-0,efitype=4m,pre-enrolled-keys=1,size=4M"),
+            (
+                "efidisk0",
+                "local-lvm:base-9001-disk-0,efitype=4m,pre-enrolled-keys=1,size=4M",
+            ),
             ("machine", "q35"),
             ("memory", "2048"),
             ("meta", "creation-qemu=11.0.3,ctime=1790145676"),
@@ -223,7 +244,10 @@ impl SimState {
 
     /// Adds (or replaces) a stopped QEMU VM with this config.
     pub fn add_qemu_vm(&self, vmid: u32, config: &[(&str, &str)]) {
-        let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let config = config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         self.lock().guests.insert(
             vmid,
             Guest {
@@ -262,7 +286,9 @@ impl SimState {
     /// Sets or clears a guest's `lock` property (e.g. `backup`, `suspended`). False if absent.
     pub fn set_lock(&self, vmid: u32, lock: Option<&str>) -> bool {
         let mut inner = self.lock();
-        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        let Some(guest) = inner.guests.get_mut(&vmid) else {
+            return false;
+        };
         match lock {
             Some(lock) => guest.config.insert("lock".into(), lock.into()),
             None => guest.config.remove("lock"),
@@ -273,7 +299,9 @@ impl SimState {
     /// Forces a guest's run state; `Running` counts as started now (the agent delay restarts).
     pub fn set_run_state(&self, vmid: u32, run: RunState) -> bool {
         let mut inner = self.lock();
-        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        let Some(guest) = inner.guests.get_mut(&vmid) else {
+            return false;
+        };
         guest.run = run;
         guest.started = match run {
             RunState::Stopped => None,
@@ -285,7 +313,9 @@ impl SimState {
     /// Sets one config key of a guest directly, bypassing the API's checks. False if absent.
     pub fn set_config(&self, vmid: u32, key: &str, value: Option<&str>) -> bool {
         let mut inner = self.lock();
-        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        let Some(guest) = inner.guests.get_mut(&vmid) else {
+            return false;
+        };
         match value {
             Some(value) => guest.config.insert(key.into(), value.into()),
             None => guest.config.remove(key),
@@ -296,7 +326,9 @@ impl SimState {
     /// Sets the IPv4 address the guest agent reports on ens18 (default [`DEFAULT_GUEST_IP`]).
     pub fn set_guest_ip(&self, vmid: u32, ip: &str) -> bool {
         let mut inner = self.lock();
-        let Some(guest) = inner.guests.get_mut(&vmid) else { return false };
+        let Some(guest) = inner.guests.get_mut(&vmid) else {
+            return false;
+        };
         guest.guest_ip = ip.to_string();
         true
     }
@@ -322,7 +354,10 @@ impl SimState {
 
     /// Stores a volume directly (e.g. a stale seed ISO). `volid` is `<storage>:iso/<file>`.
     pub fn add_volume(&self, volid: &str, bytes: &[u8]) {
-        let volume = Volume { bytes: bytes::Bytes::copy_from_slice(bytes), ctime: unix_now() };
+        let volume = Volume {
+            bytes: bytes::Bytes::copy_from_slice(bytes),
+            ctime: unix_now(),
+        };
         self.lock().volumes.insert(volid.to_string(), volume);
     }
 
@@ -334,7 +369,12 @@ impl SimState {
     /// The volids stored on one storage.
     pub fn volumes(&self, storage: &str) -> Vec<String> {
         let prefix = format!("{storage}:");
-        self.lock().volumes.keys().filter(|v| v.starts_with(&prefix)).cloned().collect()
+        self.lock()
+            .volumes
+            .keys()
+            .filter(|v| v.starts_with(&prefix))
+            .cloned()
+            .collect()
     }
 
     /// A snapshot of one task.
@@ -357,7 +397,10 @@ impl SimState {
 
     /// The config digest `GET …/config` would report now.
     pub fn digest(&self, vmid: u32) -> Option<String> {
-        self.lock().guests.get(&vmid).map(|g| model::digest(&g.config))
+        self.lock()
+            .guests
+            .get(&vmid)
+            .map(|g| model::digest(&g.config))
     }
 }
 

@@ -12,20 +12,51 @@ use crate::state::{GuestKind, Inner, RunState, Volume, unix_now};
 
 /// What a task does when its latency has passed.
 pub(crate) enum Work {
-    Clone { newid: u32, config: BTreeMap<String, String> },
-    Start { vmid: u32 },
-    Stop { vmid: u32 },
-    Pause { vmid: u32 },
-    Resume { vmid: u32 },
-    Config { vmid: u32, previous: BTreeMap<String, String> },
-    Resize { vmid: u32, disk: String, size: String },
-    Destroy { vmid: u32 },
-    Upload { volid: String, filename: String, bytes: Bytes },
-    DeleteVolume { volid: String },
+    Clone {
+        newid: u32,
+        config: BTreeMap<String, String>,
+    },
+    Start {
+        vmid: u32,
+    },
+    Stop {
+        vmid: u32,
+    },
+    Pause {
+        vmid: u32,
+    },
+    Resume {
+        vmid: u32,
+    },
+    Config {
+        vmid: u32,
+        previous: BTreeMap<String, String>,
+    },
+    Resize {
+        vmid: u32,
+        disk: String,
+        size: String,
+    },
+    Destroy {
+        vmid: u32,
+    },
+    Upload {
+        volid: String,
+        filename: String,
+        bytes: Bytes,
+    },
+    DeleteVolume {
+        volid: String,
+    },
 }
 
 /// Runs one task to its end.
-pub(crate) async fn run(server: Arc<Server>, upid: String, task_override: Option<TaskOverride>, work: Work) {
+pub(crate) async fn run(
+    server: Arc<Server>,
+    upid: String,
+    task_override: Option<TaskOverride>,
+    work: Work,
+) {
     let mut log = Vec::new();
     // F3: start (and stop) queue behind a clone's lock instead of failing; the worker takes the
     // config flock first and only then does its work.
@@ -68,7 +99,10 @@ pub(crate) async fn run(server: Arc<Server>, upid: String, task_override: Option
 }
 
 fn missing(inner: &Inner, vmid: u32) -> String {
-    format!("Configuration file 'nodes/{}/qemu-server/{vmid}.conf' does not exist", inner.node)
+    format!(
+        "Configuration file 'nodes/{}/qemu-server/{vmid}.conf' does not exist",
+        inner.node
+    )
 }
 
 /// The effect of a task that ended well.
@@ -78,7 +112,10 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             let err = missing(inner, newid);
             let guest = inner.guests.get_mut(&newid).ok_or(err)?;
             for (key, drive) in config.iter().filter(|(k, _)| model::is_drive_key(k)) {
-                log.push(format!("create full clone of drive {key} ({})", drive.split(',').next().unwrap_or_default()));
+                log.push(format!(
+                    "create full clone of drive {key} ({})",
+                    drive.split(',').next().unwrap_or_default()
+                ));
             }
             guest.config = config;
             guest.placeholder = false;
@@ -87,7 +124,11 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
         }
         Work::Start { vmid } => {
             let err = missing(inner, vmid);
-            let guest = inner.guests.get_mut(&vmid).filter(|g| g.kind == GuestKind::Qemu).ok_or(err)?;
+            let guest = inner
+                .guests
+                .get_mut(&vmid)
+                .filter(|g| g.kind == GuestKind::Qemu)
+                .ok_or(err)?;
             if let Some(lock) = guest.lock() {
                 return Err(format!("VM is locked ({lock})"));
             }
@@ -100,7 +141,11 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
         }
         Work::Stop { vmid } => {
             let err = missing(inner, vmid);
-            let guest = inner.guests.get_mut(&vmid).filter(|g| g.kind == GuestKind::Qemu).ok_or(err)?;
+            let guest = inner
+                .guests
+                .get_mut(&vmid)
+                .filter(|g| g.kind == GuestKind::Qemu)
+                .ok_or(err)?;
             if let Some(lock) = guest.lock() {
                 return Err(format!("VM is locked ({lock})"));
             }
@@ -116,18 +161,27 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             if guest.run == RunState::Stopped {
                 return Err(format!("VM {vmid} not running"));
             }
-            guest.run = if pausing { RunState::Paused } else { RunState::Running };
+            guest.run = if pausing {
+                RunState::Paused
+            } else {
+                RunState::Running
+            };
             Ok(())
         }
         Work::Config { .. } => Ok(()),
         Work::Resize { vmid, disk, size } => {
             let err = missing(inner, vmid);
             let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
-            let drive = guest.config.get(&disk).ok_or(format!("disk '{disk}' does not exist"))?;
+            let drive = guest
+                .config
+                .get(&disk)
+                .ok_or(format!("disk '{disk}' does not exist"))?;
             if model::drive_option(drive, "media") == Some("cdrom") {
                 return Err("you can't resize a cdrom".to_string());
             }
-            let current = model::drive_option(drive, "size").and_then(model::parse_size).unwrap_or(0);
+            let current = model::drive_option(drive, "size")
+                .and_then(model::parse_size)
+                .unwrap_or(0);
             let requested = match size.strip_prefix('+') {
                 Some(delta) => current + model::parse_size(delta).unwrap_or(0),
                 None => model::parse_size(&size).unwrap_or(0),
@@ -141,15 +195,30 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             Ok(())
         }
         Work::Destroy { vmid } => {
-            let guest = inner.guests.remove(&vmid).ok_or_else(|| missing(inner, vmid))?;
-            for drive in guest.config.iter().filter(|(k, _)| model::is_drive_key(k)).map(|(_, d)| d) {
+            let guest = inner
+                .guests
+                .remove(&vmid)
+                .ok_or_else(|| missing(inner, vmid))?;
+            for drive in guest
+                .config
+                .iter()
+                .filter(|(k, _)| model::is_drive_key(k))
+                .map(|(_, d)| d)
+            {
                 if model::drive_option(drive, "media") != Some("cdrom") {
-                    log.push(format!("Removing image: {}", drive.split(',').next().unwrap_or_default()));
+                    log.push(format!(
+                        "Removing image: {}",
+                        drive.split(',').next().unwrap_or_default()
+                    ));
                 }
             }
             Ok(())
         }
-        Work::Upload { volid, filename, bytes } => {
+        Work::Upload {
+            volid,
+            filename,
+            bytes,
+        } => {
             // F23: staged under /var/tmp, then copied into the storage's iso directory.
             let staged = format!("/var/tmp/pveupload-{}", uuid::Uuid::new_v4().simple());
             log.push(format!("starting file import from: {staged}"));
@@ -159,7 +228,13 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             log.push(format!("command: cp -- {staged} {volid}"));
             log.push("finished file import successfully".to_string());
             // F12: an existing name is silently overwritten.
-            inner.volumes.insert(volid, Volume { bytes, ctime: unix_now() });
+            inner.volumes.insert(
+                volid,
+                Volume {
+                    bytes,
+                    ctime: unix_now(),
+                },
+            );
             Ok(())
         }
         Work::DeleteVolume { volid } => {
@@ -193,4 +268,3 @@ fn roll_back(inner: &mut Inner, work: &Work) {
         _ => {}
     }
 }
-

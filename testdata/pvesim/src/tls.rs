@@ -25,24 +25,42 @@ pub(crate) fn generate(node: &str) -> anyhow::Result<TlsMaterial> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.distinguished_name = DistinguishedName::new();
-    ca_params.distinguished_name.push(DnType::CommonName, "pvesim Proxmox Virtual Environment CA");
-    ca_params.distinguished_name.push(DnType::OrganizationName, "PVE Cluster Manager CA");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "pvesim Proxmox Virtual Environment CA");
+    ca_params
+        .distinguished_name
+        .push(DnType::OrganizationName, "PVE Cluster Manager CA");
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca_params.self_signed(&ca_key).context("self-signing the CA")?;
+    let ca_cert = ca_params
+        .self_signed(&ca_key)
+        .context("self-signing the CA")?;
 
     let leaf_key = KeyPair::generate().context("generating the leaf key")?;
     let mut leaf_params = CertificateParams::new(vec!["localhost".to_string(), node.to_string()])?;
-    leaf_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    leaf_params.subject_alt_names.push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+    leaf_params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    leaf_params
+        .subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
     leaf_params.distinguished_name = DistinguishedName::new();
-    leaf_params.distinguished_name.push(DnType::CommonName, node);
-    leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    leaf_params
+        .distinguished_name
+        .push(DnType::CommonName, node);
+    leaf_params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let leaf_cert = leaf_params
         .signed_by(&leaf_key, &ca_cert, &ca_key)
         .context("signing the leaf certificate")?;
 
-    let chain = vec![leaf_cert.der().clone(), CertificateDer::from(ca_cert.der().to_vec())];
+    let chain = vec![
+        leaf_cert.der().clone(),
+        CertificateDer::from(ca_cert.der().to_vec()),
+    ];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut server_config = rustls::ServerConfig::builder_with_provider(provider)
@@ -53,7 +71,10 @@ pub(crate) fn generate(node: &str) -> anyhow::Result<TlsMaterial> {
         .context("loading the leaf certificate")?;
     // F18: a client asking for h2 still gets HTTP/1.1.
     server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsMaterial { ca_pem: ca_cert.pem(), server_config: Arc::new(server_config) })
+    Ok(TlsMaterial {
+        ca_pem: ca_cert.pem(),
+        server_config: Arc::new(server_config),
+    })
 }
 
 #[cfg(test)]
@@ -63,7 +84,10 @@ mod tests {
     #[test]
     fn alpn_offers_only_http1() {
         let material = generate("pv1-1").unwrap();
-        assert_eq!(material.server_config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+        assert_eq!(
+            material.server_config.alpn_protocols,
+            vec![b"http/1.1".to_vec()]
+        );
         assert!(material.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
     }
 }

@@ -9,7 +9,10 @@ use serde_json::Value;
 #[tokio::test]
 async fn nextid_is_a_string_with_the_lowest_free_id_and_refuses_a_taken_one() {
     let api = Api::start().await;
-    assert_eq!(api.get("/cluster/nextid").await.data(), &Value::String("100".into()));
+    assert_eq!(
+        api.get("/cluster/nextid").await.data(),
+        &Value::String("100".into())
+    );
     api.sim.state().add_lxc(100, "ct");
     assert_eq!(api.get("/cluster/nextid").await.data(), "101");
     let taken = api.get("/cluster/nextid?vmid=9001").await;
@@ -22,13 +25,31 @@ async fn nextid_is_a_string_with_the_lowest_free_id_and_refuses_a_taken_one() {
 async fn clone_gives_new_macs_drops_template_and_names_disks_for_the_target() {
     let api = Api::start().await;
     api.clone_template(199_999, &[]).await;
-    let template = api.get("/nodes/pv1-1/qemu/9001/config").await.data().clone();
-    let clone = api.get("/nodes/pv1-1/qemu/199999/config").await.data().clone();
+    let template = api
+        .get("/nodes/pv1-1/qemu/9001/config")
+        .await
+        .data()
+        .clone();
+    let clone = api
+        .get("/nodes/pv1-1/qemu/199999/config")
+        .await
+        .data()
+        .clone();
     assert_ne!(template["net0"], clone["net0"]);
-    assert!(clone["net0"].as_str().unwrap().starts_with("virtio=BC:24:11:"));
+    assert!(
+        clone["net0"]
+            .as_str()
+            .unwrap()
+            .starts_with("virtio=BC:24:11:")
+    );
     assert!(clone["net0"].as_str().unwrap().ends_with(",bridge=vmbr0"));
     assert!(clone.get("template").is_none());
-    assert!(clone["scsi0"].as_str().unwrap().starts_with("local-lvm:vm-199999-disk-"));
+    assert!(
+        clone["scsi0"]
+            .as_str()
+            .unwrap()
+            .starts_with("local-lvm:vm-199999-disk-")
+    );
     assert_ne!(template["digest"], clone["digest"]);
     assert_eq!(clone["lock"], Value::Null);
 }
@@ -37,20 +58,37 @@ async fn clone_gives_new_macs_drops_template_and_names_disks_for_the_target() {
 async fn clone_of_a_locked_source_is_refused() {
     let api = Api::start().await;
     api.sim.state().set_lock(9001, Some("backup"));
-    let answer = api.post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999")]).await;
-    assert_eq!((answer.status, answer.reason.as_str()), (500, "VM is locked (backup)"));
+    let answer = api
+        .post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999")])
+        .await;
+    assert_eq!(
+        (answer.status, answer.reason.as_str()),
+        (500, "VM is locked (backup)")
+    );
 }
 
 #[tokio::test]
 async fn start_on_a_running_vm_fails_in_the_task_and_stop_on_stopped_is_ok() {
     let api = Api::start().await;
     api.clone_template(199_999, &[]).await;
-    let stop = api.post("/nodes/pv1-1/qemu/199999/status/stop", &[]).await.upid();
+    let stop = api
+        .post("/nodes/pv1-1/qemu/199999/status/stop", &[])
+        .await
+        .upid();
     assert_eq!(api.wait_task(&stop).await["exitstatus"], "OK");
-    let first = api.post("/nodes/pv1-1/qemu/199999/status/start", &[]).await.upid();
+    let first = api
+        .post("/nodes/pv1-1/qemu/199999/status/start", &[])
+        .await
+        .upid();
     assert_eq!(api.wait_task(&first).await["exitstatus"], "OK");
-    let second = api.post("/nodes/pv1-1/qemu/199999/status/start", &[]).await.upid();
-    assert_eq!(api.wait_task(&second).await["exitstatus"], "VM 199999 already running");
+    let second = api
+        .post("/nodes/pv1-1/qemu/199999/status/start", &[])
+        .await
+        .upid();
+    assert_eq!(
+        api.wait_task(&second).await["exitstatus"],
+        "VM 199999 already running"
+    );
 }
 
 #[tokio::test]
@@ -60,24 +98,44 @@ async fn destroy_refuses_a_running_vm_and_locks_destroyed_while_it_runs() {
     api.sim.state().set_run_state(199_999, RunState::Running);
     let path = "/nodes/pv1-1/qemu/199999?purge=1&destroy-unreferenced-disks=1";
     let running = api.delete(path).await;
-    assert_eq!((running.status, running.reason.as_str()), (500, "VM 199999 is running - destroy failed"));
+    assert_eq!(
+        (running.status, running.reason.as_str()),
+        (500, "VM 199999 is running - destroy failed")
+    );
     api.sim.state().set_run_state(199_999, RunState::Stopped);
     let upid = api.delete(path).await.upid();
     assert!(upid.contains(":qmdestroy:199999:"));
-    assert_eq!(api.get("/nodes/pv1-1/qemu/199999/config").await.data()["lock"], "destroyed");
+    assert_eq!(
+        api.get("/nodes/pv1-1/qemu/199999/config").await.data()["lock"],
+        "destroyed"
+    );
     assert_eq!(api.wait_task(&upid).await["exitstatus"], "OK");
     assert_eq!(api.get("/nodes/pv1-1/qemu/199999/config").await.status, 500);
-    assert_eq!(api.get("/cluster/nextid?vmid=199999").await.status, 200, "the VMID is free again");
+    assert_eq!(
+        api.get("/cluster/nextid?vmid=199999").await.status,
+        200,
+        "the VMID is free again"
+    );
 }
 
 #[tokio::test]
 async fn post_config_returns_a_qmconfig_upid_and_delete_removes_keys() {
     let api = Api::start().await;
     api.clone_template(199_999, &[]).await;
-    let upid = api.post("/nodes/pv1-1/qemu/199999/config", &[("cores", "4"), ("delete", "serial0,vga")]).await.upid();
+    let upid = api
+        .post(
+            "/nodes/pv1-1/qemu/199999/config",
+            &[("cores", "4"), ("delete", "serial0,vga")],
+        )
+        .await
+        .upid();
     assert!(upid.contains(":qmconfig:199999:"));
     assert_eq!(api.wait_task(&upid).await["exitstatus"], "OK");
-    let config = api.get("/nodes/pv1-1/qemu/199999/config").await.data().clone();
+    let config = api
+        .get("/nodes/pv1-1/qemu/199999/config")
+        .await
+        .data()
+        .clone();
     assert_eq!(config["cores"], 4);
     assert!(config.get("serial0").is_none() && config.get("vga").is_none());
 }
@@ -85,21 +143,46 @@ async fn post_config_returns_a_qmconfig_upid_and_delete_removes_keys() {
 #[tokio::test]
 async fn config_digest_mismatch_is_refused() {
     let api = Api::start().await;
-    let answer = api.put("/nodes/pv1-1/qemu/9001/config", &[("cores", "4"), ("digest", "0000")]).await;
+    let answer = api
+        .put(
+            "/nodes/pv1-1/qemu/9001/config",
+            &[("cores", "4"), ("digest", "0000")],
+        )
+        .await;
     assert_eq!(answer.status, 500);
-    assert_eq!(answer.reason, "detected modified configuration - file changed by other user? Try again.");
+    assert_eq!(
+        answer.reason,
+        "detected modified configuration - file changed by other user? Try again."
+    );
 }
 
 #[tokio::test]
 async fn unknown_parameters_are_400_and_unknown_paths_501() {
     let api = Api::start().await;
-    let unknown = api.post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999"), ("colour", "red")]).await;
+    let unknown = api
+        .post(
+            "/nodes/pv1-1/qemu/9001/clone",
+            &[("newid", "199999"), ("colour", "red")],
+        )
+        .await;
     assert_eq!(unknown.status, 400);
-    assert_eq!(unknown.body["errors"]["colour"], "property is not defined in schema and the schema does not allow additional properties");
+    assert_eq!(
+        unknown.body["errors"]["colour"],
+        "property is not defined in schema and the schema does not allow additional properties"
+    );
     let missing = api.post("/nodes/pv1-1/qemu/9001/clone", &[]).await;
-    assert_eq!(missing.body["errors"]["newid"], "property is missing and it is not optional");
+    assert_eq!(
+        missing.body["errors"]["newid"],
+        "property is missing and it is not optional"
+    );
     let nowhere = api.get("/nodes/pv1-1/lxc").await;
-    assert_eq!((nowhere.status, nowhere.reason.as_str()), (501, "Method 'GET /api2/json/nodes/pv1-1/lxc' not implemented"));
+    assert_eq!(
+        (nowhere.status, nowhere.reason.as_str()),
+        (
+            501,
+            "Method 'GET /api2/json/nodes/pv1-1/lxc' not implemented"
+        )
+    );
     let other_node = api.get("/nodes/pv9/qemu/9001/config").await;
     assert_eq!(other_node.status, 500);
 }
@@ -108,10 +191,19 @@ async fn unknown_parameters_are_400_and_unknown_paths_501() {
 async fn volid_with_escaped_slash_and_content_listing_of_images() {
     let api = Api::start().await;
     let images = api.get("/nodes/pv1-1/storage/local-lvm/content").await;
-    let volids: Vec<&str> = images.data().as_array().unwrap().iter().map(|v| v["volid"].as_str().unwrap()).collect();
+    let volids: Vec<&str> = images
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["volid"].as_str().unwrap())
+        .collect();
     assert!(volids.contains(&"local-lvm:base-9001-disk-1"), "{volids:?}");
     api.sim.state().add_volume("proxy-seeds:iso/x.iso", b"x");
-    let path = format!("/nodes/pv1-1/storage/proxy-seeds/content/{}", encode("proxy-seeds:iso/x.iso"));
+    let path = format!(
+        "/nodes/pv1-1/storage/proxy-seeds/content/{}",
+        encode("proxy-seeds:iso/x.iso")
+    );
     assert!(path.contains("%2F"));
     api.wait_task(&api.delete(&path).await.upid()).await;
     assert!(api.sim.state().volumes("proxy-seeds").is_empty());
@@ -121,5 +213,8 @@ async fn volid_with_escaped_slash_and_content_listing_of_images() {
 async fn upload_to_a_storage_without_iso_content_is_refused() {
     let api = Api::start().await;
     let answer = api.upload("local-lvm", "s.iso", b"x").await;
-    assert_eq!((answer.status, answer.reason.as_str()), (500, "storage 'local-lvm' does not support 'iso' content"));
+    assert_eq!(
+        (answer.status, answer.reason.as_str()),
+        (500, "storage 'local-lvm' does not support 'iso' content")
+    );
 }

@@ -18,10 +18,20 @@ impl Drop for Running {
 async fn binary_prints_url_ca_and_token_and_serves_version() {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_pvesim"))
-        .args(["--listen", "127.0.0.1:0", "--task-latency-ms", "10", "--agent-delay-ms", "0"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--task-latency-ms",
+            "10",
+            "--agent-delay-ms",
+            "0",
+        ])
         .arg("--state-dir")
         .arg(dir.path())
-        .args(["--fault", "GET /cluster/nextid always status=503:maintenance"])
+        .args([
+            "--fault",
+            "GET /cluster/nextid always status=503:maintenance",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -35,7 +45,10 @@ async fn binary_prints_url_ca_and_token_and_serves_version() {
     }
     let url = &printed["url"];
     let ca = std::fs::read(&printed["ca-file"]).unwrap();
-    assert_eq!(printed["ca-file"], dir.path().join("ca.pem").to_string_lossy());
+    assert_eq!(
+        printed["ca-file"],
+        dir.path().join("ca.pem").to_string_lossy()
+    );
     let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
     assert_eq!(token, printed["token"]);
     assert!(token.starts_with("egress@pve!operator="));
@@ -54,10 +67,15 @@ async fn binary_prints_url_ca_and_token_and_serves_version() {
         .await
         .unwrap();
     assert_eq!(authorized.status(), 200);
-    let body: serde_json::Value = serde_json::from_slice(&authorized.bytes().await.unwrap()).unwrap();
+    let body: serde_json::Value =
+        serde_json::from_slice(&authorized.bytes().await.unwrap()).unwrap();
     assert_eq!(body["data"]["version"], "9.2.20");
 
-    let anonymous = client.get(format!("{url}/api2/json/version")).send().await.unwrap();
+    let anonymous = client
+        .get(format!("{url}/api2/json/version"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anonymous.status(), 401);
     assert!(anonymous.bytes().await.unwrap().is_empty());
 

@@ -46,7 +46,8 @@ fn fixture_dir() -> std::path::PathBuf {
 }
 
 fn load(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixture_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let text =
+        std::fs::read_to_string(fixture_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -62,7 +63,9 @@ fn normalize(value: &mut Value) {
         }
         Value::Object(map) => {
             for (key, field) in map.iter_mut() {
-                if ["pid", "pstart", "starttime", "uptime"].contains(&key.as_str()) && field.is_number() {
+                if ["pid", "pstart", "starttime", "uptime"].contains(&key.as_str())
+                    && field.is_number()
+                {
                     *field = json!("<run-dependent>");
                 } else {
                     normalize(field);
@@ -106,32 +109,85 @@ fn every_fixture_is_checked() {
 async fn version_and_auth_fixtures() {
     let api = Api::start().await;
     check("version.json", &api.get("/version").await);
-    check("err_no_ticket.json", &api.with_auth(None).send("GET", "/version", &[]).await);
-    let wrong = format!("PVEAPIToken={}=wrong", api.sim.token().split_once('=').unwrap().0);
-    check("err_auth_failed.json", &api.with_auth(Some(wrong)).send("GET", "/version", &[]).await);
-    check("err_vm_missing.json", &api.get("/nodes/pv1-1/qemu/999999/config").await);
+    check(
+        "err_no_ticket.json",
+        &api.with_auth(None).send("GET", "/version", &[]).await,
+    );
+    let wrong = format!(
+        "PVEAPIToken={}=wrong",
+        api.sim.token().split_once('=').unwrap().0
+    );
+    check(
+        "err_auth_failed.json",
+        &api.with_auth(Some(wrong))
+            .send("GET", "/version", &[])
+            .await,
+    );
+    check(
+        "err_vm_missing.json",
+        &api.get("/nodes/pv1-1/qemu/999999/config").await,
+    );
 }
 
 #[tokio::test]
 async fn clone_lifecycle_fixtures() {
-    let api = Api::start_with(SimConfig { task_latency: Duration::from_millis(150), ..SimConfig::default() }).await;
+    let api = Api::start_with(SimConfig {
+        task_latency: Duration::from_millis(150),
+        ..SimConfig::default()
+    })
+    .await;
     let storage = api
-        .post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999"), ("name", "proxy-a"), ("full", "1"), ("storage", "local")])
+        .post(
+            "/nodes/pv1-1/qemu/9001/clone",
+            &[
+                ("newid", "199999"),
+                ("name", "proxy-a"),
+                ("full", "1"),
+                ("storage", "local"),
+            ],
+        )
         .await;
     check("clone_storage_no_images.json", &storage);
 
     let clone = api
-        .post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999"), ("name", "proxy-reconaaaaaaaaaaa"), ("full", "1")])
+        .post(
+            "/nodes/pv1-1/qemu/9001/clone",
+            &[
+                ("newid", "199999"),
+                ("name", "proxy-reconaaaaaaaaaaa"),
+                ("full", "1"),
+            ],
+        )
         .await
         .upid();
     let resources = api.get("/cluster/resources?type=vm").await;
-    let mid_clone: Vec<Value> =
-        resources.data().as_array().unwrap().iter().filter(|e| e["vmid"] == 199_999).cloned().collect();
-    assert_fixture("resources_mid_clone.json", resources.status, &resources.reason, &json!({"data": mid_clone}));
-    check("err_locked_clone.json", &api.put("/nodes/pv1-1/qemu/199999/config", &[("cores", "2")]).await);
+    let mid_clone: Vec<Value> = resources
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["vmid"] == 199_999)
+        .cloned()
+        .collect();
+    assert_fixture(
+        "resources_mid_clone.json",
+        resources.status,
+        &resources.reason,
+        &json!({"data": mid_clone}),
+    );
+    check(
+        "err_locked_clone.json",
+        &api.put("/nodes/pv1-1/qemu/199999/config", &[("cores", "2")])
+            .await,
+    );
     let start = api.post("/nodes/pv1-1/qemu/199999/status/start", &[]).await;
     check("start_while_clone_locked_response.json", &start);
-    let clone_again = api.post("/nodes/pv1-1/qemu/9001/clone", &[("newid", "199999"), ("name", "proxy-b")]).await;
+    let clone_again = api
+        .post(
+            "/nodes/pv1-1/qemu/9001/clone",
+            &[("newid", "199999"), ("name", "proxy-b")],
+        )
+        .await;
     check("clone_taken_vmid.json", &clone_again);
 
     api.wait_task(&clone).await;
@@ -149,18 +205,39 @@ async fn agent_and_status_fixtures() {
     .await;
     api.clone_template(199_999, &[]).await;
     // The MAC of the recorded clone's net0.
-    api.sim.state().set_config(199_999, "net0", Some("virtio=BC:24:11:EE:48:83,bridge=vmbr0"));
+    api.sim.state().set_config(
+        199_999,
+        "net0",
+        Some("virtio=BC:24:11:EE:48:83,bridge=vmbr0"),
+    );
     let agent = "/nodes/pv1-1/qemu/199999/agent/network-get-interfaces";
     check("agent_vm_stopped.json", &api.get(agent).await);
-    check("status_stopped.json", &api.get("/nodes/pv1-1/qemu/199999/status/current").await);
-    api.wait_task(&api.post("/nodes/pv1-1/qemu/199999/status/start", &[]).await.upid()).await;
+    check(
+        "status_stopped.json",
+        &api.get("/nodes/pv1-1/qemu/199999/status/current").await,
+    );
+    api.wait_task(
+        &api.post("/nodes/pv1-1/qemu/199999/status/start", &[])
+            .await
+            .upid(),
+    )
+    .await;
     check("agent_not_running.json", &api.get(agent).await);
     tokio::time::sleep(Duration::from_millis(260)).await;
     check("agent_network_get_interfaces.json", &api.get(agent).await);
-    api.wait_task(&api.post("/nodes/pv1-1/qemu/199999/status/suspend", &[]).await.upid()).await;
-    check("status_paused.json", &api.get("/nodes/pv1-1/qemu/199999/status/current").await);
+    api.wait_task(
+        &api.post("/nodes/pv1-1/qemu/199999/status/suspend", &[])
+            .await
+            .upid(),
+    )
+    .await;
+    check(
+        "status_paused.json",
+        &api.get("/nodes/pv1-1/qemu/199999/status/current").await,
+    );
     api.sim.state().set_run_state(199_999, RunState::Stopped);
-    api.put("/nodes/pv1-1/qemu/199999/config", &[("delete", "agent")]).await;
+    api.put("/nodes/pv1-1/qemu/199999/config", &[("delete", "agent")])
+        .await;
     api.sim.state().set_run_state(199_999, RunState::Running);
     check("agent_not_configured.json", &api.get(agent).await);
 }
@@ -170,19 +247,46 @@ async fn config_resize_and_task_fixtures() {
     let api = Api::start().await;
     api.clone_template(199_999, &[]).await;
     let config = "/nodes/pv1-1/qemu/199999/config";
-    check("err_tag_invalid.json", &api.put(config, &[("tags", "proxy operator")]).await);
-    check("err_tag_hyphen.json", &api.put(config, &[("tags", "egress-proxy")]).await);
+    check(
+        "err_tag_invalid.json",
+        &api.put(config, &[("tags", "proxy operator")]).await,
+    );
+    check(
+        "err_tag_hyphen.json",
+        &api.put(config, &[("tags", "egress-proxy")]).await,
+    );
 
-    let same = api.put("/nodes/pv1-1/qemu/199999/resize", &[("disk", "scsi0"), ("size", "3G")]).await;
+    let same = api
+        .put(
+            "/nodes/pv1-1/qemu/199999/resize",
+            &[("disk", "scsi0"), ("size", "3G")],
+        )
+        .await;
     check("resize_same_size_response.json", &same);
     api.wait_task(&same.upid()).await;
-    let shrink = api.put("/nodes/pv1-1/qemu/199999/resize", &[("disk", "scsi0"), ("size", "2G")]).await;
+    let shrink = api
+        .put(
+            "/nodes/pv1-1/qemu/199999/resize",
+            &[("disk", "scsi0"), ("size", "2G")],
+        )
+        .await;
     check("resize_shrink_response.json", &shrink);
     api.wait_task(&shrink.upid()).await;
-    check("task_status_stopped_error.json", &api.task_status(&shrink.upid()).await);
+    check(
+        "task_status_stopped_error.json",
+        &api.task_status(&shrink.upid()).await,
+    );
 
-    api.sim.faults().add(FaultRule::new("POST", "/nodes/*/qemu/*/status/start", Trigger::Nth(1), FaultAction::TaskWarnings(1)));
-    let start = api.post("/nodes/pv1-1/qemu/199999/status/start", &[]).await.upid();
+    api.sim.faults().add(FaultRule::new(
+        "POST",
+        "/nodes/*/qemu/*/status/start",
+        Trigger::Nth(1),
+        FaultAction::TaskWarnings(1),
+    ));
+    let start = api
+        .post("/nodes/pv1-1/qemu/199999/status/start", &[])
+        .await
+        .upid();
     api.wait_task(&start).await;
     check("task_status_warnings.json", &api.task_status(&start).await);
 }
@@ -190,19 +294,39 @@ async fn config_resize_and_task_fixtures() {
 #[tokio::test]
 async fn storage_fixtures() {
     let api = Api::start().await;
-    check("err_upload_extension.json", &api.upload("proxy-seeds", "proxy-a-seed", b"x").await);
-    api.wait_task(&api.upload("proxy-seeds", "proxy-a-seed.iso", b"one").await.upid()).await;
+    check(
+        "err_upload_extension.json",
+        &api.upload("proxy-seeds", "proxy-a-seed", b"x").await,
+    );
+    api.wait_task(
+        &api.upload("proxy-seeds", "proxy-a-seed.iso", b"one")
+            .await
+            .upid(),
+    )
+    .await;
     let overwrite = api.upload("proxy-seeds", "proxy-a-seed.iso", b"two").await;
     check("upload_overwrite_response.json", &overwrite);
     api.wait_task(&overwrite.upid()).await;
 
-    let local = format!("/nodes/pv1-1/storage/local/content/{}", encode("local:iso/proxy-a-seed.iso"));
-    check("err_forbidden_volume_delete.json", &api.delete(&local).await);
-    let seed = format!("/nodes/pv1-1/storage/proxy-seeds/content/{}", encode("proxy-seeds:iso/proxy-a-seed.iso"));
+    let local = format!(
+        "/nodes/pv1-1/storage/local/content/{}",
+        encode("local:iso/proxy-a-seed.iso")
+    );
+    check(
+        "err_forbidden_volume_delete.json",
+        &api.delete(&local).await,
+    );
+    let seed = format!(
+        "/nodes/pv1-1/storage/proxy-seeds/content/{}",
+        encode("proxy-seeds:iso/proxy-a-seed.iso")
+    );
     let first = api.delete(&seed).await;
     check("content_delete_response.json", &first);
     api.wait_task(&first.upid()).await;
     let again = api.delete(&seed).await.upid();
     api.wait_task(&again).await;
-    check("task_status_volume_missing.json", &api.task_status(&again).await);
+    check(
+        "task_status_volume_missing.json",
+        &api.task_status(&again).await,
+    );
 }

@@ -22,9 +22,10 @@ async fn spinning_guest_is_stopped_while_another_call_completes() {
         let result = spinner.call(misbehave("spin"), &CallContext::default()).await;
         (result, Instant::now())
     });
-    // Let the spin start. On a current-thread runtime this sleep only returns if the spinning
-    // guest yields the thread.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Let the spin start. On a current-thread runtime the spinner now has the only thread: this
+    // task runs again before the deadline only if the spinning guest yields it. (A yield, not a
+    // sleep: the timer driver is only checked every few dozen task polls.)
+    tokio::task::yield_now().await;
     let get = Request::Get { config: "{}".into(), provider_id: "ref/web".into() };
     let concurrent = reference.call(get, &CallContext::default()).await;
     let concurrent_done = Instant::now();

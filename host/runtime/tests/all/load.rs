@@ -75,3 +75,14 @@ async fn an_unreadable_file_says_so() {
     assert!(error.to_string().contains("cannot read"), "{error}");
     assert_eq!(error.path(), path);
 }
+
+#[tokio::test]
+async fn a_component_without_the_provider_export_is_the_wrong_world() {
+    // The smallest valid component: magic and the component layer, no sections, no exports.
+    let error = load_error(b"\0asm\x0d\0\x01\0", Path::new("empty-component.wasm")).await;
+    assert!(matches!(error, LoadError::MissingExport { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "empty-component.wasm: exports no egress:provider/provider interface (wrong world?); its exports: none"
+    );
+}

@@ -8,3 +8,4 @@ mod hot_swap;
 mod limits;
 mod load;
 mod logs;
+mod memory_creator;

@@ -32,7 +32,10 @@ impl Answer {
 
     pub fn upid(&self) -> String {
         assert_eq!(self.status, 200, "expected a UPID, got {self:?}");
-        self.data().as_str().expect("data is a UPID string").to_string()
+        self.data()
+            .as_str()
+            .expect("data is a UPID string")
+            .to_string()
     }
 
     pub fn message(&self) -> &str {
@@ -57,7 +60,11 @@ pub fn encode(segment: &str) -> String {
 
 impl Api {
     pub async fn start() -> Api {
-        Self::start_with(SimConfig { task_latency: LATENCY, ..SimConfig::default() }).await
+        Self::start_with(SimConfig {
+            task_latency: LATENCY,
+            ..SimConfig::default()
+        })
+        .await
     }
 
     pub async fn start_with(config: SimConfig) -> Api {
@@ -73,10 +80,17 @@ impl Api {
     }
 
     pub async fn send(&self, method: &str, path: &str, form: &[(&str, &str)]) -> Answer {
-        self.try_send(method, path, form).await.expect("request failed at transport level")
+        self.try_send(method, path, form)
+            .await
+            .expect("request failed at transport level")
     }
 
-    pub async fn try_send(&self, method: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Result<Answer> {
+    pub async fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        form: &[(&str, &str)],
+    ) -> reqwest::Result<Answer> {
         send_as(self, self.auth.as_deref(), method, path, form).await
     }
 
@@ -97,7 +111,8 @@ impl Api {
     }
 
     pub async fn task_status(&self, upid: &str) -> Answer {
-        self.get(&format!("/nodes/pv1-1/tasks/{}/status", encode(upid))).await
+        self.get(&format!("/nodes/pv1-1/tasks/{}/status", encode(upid)))
+            .await
     }
 
     /// Polls a task until it has stopped; returns its status object.
@@ -116,9 +131,16 @@ impl Api {
     /// Clones 9001 to `newid` and waits; asserts the task ended OK.
     pub async fn clone_template(&self, newid: u32, extra: &[(&str, &str)]) {
         let newid = newid.to_string();
-        let mut form = vec![("newid", newid.as_str()), ("name", "proxy-reconaaaaaaaaaaa"), ("full", "1")];
+        let mut form = vec![
+            ("newid", newid.as_str()),
+            ("name", "proxy-reconaaaaaaaaaaa"),
+            ("full", "1"),
+        ];
         form.extend_from_slice(extra);
-        let upid = self.post("/nodes/pv1-1/qemu/9001/clone", &form).await.upid();
+        let upid = self
+            .post("/nodes/pv1-1/qemu/9001/clone", &form)
+            .await
+            .upid();
         let status = self.wait_task(&upid).await;
         assert_eq!(status["exitstatus"], "OK", "clone: {status}");
     }
@@ -129,8 +151,13 @@ impl Api {
             .file_name(filename.to_string())
             .mime_str("application/octet-stream")
             .unwrap();
-        let form = reqwest::multipart::Form::new().text("content", "iso").part("filename", part);
-        let url = format!("{}/api2/json/nodes/pv1-1/storage/{storage}/upload", self.sim.url());
+        let form = reqwest::multipart::Form::new()
+            .text("content", "iso")
+            .part("filename", part);
+        let url = format!(
+            "{}/api2/json/nodes/pv1-1/storage/{storage}/upload",
+            self.sim.url()
+        );
         let mut request = self.client.post(url).multipart(form);
         if let Some(auth) = &self.auth {
             request = request.header("Authorization", auth);
@@ -146,11 +173,19 @@ pub struct ApiAs<'a> {
 
 impl ApiAs<'_> {
     pub async fn send(&self, method: &str, path: &str, form: &[(&str, &str)]) -> Answer {
-        send_as(self.api, self.auth.as_deref(), method, path, form).await.unwrap()
+        send_as(self.api, self.auth.as_deref(), method, path, form)
+            .await
+            .unwrap()
     }
 }
 
-async fn send_as(api: &Api, auth: Option<&str>, method: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Result<Answer> {
+async fn send_as(
+    api: &Api,
+    auth: Option<&str>,
+    method: &str,
+    path: &str,
+    form: &[(&str, &str)],
+) -> reqwest::Result<Answer> {
     let url = format!("{}/api2/json{path}", api.sim.url());
     let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
     let mut request = api.client.request(method, url);
@@ -170,8 +205,23 @@ pub async fn answer(response: reqwest::Response) -> Answer {
         .extensions()
         .get::<hyper::ext::ReasonPhrase>()
         .map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned())
-        .unwrap_or_else(|| response.status().canonical_reason().unwrap_or_default().to_string());
+        .unwrap_or_else(|| {
+            response
+                .status()
+                .canonical_reason()
+                .unwrap_or_default()
+                .to_string()
+        });
     let raw = response.bytes().await.unwrap().to_vec();
-    let body = if raw.is_empty() { Value::Null } else { serde_json::from_slice(&raw).unwrap() };
-    Answer { status, reason, body, raw }
+    let body = if raw.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&raw).unwrap()
+    };
+    Answer {
+        status,
+        reason,
+        body,
+        raw,
+    }
 }

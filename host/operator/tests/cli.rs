@@ -1,0 +1,137 @@
+//! The `egress-operator` binary, run as a user runs it, against the real built components.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn component(name: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components").join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} is missing: run `just build-components` first", path.display());
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    // A private compile cache per run keeps tests independent of the user's cache.
+    let cache = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn inspect_lists_every_contract_operation() {
+    let reference = component("reference");
+    let output = run(&["provider", "inspect", reference.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("name:             reference"), "{text}");
+    assert!(text.contains("contract version: 0.1.0"), "{text}");
+    for operation in ["create", "get", "delete", "list-by-tag", "check", "describe", "validate-config"] {
+        assert!(text.lines().any(|line| line.trim() == format!("egress:provider/provider@0.1.0#{operation}")), "{operation} missing from:\n{text}");
+    }
+    assert!(text.contains("wasi:http/outgoing-handler@0.2.12"), "imports not listed:\n{text}");
+    assert!(text.contains("capabilities:     http"), "{text}");
+}
+
+#[test]
+fn inspect_json_is_machine_readable() {
+    let reference = component("reference");
+    let output = run(&["provider", "inspect", "--json", reference.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["name"], "reference");
+    assert_eq!(report["contractVersion"], "0.1.0");
+    assert!(report["exports"].as_array().unwrap().iter().any(|e| e == "egress:provider/provider@0.1.0#list-by-tag"));
+}
+
+#[test]
+fn inspect_of_a_text_file_is_one_line_and_exit_2() {
+    let readme = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let output = run(&["provider", "inspect", readme.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(err.contains("not a wasm component"), "{err}");
+    assert!(err.contains("README.md"), "the file is not named: {err}");
+}
+
+#[test]
+fn inspect_names_an_unsupported_contract_version() {
+    let future = component("future-contract");
+    let output = run(&["provider", "inspect", future.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("0.9.0"), "{}", stderr(&output));
+}
+
+#[test]
+fn call_create_prints_the_instance() {
+    let reference = component("reference");
+    let output = run(&["provider", "call", reference.to_str().unwrap(), "create", "--input", r#"{"name":"proxy-a","uid":"uid-1"}"#]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(response["operation"], "create");
+    assert_eq!(response["result"]["providerId"], "ref/proxy-a");
+    assert_eq!(response["result"]["uid"], "uid-1");
+    assert_eq!(response["result"]["state"], "running");
+}
+
+#[test]
+fn call_with_a_classified_error_prints_it_and_exits_1() {
+    let reference = component("reference");
+    let output = run(&["provider", "call", reference.to_str().unwrap(), "get", "--input", r#"{"providerId":"ref/missing-a"}"#]);
+    assert_eq!(output.status.code(), Some(1));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(response["error"]["class"], "not-found");
+}
+
+#[test]
+fn call_passes_the_config_file_to_the_provider() {
+    let reference = component("reference");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"failWith":"quota-exceeded"}"#).unwrap();
+    let output = run(&["provider", "call", reference.to_str().unwrap(), "get", "--config", config.to_str().unwrap(), "--input", r#"{"providerId":"ref/a"}"#]);
+    assert_eq!(output.status.code(), Some(1));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(response["error"]["class"], "quota-exceeded");
+}
+
+#[test]
+fn bad_input_is_refused_before_loading() {
+    let reference = component("reference");
+    for (operation, input, expected) in [
+        ("get", None, "get needs --input"),
+        ("get", Some(r#"{"id":"x"}"#), "--input for get"),
+        ("frobnicate", None, "frobnicate"),
+    ] {
+        let mut args = vec!["provider", "call", reference.to_str().unwrap(), operation];
+        if let Some(input) = input {
+            args.extend(["--input", input]);
+        }
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(2), "{operation} {input:?}");
+        let err = stderr(&output);
+        assert!(err.contains(expected), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    }
+}
+
+#[test]
+fn a_config_that_is_not_json_is_named() {
+    let reference = component("reference");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, "endpoint: [").unwrap();
+    let output = run(&["provider", "call", reference.to_str().unwrap(), "check", "--config", config.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("is not valid JSON"), "{}", stderr(&output));
+}
