@@ -533,7 +533,7 @@ fn phase6_empty_name_is_permanent_without_io() {
 }
 
 #[test]
-fn phase7_delete_stops_before_destroying_and_deletes_the_seed_as_a_task() {
+fn phase7_delete_stops_then_deletes_the_seed_as_a_task_then_destroys() {
     let config = simulator_config();
     let stop = upid("qmstop", "100123");
     let destroy = upid("qmdestroy", "100123");
@@ -556,12 +556,7 @@ fn phase7_delete_stops_before_destroying_and_deletes_the_seed_as_a_task() {
             &format!("\"{stop}\""),
         ),
         task_done(&stop, "OK"),
-        ok(
-            Method::Delete,
-            format!("/nodes/{NODE}/qemu/100123?purge=1&destroy-unreferenced-disks=1"),
-            &format!("\"{destroy}\""),
-        ),
-        task_done(&destroy, "OK"),
+        // The seed before the VM: a crash between the two must leave the VM for the retry.
         ok(
             Method::Delete,
             format!(
@@ -570,6 +565,12 @@ fn phase7_delete_stops_before_destroying_and_deletes_the_seed_as_a_task() {
             &format!("\"{seed}\""),
         ),
         task_done(&seed, "OK"),
+        ok(
+            Method::Delete,
+            format!("/nodes/{NODE}/qemu/100123?purge=1&destroy-unreferenced-disks=1"),
+            &format!("\"{destroy}\""),
+        ),
+        task_done(&destroy, "OK"),
     ];
     let (result, _, requests) = run(&config, steps, |pve| delete(pve, &id(100_123)));
     result.unwrap();

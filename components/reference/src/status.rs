@@ -56,6 +56,10 @@ pub fn check_result(status: u16, body: &[u8]) -> CheckResult {
     }
 }
 
+/// The `internal-error` detail the host's broker sends when it cannot read the credentials it
+/// injects: the provider can do nothing about it but report it.
+pub const CREDENTIALS_UNAVAILABLE: &str = "credentials-unavailable";
+
 /// The error for a request that got no response.
 pub fn transport_error(code: &ErrorCode) -> Error {
     match code {
@@ -83,6 +87,10 @@ pub fn transport_check(code: &ErrorCode) -> CheckResult {
         | ErrorCode::ConnectionWriteTimeout
         | ErrorCode::HttpResponseTimeout => CheckReason::Unreachable,
         ErrorCode::TlsCertificateError => CheckReason::CertificateInvalid,
+        // The broker's word for "I could not read the secret I inject" (docs/egress.md).
+        ErrorCode::InternalError(Some(detail)) if detail == CREDENTIALS_UNAVAILABLE => {
+            CheckReason::CredentialsUnavailable
+        }
         _ => CheckReason::Other,
     };
     let message = match transport_error(code) {
@@ -225,6 +233,14 @@ mod tests {
             ),
             (ErrorCode::HttpRequestDenied, CheckReason::Other),
             (ErrorCode::TlsProtocolError, CheckReason::Other),
+            (
+                ErrorCode::InternalError(Some("credentials-unavailable".into())),
+                CheckReason::CredentialsUnavailable,
+            ),
+            (
+                ErrorCode::InternalError(Some("something else".into())),
+                CheckReason::Other,
+            ),
         ];
         for (code, expected) in cases {
             let result = transport_check(&code);

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use egress_runtime::egress::DenyAll;
+use egress_capability_http::{Broker, Grants};
+use egress_runtime::egress::{DenyAll, Egress};
 use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
 use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig};
 use serde::Deserialize;
@@ -48,6 +49,10 @@ enum ProviderCommand {
         /// The provider's configuration (a JSON file). Defaults to `{}`.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Egress grants (YAML, see docs/egress.md): which origins the provider may reach and the
+        /// credentials the host injects. Without it every outgoing request is denied.
+        #[arg(long)]
+        grants: Option<PathBuf>,
         /// The operation's input as JSON: create `{"name","uid","tags":[{"key","value"}],"userData"}`,
         /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
         #[arg(long)]
@@ -85,19 +90,19 @@ fn init_tracing() {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
-        Command::Provider(ProviderCommand::Call { file, operation, config, input }) => {
-            call(&file, &operation, config.as_deref(), input.as_deref()).await
+        Command::Provider(ProviderCommand::Call { file, operation, config, grants, input }) => {
+            call(&file, &operation, config.as_deref(), grants.as_deref(), input.as_deref()).await
         }
     }
 }
 
-async fn load(file: &Path) -> anyhow::Result<Arc<Provider>> {
-    let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(DenyAll))?;
+async fn load(file: &Path, egress: Arc<dyn Egress>) -> anyhow::Result<Arc<Provider>> {
+    let runtime = Runtime::new(RuntimeConfig::default(), egress)?;
     Ok(runtime.load_file(file).await?)
 }
 
 async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let provider = load(file).await?;
+    let provider = load(file, Arc::new(DenyAll)).await?;
     let description = provider.description();
     if json {
         let report = serde_json::json!({
@@ -157,14 +162,24 @@ struct TagInput {
     value: String,
 }
 
-async fn call(file: &Path, operation: &str, config: Option<&Path>, input: Option<&str>) -> anyhow::Result<ExitCode> {
+async fn call(
+    file: &Path,
+    operation: &str,
+    config: Option<&Path>,
+    grants: Option<&Path>,
+    input: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let operation: Operation = operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let config = match config {
         Some(path) => read_config(path)?,
         None => "{}".to_owned(),
     };
     let request = build_request(operation, config, input)?;
-    let provider = load(file).await?;
+    let egress: Arc<dyn Egress> = match grants {
+        Some(path) => Arc::new(read_grants(path)?),
+        None => Arc::new(DenyAll),
+    };
+    let provider = load(file, egress).await?;
     let context = CallContext { proxy: None };
     match provider.call(request, &context).await {
         Ok(response) => {
@@ -188,6 +203,12 @@ fn read_config(path: &Path) -> anyhow::Result<String> {
         bail!("config {} must be a JSON object", path.display());
     }
     Ok(text)
+}
+
+fn read_grants(path: &Path) -> anyhow::Result<Broker> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading grants {}", path.display()))?;
+    let grants = Grants::from_yaml(&text).with_context(|| format!("grants {}", path.display()))?;
+    Broker::new(&grants).with_context(|| format!("grants {}", path.display()))
 }
 
 fn parse_input<T: serde::de::DeserializeOwned>(operation: Operation, input: Option<&str>) -> anyhow::Result<T> {

@@ -19,7 +19,10 @@ fn reference_path() -> PathBuf {
 fn runtime_benchmarks(c: &mut Criterion) {
     let path = reference_path();
     let bytes = std::fs::read(&path).unwrap_or_else(|error| {
-        panic!("{} is missing ({error}): run `just build-components` first", path.display())
+        panic!(
+            "{} is missing ({error}): run `just build-components` first",
+            path.display()
+        )
     });
     let executor = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -28,18 +31,28 @@ fn runtime_benchmarks(c: &mut Criterion) {
         .expect("tokio runtime");
     let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(DenyAll))
         .expect("runtime builds");
-    let provider = executor.block_on(runtime.load_bytes(&bytes, &path)).expect("reference loads");
+    let provider = executor
+        .block_on(runtime.load_bytes(&bytes, &path))
+        .expect("reference loads");
     let context = CallContext::default();
 
-    c.bench_function("baseline: Store::new", |b| b.iter(|| Store::new(runtime.engine(), ())));
+    c.bench_function("baseline: Store::new", |b| {
+        b.iter(|| Store::new(runtime.engine(), ()))
+    });
     c.bench_function("fresh instance of reference", |b| {
         b.to_async(&executor).iter(|| async {
-            provider.instantiate_for_benchmark().await.expect("instantiates")
+            provider
+                .instantiate_for_benchmark()
+                .await
+                .expect("instantiates")
         })
     });
     c.bench_function("no-op call: instantiate + describe + drop", |b| {
         b.to_async(&executor).iter(|| async {
-            provider.call(Request::Describe, &context).await.expect("describe answers")
+            provider
+                .call(Request::Describe, &context)
+                .await
+                .expect("describe answers")
         })
     });
 
@@ -48,7 +61,10 @@ fn runtime_benchmarks(c: &mut Criterion) {
     compile.bench_function("cold: Component::new", |b| {
         b.iter(|| Component::new(runtime.engine(), &bytes).expect("compiles"))
     });
-    let serialized = Component::new(runtime.engine(), &bytes).unwrap().serialize().unwrap();
+    let serialized = Component::new(runtime.engine(), &bytes)
+        .unwrap()
+        .serialize()
+        .unwrap();
     let directory = tempfile::tempdir().unwrap();
     let cached = directory.path().join("reference.cwasm");
     std::fs::write(&cached, serialized).unwrap();

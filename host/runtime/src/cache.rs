@@ -70,7 +70,10 @@ impl CompileCache {
 
     /// The entry's file for a component whose bytes hash to `component_digest`.
     pub(crate) fn entry_path(&self, component_digest: &str) -> PathBuf {
-        self.dir.join(format!("{component_digest}-{}.cwasm", &self.engine_digest[..16]))
+        self.dir.join(format!(
+            "{component_digest}-{}.cwasm",
+            &self.engine_digest[..16]
+        ))
     }
 
     fn checksum_path(entry: &Path) -> PathBuf {
@@ -114,7 +117,10 @@ impl CompileCache {
         // Write to a unique temporary name and rename: readers never see half a file, and
         // concurrent writers of the same entry each rename a complete copy.
         write_atomically(&entry, &compiled)?;
-        write_atomically(&Self::checksum_path(&entry), sha256_hex(&compiled).as_bytes())
+        write_atomically(
+            &Self::checksum_path(&entry),
+            sha256_hex(&compiled).as_bytes(),
+        )
     }
 }
 
@@ -148,7 +154,10 @@ mod tests {
         let cache = CompileCache::new(PathBuf::from("/cache"), &engine);
         let entry = cache.entry_path("abcd");
         let name = entry.file_name().unwrap().to_str().unwrap();
-        assert!(name.starts_with("abcd-") && name.ends_with(".cwasm"), "{name}");
+        assert!(
+            name.starts_with("abcd-") && name.ends_with(".cwasm"),
+            "{name}"
+        );
         assert_eq!(name.len(), "abcd-".len() + 16 + ".cwasm".len());
         // A differently configured engine gets different entries.
         let mut config = wasmtime::Config::new();

@@ -5,7 +5,9 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, MemoryCreator, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, MemoryCreator, PoolingAllocationConfig,
+};
 
 use crate::limits::Limits;
 
@@ -75,7 +77,10 @@ impl EpochTicker {
                     engine.increment_epoch();
                 }
             })?;
-        Ok(EpochTicker { stop: Some(stop), thread: Some(thread) })
+        Ok(EpochTicker {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 }
 

@@ -258,16 +258,32 @@ mod tests {
 
     #[test]
     fn classes_follow_the_documented_policy() {
-        let deadline = CallError::Deadline { operation: Operation::Get, after: Duration::from_secs(1) };
+        let deadline = CallError::Deadline {
+            operation: Operation::Get,
+            after: Duration::from_secs(1),
+        };
         assert_eq!(deadline.class(), ErrorClass::Transient);
-        assert_eq!(CallError::MemoryCap { limit: 1 }.class(), ErrorClass::Permanent);
-        assert_eq!(CallError::Trap { message: "x".into() }.class(), ErrorClass::Permanent);
+        assert_eq!(
+            CallError::MemoryCap { limit: 1 }.class(),
+            ErrorClass::Permanent
+        );
+        assert_eq!(
+            CallError::Trap {
+                message: "x".into()
+            }
+            .class(),
+            ErrorClass::Permanent
+        );
         assert_eq!(
             CallError::Provider(ProviderError::NotFound("gone".into())).class(),
             ErrorClass::NotFound
         );
         assert_eq!(
-            CallError::Busy { operation: Operation::Get, waited: Duration::from_secs(1) }.class(),
+            CallError::Busy {
+                operation: Operation::Get,
+                waited: Duration::from_secs(1)
+            }
+            .class(),
             ErrorClass::Transient
         );
     }

@@ -162,13 +162,31 @@ mod tests {
     fn defaults_match_the_documented_values() {
         let limits = Limits::default();
         assert_eq!(limits.memory_bytes_limit(), 64 << 20);
-        assert_eq!(limits.deadline_for(Operation::Create), Duration::from_secs(900));
-        assert_eq!(limits.deadline_for(Operation::Delete), Duration::from_secs(600));
+        assert_eq!(
+            limits.deadline_for(Operation::Create),
+            Duration::from_secs(900)
+        );
+        assert_eq!(
+            limits.deadline_for(Operation::Delete),
+            Duration::from_secs(600)
+        );
         assert_eq!(limits.deadline_for(Operation::Get), Duration::from_secs(30));
-        assert_eq!(limits.deadline_for(Operation::ListByTag), Duration::from_secs(60));
-        assert_eq!(limits.deadline_for(Operation::Check), Duration::from_secs(30));
-        assert_eq!(limits.deadline_for(Operation::Describe), Duration::from_secs(5));
-        assert_eq!(limits.deadline_for(Operation::ValidateConfig), Duration::from_secs(5));
+        assert_eq!(
+            limits.deadline_for(Operation::ListByTag),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            limits.deadline_for(Operation::Check),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            limits.deadline_for(Operation::Describe),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            limits.deadline_for(Operation::ValidateConfig),
+            Duration::from_secs(5)
+        );
         assert_eq!(limits.concurrency_per_provider_limit(), 8);
         assert_eq!(limits.max_concurrent_instances_limit(), 64);
         assert_eq!(limits.epoch_tick_interval(), Duration::from_millis(10));
@@ -192,6 +210,9 @@ mod tests {
         assert_eq!(limits.max_concurrent_instances_limit(), 1);
         assert_eq!(limits.epoch_tick_interval(), MIN_EPOCH_TICK);
         // Setting one operation's deadline leaves the others alone.
-        assert_eq!(limits.deadline_for(Operation::Create), Duration::from_secs(900));
+        assert_eq!(
+            limits.deadline_for(Operation::Create),
+            Duration::from_secs(900)
+        );
     }
 }

@@ -117,13 +117,21 @@ impl Provider {
     /// The component's import names (for example `wasi:http/outgoing-handler@0.2.12`).
     pub fn imports(&self) -> Vec<String> {
         let engine = self.component.engine();
-        self.component.component_type().imports(engine).map(|(name, _)| name.to_owned()).collect()
+        self.component
+            .component_type()
+            .imports(engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
     }
 
     /// The component's export names (for example `egress:provider/provider@0.1.0`).
     pub fn exports(&self) -> Vec<String> {
         let engine = self.component.engine();
-        self.component.component_type().exports(engine).map(|(name, _)| name.to_owned()).collect()
+        self.component
+            .component_type()
+            .exports(engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
     }
 
     /// Run one operation in a fresh instance.
@@ -173,23 +181,36 @@ impl Provider {
             match tokio::time::timeout_at(deadline.into(), self.concurrency.acquire()).await {
                 Ok(Ok(permit)) => permit,
                 // The semaphore is never closed; a closed one would mean no permits ever again.
-                Ok(Err(_)) | Err(_) => return Err(CallError::Busy { operation, waited: after }),
+                Ok(Err(_)) | Err(_) => {
+                    return Err(CallError::Busy {
+                        operation,
+                        waited: after,
+                    });
+                }
             };
-        let site = CallSite { provider: Arc::clone(&self.name), operation: operation.as_str() };
+        let site = CallSite {
+            provider: Arc::clone(&self.name),
+            operation: operation.as_str(),
+        };
         run_call(&self.runtime, &self.pre, site, request, deadline, after).await
     }
 
     /// Instantiate once in a fresh store and drop it: the fixed cost of every call.
     #[doc(hidden)]
     pub async fn instantiate_for_benchmark(&self) -> Result<(), CallError> {
-        let site = CallSite { provider: Arc::clone(&self.name), operation: "benchmark" };
+        let site = CallSite {
+            provider: Arc::clone(&self.name),
+            operation: "benchmark",
+        };
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut store = new_store(&self.runtime, site, deadline);
         self.pre
             .instantiate_async(&mut store)
             .await
             .map(drop)
-            .map_err(|error| CallError::Instantiate { message: one_line(&error) })
+            .map_err(|error| CallError::Instantiate {
+                message: one_line(&error),
+            })
     }
 }
 
@@ -231,8 +252,13 @@ pub(crate) async fn run_call(
     let operation = request.operation();
     let mut store = new_store(runtime, site, deadline);
     let work = async {
-        let bindings = pre.instantiate_async(&mut store).await.map_err(Failure::Instantiate)?;
-        latest::call(&bindings, &mut store, request).await.map_err(Failure::Call)
+        let bindings = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(Failure::Instantiate)?;
+        latest::call(&bindings, &mut store, request)
+            .await
+            .map_err(Failure::Call)
     };
     let outcome = tokio::time::timeout_at(deadline.into(), work).await;
     let state = store.data();
@@ -247,13 +273,17 @@ pub(crate) async fn run_call(
         tracing::debug!(stderr = %stderr, "provider stderr");
     }
     if state.limiter.memory_cap_hit {
-        return Err(CallError::MemoryCap { limit: state.limiter.memory_bytes() });
+        return Err(CallError::MemoryCap {
+            limit: state.limiter.memory_bytes(),
+        });
     }
     if state.deadline_passed {
         return Err(CallError::Deadline { operation, after });
     }
     match failure {
-        Failure::Instantiate(error) => Err(CallError::Instantiate { message: one_line(&error) }),
+        Failure::Instantiate(error) => Err(CallError::Instantiate {
+            message: one_line(&error),
+        }),
         Failure::Call(error) => {
             let trap = match error.downcast_ref::<wasmtime::Trap>() {
                 Some(trap) => trap.to_string(),
@@ -262,7 +292,10 @@ pub(crate) async fn run_call(
             let message = if stderr.is_empty() {
                 trap
             } else {
-                let stderr = stderr.lines().map(str::trim).filter(|line| !line.is_empty());
+                let stderr = stderr
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty());
                 format!("{trap}; stderr: {}", stderr.collect::<Vec<_>>().join(" | "))
             };
             Err(CallError::Trap { message })

@@ -98,7 +98,10 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
             .field("dir", &self.inner.dir)
-            .field("providers", &self.inner.providers.load().keys().collect::<BTreeSet<_>>())
+            .field(
+                "providers",
+                &self.inner.providers.load().keys().collect::<BTreeSet<_>>(),
+            )
             .finish()
     }
 }
@@ -109,7 +112,10 @@ impl Registry {
     /// failing watcher is.
     pub async fn watch(runtime: Runtime, dir: impl AsRef<Path>) -> Result<Registry, RegistryError> {
         let dir = dir.as_ref().to_owned();
-        std::fs::read_dir(&dir).map_err(|source| RegistryError::ReadDir { path: dir.clone(), source })?;
+        std::fs::read_dir(&dir).map_err(|source| RegistryError::ReadDir {
+            path: dir.clone(),
+            source,
+        })?;
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let inner = Arc::new(RegistryInner {
             runtime,
@@ -120,23 +126,33 @@ impl Registry {
         });
 
         let (changed, changes) = mpsc::unbounded_channel::<()>();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            match event {
-                // Which file changed does not matter: a rescan compares every file's digest.
-                Ok(_) => {
-                    let _ = changed.send(());
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                match event {
+                    // Which file changed does not matter: a rescan compares every file's digest.
+                    Ok(_) => {
+                        let _ = changed.send(());
+                    }
+                    Err(error) => tracing::warn!(error = %error, "provider directory watch error"),
                 }
-                Err(error) => tracing::warn!(error = %error, "provider directory watch error"),
-            }
-        })
-        .map_err(|error| RegistryError::Watch { path: dir.clone(), message: error.to_string() })?;
+            })
+            .map_err(|error| RegistryError::Watch {
+                path: dir.clone(),
+                message: error.to_string(),
+            })?;
         watcher
             .watch(&dir, notify::RecursiveMode::NonRecursive)
-            .map_err(|error| RegistryError::Watch { path: dir.clone(), message: error.to_string() })?;
+            .map_err(|error| RegistryError::Watch {
+                path: dir.clone(),
+                message: error.to_string(),
+            })?;
 
         inner.rescan().await?;
         tokio::spawn(watch_loop(Arc::downgrade(&inner), changes));
-        Ok(Registry { inner, _watcher: Arc::new(watcher) })
+        Ok(Registry {
+            inner,
+            _watcher: Arc::new(watcher),
+        })
     }
 
     /// The provider named `name`, if one serves.
@@ -158,7 +174,9 @@ impl Registry {
         request: Request,
         ctx: &CallContext,
     ) -> Result<Response, CallError> {
-        let provider = self.get(name).ok_or_else(|| CallError::NotLoaded { name: name.to_owned() })?;
+        let provider = self.get(name).ok_or_else(|| CallError::NotLoaded {
+            name: name.to_owned(),
+        })?;
         provider.call(request, ctx).await
     }
 
@@ -189,7 +207,9 @@ async fn watch_loop(registry: Weak<RegistryInner>, mut changes: mpsc::UnboundedR
                 Err(_quiet) => break,
             }
         }
-        let Some(registry) = registry.upgrade() else { return };
+        let Some(registry) = registry.upgrade() else {
+            return;
+        };
         if let Err(error) = registry.rescan().await {
             tracing::error!(error = %error, "provider directory rescan failed");
         }
@@ -205,11 +225,20 @@ impl RegistryInner {
         let mut events = Vec::new();
 
         // Files that disappeared take their provider with them.
-        let gone: Vec<PathBuf> = files.keys().filter(|path| !listing.contains(*path)).cloned().collect();
+        let gone: Vec<PathBuf> = files
+            .keys()
+            .filter(|path| !listing.contains(*path))
+            .cloned()
+            .collect();
         for path in gone {
-            let Some(state) = files.remove(&path) else { continue };
+            let Some(state) = files.remove(&path) else {
+                continue;
+            };
             if let Some(name) = state.serves {
-                if providers.get(&name).is_some_and(|provider| provider.path() == path) {
+                if providers
+                    .get(&name)
+                    .is_some_and(|provider| provider.path() == path)
+                {
                     providers.remove(&name);
                     tracing::info!(provider = %name, path = %path.display(), "provider removed");
                     events.push(RegistryEvent::Removed { name, path });
@@ -238,15 +267,29 @@ impl RegistryInner {
                 Err(error) => {
                     // Keep the old generation serving; remember the bad bytes so they are
                     // reported once, not on every rescan.
-                    files.insert(path.clone(), FileState { digest, serves: previously_served });
+                    files.insert(
+                        path.clone(),
+                        FileState {
+                            digest,
+                            serves: previously_served,
+                        },
+                    );
                     events.push(self.rejected(path, error.to_string()));
                 }
                 Ok(provider) => {
                     let name = provider.name().to_owned();
-                    let claimed_by_other =
-                        providers.get(&name).filter(|existing| existing.path() != path).map(|existing| existing.path().to_owned());
+                    let claimed_by_other = providers
+                        .get(&name)
+                        .filter(|existing| existing.path() != path)
+                        .map(|existing| existing.path().to_owned());
                     if let Some(other) = claimed_by_other {
-                        files.insert(path.clone(), FileState { digest, serves: previously_served });
+                        files.insert(
+                            path.clone(),
+                            FileState {
+                                digest,
+                                serves: previously_served,
+                            },
+                        );
                         let error = format!(
                             "{}: provider name `{name}` is already served by {}",
                             path.display(),
@@ -257,7 +300,10 @@ impl RegistryInner {
                     }
                     if let Some(old_name) = previously_served.filter(|old| *old != name) {
                         providers.remove(&old_name);
-                        events.push(RegistryEvent::Removed { name: old_name, path: path.clone() });
+                        events.push(RegistryEvent::Removed {
+                            name: old_name,
+                            path: path.clone(),
+                        });
                     }
                     events.push(RegistryEvent::Loaded {
                         name: name.clone(),
@@ -266,7 +312,13 @@ impl RegistryInner {
                         path: path.clone(),
                     });
                     providers.insert(name.clone(), provider);
-                    files.insert(path.clone(), FileState { digest, serves: Some(name) });
+                    files.insert(
+                        path.clone(),
+                        FileState {
+                            digest,
+                            serves: Some(name),
+                        },
+                    );
                 }
             }
         }
@@ -282,18 +334,26 @@ impl RegistryInner {
 
     fn rejected(&self, path: &Path, error: String) -> RegistryEvent {
         tracing::error!(path = %path.display(), error = %error, "provider file rejected; the previous generation keeps serving");
-        RegistryEvent::Rejected { path: path.to_owned(), error }
+        RegistryEvent::Rejected {
+            path: path.to_owned(),
+            error,
+        }
     }
 
     /// The directory's `*.wasm` regular files, sorted (so the first of two files claiming one
     /// name wins deterministically).
     fn list_wasm_files(&self) -> Result<BTreeSet<PathBuf>, RegistryError> {
-        let read_dir = |source| RegistryError::ReadDir { path: self.dir.clone(), source };
+        let read_dir = |source| RegistryError::ReadDir {
+            path: self.dir.clone(),
+            source,
+        };
         let mut files = BTreeSet::new();
         for entry in std::fs::read_dir(&self.dir).map_err(read_dir)? {
             let entry = entry.map_err(read_dir)?;
             let path = entry.path();
-            let is_wasm = path.extension().is_some_and(|extension| extension == "wasm");
+            let is_wasm = path
+                .extension()
+                .is_some_and(|extension| extension == "wasm");
             // Follows symlinks, as deployments often link files in.
             if is_wasm && path.is_file() {
                 files.insert(path);

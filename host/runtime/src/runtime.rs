@@ -38,7 +38,11 @@ pub struct RuntimeConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { limits: Limits::default(), cache_dir: default_cache_dir(), memory_creator: None }
+        RuntimeConfig {
+            limits: Limits::default(),
+            cache_dir: default_cache_dir(),
+            memory_creator: None,
+        }
     }
 }
 
@@ -47,7 +51,10 @@ impl std::fmt::Debug for RuntimeConfig {
         f.debug_struct("RuntimeConfig")
             .field("limits", &self.limits)
             .field("cache_dir", &self.cache_dir)
-            .field("memory_creator", &self.memory_creator.as_ref().map(|_| "custom"))
+            .field(
+                "memory_creator",
+                &self.memory_creator.as_ref().map(|_| "custom"),
+            )
             .finish()
     }
 }
@@ -98,7 +105,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("limits", &self.inner.limits).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("limits", &self.inner.limits)
+            .finish_non_exhaustive()
     }
 }
 
@@ -108,15 +117,20 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 impl Runtime {
     /// Build the engine and linker and start the epoch ticker.
     pub fn new(config: RuntimeConfig, egress: Arc<dyn Egress>) -> Result<Runtime, RuntimeError> {
-        let engine = build_engine(&config.limits, config.memory_creator)
-            .map_err(|error| RuntimeError::Engine { message: one_line(&error) })?;
+        let engine = build_engine(&config.limits, config.memory_creator).map_err(|error| {
+            RuntimeError::Engine {
+                message: one_line(&error),
+            }
+        })?;
         let mut linker = Linker::new(&engine);
         let link = |linker: &mut Linker<HostState>| -> wasmtime::Result<()> {
             wasmtime_wasi::p2::add_to_linker_async(linker)?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
             latest::add_to_linker(linker)
         };
-        link(&mut linker).map_err(|error| RuntimeError::Linker { message: one_line(&error) })?;
+        link(&mut linker).map_err(|error| RuntimeError::Linker {
+            message: one_line(&error),
+        })?;
         let ticker = EpochTicker::start(engine.clone(), config.limits.epoch_tick_interval())
             .map_err(RuntimeError::Ticker)?;
         let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
@@ -147,7 +161,10 @@ impl Runtime {
     pub async fn load_file(&self, path: &Path) -> Result<Arc<Provider>, LoadError> {
         let bytes = tokio::fs::read(path)
             .await
-            .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+            .map_err(|source| LoadError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
         self.load_bytes(&bytes, path).await
     }
 
@@ -160,23 +177,42 @@ impl Runtime {
     /// import is one the host provides; `describe` succeeds in a fresh instance and its
     /// `contract-version` matches the export. Each failure is its own [`LoadError`] variant.
     /// Compilation runs on a blocking thread, off the async executor.
-    pub async fn load_bytes(&self, bytes: &[u8], origin: &Path) -> Result<Arc<Provider>, LoadError> {
+    pub async fn load_bytes(
+        &self,
+        bytes: &[u8],
+        origin: &Path,
+    ) -> Result<Arc<Provider>, LoadError> {
         let path = origin.to_owned();
         check_header(bytes, &path)?;
         let digest = sha256_hex(bytes);
         let (component, from_cache) = self.compile(bytes.to_vec(), digest.clone(), &path).await?;
         let engine = &self.inner.engine;
         let export = check_exports(&component, engine, &path)?;
-        let instance_pre = self.inner.linker.instantiate_pre(&component).map_err(|error| {
-            let imports = component.component_type();
-            let unknown = imports.imports(engine).map(|(name, _)| name).find(|name| !provided_by_host(name));
-            match unknown {
-                Some(import) => LoadError::UnknownImport { path: path.clone(), import: import.to_owned() },
-                None => LoadError::Link { path: path.clone(), message: one_line(&error) },
-            }
+        let instance_pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|error| {
+                let imports = component.component_type();
+                let unknown = imports
+                    .imports(engine)
+                    .map(|(name, _)| name)
+                    .find(|name| !provided_by_host(name));
+                match unknown {
+                    Some(import) => LoadError::UnknownImport {
+                        path: path.clone(),
+                        import: import.to_owned(),
+                    },
+                    None => LoadError::Link {
+                        path: path.clone(),
+                        message: one_line(&error),
+                    },
+                }
+            })?;
+        let pre = latest::ProviderWorldPre::new(instance_pre).map_err(|error| LoadError::Link {
+            path: path.clone(),
+            message: one_line(&error),
         })?;
-        let pre = latest::ProviderWorldPre::new(instance_pre)
-            .map_err(|error| LoadError::Link { path: path.clone(), message: one_line(&error) })?;
 
         let description = self.describe(&pre, &path).await?;
         let exported_version = export.rsplit_once('@').map_or("", |(_, version)| version);
@@ -226,7 +262,10 @@ impl Runtime {
         let engine = self.inner.engine.clone();
         let cache = self.inner.cache.clone();
         let task = tokio::task::spawn_blocking(move || {
-            if let Some(component) = cache.as_ref().and_then(|cache| cache.load(&engine, &digest)) {
+            if let Some(component) = cache
+                .as_ref()
+                .and_then(|cache| cache.load(&engine, &digest))
+            {
                 return Ok((component, true));
             }
             let component = Component::new(&engine, &bytes)?;
@@ -237,12 +276,14 @@ impl Runtime {
         });
         match task.await {
             Ok(Ok(compiled)) => Ok(compiled),
-            Ok(Err(error)) => {
-                Err(LoadError::Compile { path: path.to_owned(), message: one_line(&error) })
-            }
-            Err(join_error) => {
-                Err(LoadError::Host { path: path.to_owned(), message: join_error.to_string() })
-            }
+            Ok(Err(error)) => Err(LoadError::Compile {
+                path: path.to_owned(),
+                message: one_line(&error),
+            }),
+            Err(join_error) => Err(LoadError::Host {
+                path: path.to_owned(),
+                message: join_error.to_string(),
+            }),
         }
     }
 
@@ -254,24 +295,45 @@ impl Runtime {
     ) -> Result<crate::types::Description, LoadError> {
         let after = self.inner.limits.deadline_for(Operation::Describe);
         // Not yet named: grants are keyed by name, so the egress grants this call nothing.
-        let site = CallSite { provider: Arc::from(""), operation: Operation::Describe.as_str() };
+        let site = CallSite {
+            provider: Arc::from(""),
+            operation: Operation::Describe.as_str(),
+        };
         let span = tracing::info_span!("provider_describe", path = %path.display());
-        let call = run_call(&self.inner, pre, site, Request::Describe, Instant::now() + after, after);
+        let call = run_call(
+            &self.inner,
+            pre,
+            site,
+            Request::Describe,
+            Instant::now() + after,
+            after,
+        );
         match call.instrument(span).await {
             Ok(Response::Describe(description)) => Ok(description),
             Ok(other) => Err(LoadError::InvalidDescription {
                 path: path.to_owned(),
                 problem: format!("describe answered a {} response", other.operation()),
             }),
-            Err(error) => Err(LoadError::Describe { path: path.to_owned(), error }),
+            Err(error) => Err(LoadError::Describe {
+                path: path.to_owned(),
+                error,
+            }),
         }
     }
 
     /// The concurrency permits of the provider named `name`, created on first use.
     fn semaphore_for(&self, name: &str) -> Arc<Semaphore> {
-        let mut semaphores = self.inner.semaphores.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut semaphores = self
+            .inner
+            .semaphores
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let permits = self.inner.limits.concurrency_per_provider_limit();
-        Arc::clone(semaphores.entry(name.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(permits))))
+        Arc::clone(
+            semaphores
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(permits))),
+        )
     }
 }
 
@@ -284,7 +346,11 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<(), LoadError> {
         return Err(LoadError::Empty { path });
     }
     if !bytes.starts_with(MAGIC) {
-        let what = if std::str::from_utf8(bytes).is_ok() { "it is a text file" } else { "it is not WebAssembly" };
+        let what = if std::str::from_utf8(bytes).is_ok() {
+            "it is a text file"
+        } else {
+            "it is not WebAssembly"
+        };
         return Err(LoadError::NotWasm { path, what });
     }
     if bytes.get(4..8) == Some(&CORE_VERSION[..]) {
@@ -296,13 +362,24 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<(), LoadError> {
 /// Find the `egress:provider/provider@X` export and check `X` is served; returns the export name.
 fn check_exports(component: &Component, engine: &Engine, path: &Path) -> Result<String, LoadError> {
     let component_type = component.component_type();
-    let exports: Vec<&str> = component_type.exports(engine).map(|(name, _)| name).collect();
+    let exports: Vec<&str> = component_type
+        .exports(engine)
+        .map(|(name, _)| name)
+        .collect();
     let interface = format!("{}/provider", wit::CONTRACT_PACKAGE);
     let Some(export) = exports.iter().find(|name| {
-        name.strip_prefix(interface.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
+        name.strip_prefix(interface.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('@'))
     }) else {
-        let exports = if exports.is_empty() { "none".to_owned() } else { exports.join(", ") };
-        return Err(LoadError::MissingExport { path: path.to_owned(), exports });
+        let exports = if exports.is_empty() {
+            "none".to_owned()
+        } else {
+            exports.join(", ")
+        };
+        return Err(LoadError::MissingExport {
+            path: path.to_owned(),
+            exports,
+        });
     };
     let version = export.rsplit_once('@').map_or("", |(_, version)| version);
     if !wit::SUPPORTED.contains(&version) {
@@ -366,7 +443,11 @@ fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("the provider name is empty".to_owned());
     }
-    if name.len() > 63 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if name.len() > 63
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return Some(format!(
             "the provider name {name:?} is not 1-63 characters of lowercase letters, digits and '-'"
         ));
@@ -381,11 +462,20 @@ mod tests {
     #[test]
     fn header_check_names_what_the_file_is() {
         let path = Path::new("p.wasm");
-        assert!(matches!(check_header(b"", path), Err(LoadError::Empty { .. })));
+        assert!(matches!(
+            check_header(b"", path),
+            Err(LoadError::Empty { .. })
+        ));
         let text = check_header(b"# README\nhello", path).unwrap_err();
-        assert_eq!(text.to_string(), "p.wasm: not a wasm component: it is a text file");
+        assert_eq!(
+            text.to_string(),
+            "p.wasm: not a wasm component: it is a text file"
+        );
         let binary = check_header(&[0xff, 0xfe, 0x00, 0x80], path).unwrap_err();
-        assert!(binary.to_string().ends_with("it is not WebAssembly"), "{binary}");
+        assert!(
+            binary.to_string().ends_with("it is not WebAssembly"),
+            "{binary}"
+        );
         let core = check_header(b"\0asm\x01\0\0\0", path).unwrap_err();
         assert!(matches!(core, LoadError::CoreModule { .. }), "{core}");
         assert!(check_header(b"\0asm\x0d\0\x01\0", path).is_ok());

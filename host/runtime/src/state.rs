@@ -84,19 +84,28 @@ impl HostState {
 
     /// What the guest wrote to stderr so far, lossily decoded and trimmed.
     pub(crate) fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.contents()).trim().to_owned()
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_owned()
     }
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl WasiHttpView for HostState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.hooks }
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
     }
 }
 
@@ -210,11 +219,21 @@ impl log::Host for HostState {
         // Emitted inside the call's `provider_call` span, which carries provider, version,
         // operation and proxy.
         match level {
-            log::Level::Trace => tracing::trace!(target: "egress_runtime::guest", fields = %fields, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "egress_runtime::guest", fields = %fields, "{message}"),
-            log::Level::Info => tracing::info!(target: "egress_runtime::guest", fields = %fields, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "egress_runtime::guest", fields = %fields, "{message}"),
-            log::Level::Error => tracing::error!(target: "egress_runtime::guest", fields = %fields, "{message}"),
+            log::Level::Trace => {
+                tracing::trace!(target: "egress_runtime::guest", fields = %fields, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "egress_runtime::guest", fields = %fields, "{message}")
+            }
+            log::Level::Info => {
+                tracing::info!(target: "egress_runtime::guest", fields = %fields, "{message}")
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "egress_runtime::guest", fields = %fields, "{message}")
+            }
+            log::Level::Error => {
+                tracing::error!(target: "egress_runtime::guest", fields = %fields, "{message}")
+            }
         }
     }
 }
@@ -255,7 +274,10 @@ mod tests {
     use super::*;
 
     fn field(key: &str, value: &str) -> log::Field {
-        log::Field { key: key.into(), value: value.into() }
+        log::Field {
+            key: key.into(),
+            value: value.into(),
+        }
     }
 
     #[test]
@@ -266,7 +288,10 @@ mod tests {
             field("reason", "lock held"),
             field("empty", ""),
         ]);
-        assert_eq!(rendered, r#"node=pve1 vmid=123 reason="lock held" empty="""#);
+        assert_eq!(
+            rendered,
+            r#"node=pve1 vmid=123 reason="lock held" empty="""#
+        );
     }
 
     #[test]
@@ -282,7 +307,11 @@ mod tests {
         let mut limiter = CallLimiter::new(&Limits::default().memory_bytes(2 << 20));
         assert!(limiter.memory_growing(0, 2 << 20, None).unwrap());
         assert!(!limiter.memory_cap_hit);
-        assert!(!limiter.memory_growing(2 << 20, (2 << 20) + 65536, None).unwrap());
+        assert!(
+            !limiter
+                .memory_growing(2 << 20, (2 << 20) + 65536, None)
+                .unwrap()
+        );
         assert!(limiter.memory_cap_hit);
     }
 }

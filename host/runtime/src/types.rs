@@ -257,7 +257,9 @@ impl fmt::Display for Operation {
 
 /// An operation name that is not part of the contract.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown operation `{0}`: expected one of describe, validate-config, create, get, delete, list-by-tag, check")]
+#[error(
+    "unknown operation `{0}`: expected one of describe, validate-config, create, get, delete, list-by-tag, check"
+)]
 pub struct UnknownOperation(pub String);
 
 impl FromStr for Operation {
@@ -273,7 +275,11 @@ impl FromStr for Operation {
 
 /// One call's inputs: the operation and its arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "operation", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "operation",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
 pub enum Request {
     /// Who the provider is and what it needs.
     Describe,
@@ -384,7 +390,10 @@ mod tests {
 
     #[test]
     fn request_json_is_tagged_by_operation_with_camel_case_fields() {
-        let request = Request::Get { config: "{}".into(), provider_id: "pve1/100".into() };
+        let request = Request::Get {
+            config: "{}".into(),
+            provider_id: "pve1/100".into(),
+        };
         let json = serde_json::to_value(&request).unwrap();
         assert_eq!(
             json,
@@ -405,7 +414,10 @@ mod tests {
             json,
             serde_json::json!({"operation": "check", "result": {"reason": "certificateInvalid", "message": "self-signed"}})
         );
-        assert_eq!(serde_json::to_value(Response::Delete).unwrap(), serde_json::json!({"operation": "delete"}));
+        assert_eq!(
+            serde_json::to_value(Response::Delete).unwrap(),
+            serde_json::json!({"operation": "delete"})
+        );
     }
 
     #[test]
@@ -413,6 +425,9 @@ mod tests {
         let error = ProviderError::QuotaExceeded("no room on pve1".into());
         assert_eq!(error.class(), ErrorClass::QuotaExceeded);
         assert_eq!(error.to_string(), "quota-exceeded: no room on pve1");
-        assert_eq!(ProviderError::NotFound("x".into()).class().as_str(), "not-found");
+        assert_eq!(
+            ProviderError::NotFound("x".into()).class().as_str(),
+            "not-found"
+        );
     }
 }

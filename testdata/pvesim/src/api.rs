@@ -10,6 +10,7 @@ use http::{Method, Request, Response, header};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 
+use crate::access;
 use crate::faults::{Decision, FaultAction, Faults};
 use crate::model;
 use crate::params::{Params, is_dns_name, parse_vmid};
@@ -238,6 +239,11 @@ async fn dispatch(
         }
         ["cluster", "resources"] if m == Method::GET => cluster_resources(server, &params),
         ["cluster", "nextid"] if m == Method::GET => next_id(server, &params),
+        ["nodes"] if m == Method::GET => list_nodes(server, &params),
+        ["access", "permissions"] if m == Method::GET => {
+            params.allow(&["path"])?;
+            Ok(access::permissions(&ctx.token, params.get("path")))
+        }
         ["nodes", node, rest @ ..] => {
             let route_known = node_route_known(m, rest);
             if !route_known {
@@ -265,6 +271,7 @@ fn node_route_known(m: &Method, rest: &[&str]) -> bool {
             | ("GET", ["qemu", _, "agent", "network-get-interfaces"])
             | ("POST", ["storage", _, "upload"])
             | ("GET", ["storage", _, "content"])
+            | ("GET", ["storage", _, "status"])
             | ("DELETE", ["storage", _, "content", _])
             | ("GET", ["tasks", _, "status"])
     )
@@ -302,6 +309,7 @@ async fn node_dispatch(
         }
         ("POST", ["storage", storage, "upload"]) => upload(server, ctx, storage, request).await,
         ("GET", ["storage", storage, "content"]) => list_content(server, storage, params),
+        ("GET", ["storage", storage, "status"]) => storage_status(server, storage, params),
         ("DELETE", ["storage", storage, "content", volid]) => {
             delete_volume(server, ctx, storage, volid, params)
         }
@@ -516,6 +524,15 @@ fn cluster_resources(server: &Server, params: &Params) -> Result<Value, ApiError
         }));
     }
     Ok(Value::Array(entries))
+}
+
+/// `GET /nodes`: the one node, online (the fields of `pvesh get /nodes` on a single node).
+fn list_nodes(server: &Server, params: &Params) -> Result<Value, ApiError> {
+    params.allow(&[])?;
+    let node = &server.node;
+    Ok(json!([{"node": node, "id": format!("node/{node}"), "type": "node", "status": "online",
+        "level": "", "cpu": 0.01, "maxcpu": 8, "mem": 4_294_967_296u64,
+        "maxmem": 34_359_738_368u64, "uptime": 86_400}]))
 }
 
 fn next_id(server: &Server, params: &Params) -> Result<Value, ApiError> {
@@ -1318,6 +1335,53 @@ fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value
         entries.retain(|e| e["content"] == wanted);
     }
     Ok(Value::Array(entries))
+}
+
+/// Capacity the simulated storages report, in bytes (made up: no capture has them).
+fn storage_total(storage: &str) -> u64 {
+    match storage {
+        "local-lvm" => 375_809_638_400,
+        "proxy-seeds" => 21_474_836_480,
+        _ => 107_374_182_400,
+    }
+}
+
+/// `GET /nodes/{node}/storage/{storage}/status`: type, content, active, enabled, shared and
+/// total/used/avail, where used counts the stored volumes and the disks of guests on it. The
+/// unknown-storage text is the one `PVE::Storage::storage_config` dies with (from the upstream
+/// source, not a capture), which the other storage endpoints here already give.
+fn storage_status(server: &Server, storage: &str, params: &Params) -> Result<Value, ApiError> {
+    params.allow(&[])?;
+    let inner = server.state.lock();
+    let Some(scfg) = inner.storage(storage) else {
+        return Err(ApiError::internal(format!(
+            "storage '{storage}' does not exist"
+        )));
+    };
+    let prefix = format!("{storage}:");
+    let volumes: u64 = inner
+        .volumes
+        .iter()
+        .filter(|(volid, _)| volid.starts_with(&prefix))
+        .map(|(_, volume)| volume.bytes.len() as u64)
+        .sum();
+    let disks: u64 = inner
+        .guests
+        .values()
+        .flat_map(|guest| guest.config.iter())
+        .filter(|(key, drive)| {
+            model::is_drive_key(key)
+                && drive.starts_with(&prefix)
+                && model::drive_option(drive, "media") != Some("cdrom")
+        })
+        .filter_map(|(_, drive)| model::drive_option(drive, "size").and_then(model::parse_size))
+        .sum();
+    let total = storage_total(storage);
+    let used = (volumes + disks).min(total);
+    Ok(json!({
+        "type": scfg.plugin, "content": scfg.content.join(","), "active": 1, "enabled": 1,
+        "shared": 0, "total": total, "used": used, "avail": total - used,
+    }))
 }
 
 /// F13: needs Datastore.Allocate on the volume's storage; a missing volume still ends OK.

@@ -3,7 +3,8 @@
 //!
 //! It reproduces the slice of the API a provider uses — version, cluster resources and nextid,
 //! clone, config, status and power actions, resize, destroy, the guest agent's
-//! `network-get-interfaces`, ISO upload and volume delete, and task status — with the texts,
+//! `network-get-interfaces`, ISO upload and volume delete, task status, and what a provider's
+//! `check` reads (`/nodes`, storage status, `/access/permissions`) — with the texts,
 //! status codes and timing rules recorded from a real PVE 9.2.20 host (facts F1–F23 in the
 //! Proxmox provider execution log). Every error carries its text in the reason phrase and in
 //! the body's `message` (F1); 401s have an empty body.
@@ -34,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod access;
 mod api;
 mod faults;
 mod model;

@@ -596,6 +596,44 @@ async fn f17_limited_token_gets_403_on_seed_delete() {
 }
 
 #[tokio::test]
+async fn f13_f17_permissions_show_datastore_allocate_on_the_seed_storage_only() {
+    let api = Api::start().await;
+    let at = |path: &str| format!("/access/permissions?path={}", encode(path));
+    let seeds = api.get(&at("/storage/proxy-seeds")).await;
+    assert_eq!(seeds.status, 200, "{seeds:?}");
+    let held = &seeds.data()["/storage/proxy-seeds"];
+    // The Phase 0 ACL caveat: the specific role repeats what uploads need beside Allocate.
+    for privilege in [
+        "Datastore.Allocate",
+        "Datastore.AllocateTemplate",
+        "Datastore.AllocateSpace",
+        "Datastore.Audit",
+    ] {
+        assert_eq!(held[privilege], 1, "{privilege} on proxy-seeds: {held}");
+    }
+    let local = api.get(&at("/storage/local")).await;
+    let held = &local.data()["/storage/local"];
+    assert!(held.get("Datastore.Allocate").is_none(), "{held}");
+    assert_eq!(held["Datastore.AllocateTemplate"], 1);
+    assert_eq!(held["VM.Clone"], 1, "the role on / is inherited: {held}");
+
+    let limited = api.with_auth(Some(api.sim.limited_token_header()));
+    let answer = limited.send("GET", &at("/storage/proxy-seeds"), &[]).await;
+    assert_eq!(answer.status, 200);
+    let held = &answer.data()["/storage/proxy-seeds"];
+    assert!(held.get("Datastore.Allocate").is_none(), "{held}");
+    assert_eq!(held["Datastore.AllocateTemplate"], 1);
+
+    let every = api.get("/access/permissions").await;
+    let paths: Vec<&String> = every.data().as_object().unwrap().keys().collect();
+    assert_eq!(paths, ["/", "/storage/proxy-seeds"]);
+    let unknown = api.get("/access/permissions?colour=red").await;
+    assert_eq!(unknown.status, 400);
+    let anonymous = api.with_auth(None).send("GET", &at("/"), &[]).await;
+    assert_eq!(anonymous.status, 401);
+}
+
+#[tokio::test]
 async fn f18_alpn_negotiates_http1_even_when_h2_is_offered() {
     let api = Api::start().await;
     let mut roots = rustls::RootCertStore::empty();

@@ -55,8 +55,9 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
-    /// Guards `inner`: at most `limit` bytes, done by `deadline`, redacted with `redactor`.
-    pub fn new(inner: reqwest::Body, limit: u64, deadline: Instant, redactor: Option<Redactor>) -> EgressBody {
+    /// Guards `inner`: at most `limit` bytes, done by `deadline`, redacted with `redactor`;
+    /// boxed as the body type wasi:http takes.
+    pub fn guard(inner: reqwest::Body, limit: u64, deadline: Instant, redactor: Option<Redactor>) -> EgressBody {
         Self {
             inner,
             remaining: limit,

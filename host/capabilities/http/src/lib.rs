@@ -356,6 +356,6 @@ impl Inner {
         tracing::debug!(provider, %method, origin = %origin_label, path,
             status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "outgoing HTTP");
         let (head, body) = response.into_parts();
-        Ok(http::Response::from_parts(head, ResponseBody::new(body, grant.max_response_bytes, deadline, redactor)))
+        Ok(http::Response::from_parts(head, ResponseBody::guard(body, grant.max_response_bytes, deadline, redactor)))
     }
 }

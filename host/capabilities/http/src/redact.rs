@@ -164,6 +164,19 @@ mod tests {
     }
 
     #[test]
+    fn both_base64_alphabets_are_replaced() {
+        // This secret's standard and URL-safe encodings differ ('+' and '/' against '-' and '_').
+        let secret = "k??>?>~~";
+        let standard = STANDARD_NO_PAD.encode(secret);
+        let url_safe = URL_SAFE_NO_PAD.encode(secret);
+        assert_ne!(standard, url_safe);
+        let redactor = Redactor::new(secret, secret);
+        for form in [standard, url_safe] {
+            assert_eq!(redactor.redact(form.as_bytes()).unwrap(), REDACTED, "{form}");
+        }
+    }
+
+    #[test]
     fn streaming_catches_occurrences_split_at_every_boundary() {
         let body = format!("{{\"echo\":\"PVEAPIToken={SECRET}\",\"again\":\"{SECRET}\"}}");
         let expected = String::from_utf8(redactor().redact(body.as_bytes()).unwrap()).unwrap();

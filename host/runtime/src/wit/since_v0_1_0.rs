@@ -37,7 +37,9 @@ pub(crate) async fn call(
     use types::{Request, Response};
     let guest = bindings.egress_provider_provider();
     Ok(match request {
-        Request::Describe => Ok(Response::Describe(guest.call_describe(&mut *store).await?.into())),
+        Request::Describe => Ok(Response::Describe(
+            guest.call_describe(&mut *store).await?.into(),
+        )),
         Request::ValidateConfig { config } => guest
             .call_validate_config(&mut *store, &config)
             .await?
@@ -48,12 +50,18 @@ pub(crate) async fn call(
             .await?
             .map(|instance| Response::Create(instance.into()))
             .map_err(Into::into),
-        Request::Get { config, provider_id } => guest
+        Request::Get {
+            config,
+            provider_id,
+        } => guest
             .call_get(&mut *store, &config, &provider_id)
             .await?
             .map(|instance| Response::Get(instance.into()))
             .map_err(Into::into),
-        Request::Delete { config, provider_id } => guest
+        Request::Delete {
+            config,
+            provider_id,
+        } => guest
             .call_delete(&mut *store, &config, &provider_id)
             .await?
             .map(|()| Response::Delete)
@@ -63,9 +71,9 @@ pub(crate) async fn call(
             .await?
             .map(|instances| Response::ListByTag(instances.into_iter().map(Into::into).collect()))
             .map_err(Into::into),
-        Request::Check { config } => {
-            Ok(Response::Check(guest.call_check(&mut *store, &config).await?.into()))
-        }
+        Request::Check { config } => Ok(Response::Check(
+            guest.call_check(&mut *store, &config).await?.into(),
+        )),
     })
 }
 
@@ -82,7 +90,10 @@ impl From<wit::InstanceState> for types::InstanceState {
 
 impl From<types::Tag> for wit::Tag {
     fn from(tag: types::Tag) -> Self {
-        wit::Tag { key: tag.key, value: tag.value }
+        wit::Tag {
+            key: tag.key,
+            value: tag.value,
+        }
     }
 }
 
@@ -138,7 +149,11 @@ impl From<wit::Description> for types::Description {
             version: description.version,
             contract_version: description.contract_version,
             config_schema: description.config_schema,
-            capabilities: description.capabilities.into_iter().map(Into::into).collect(),
+            capabilities: description
+                .capabilities
+                .into_iter()
+                .map(Into::into)
+                .collect(),
         }
     }
 }
@@ -160,6 +175,9 @@ impl From<wit::CheckReason> for types::CheckReason {
 
 impl From<wit::CheckResult> for types::CheckResult {
     fn from(result: wit::CheckResult) -> Self {
-        types::CheckResult { reason: result.reason.into(), message: result.message }
+        types::CheckResult {
+            reason: result.reason.into(),
+            message: result.message,
+        }
     }
 }

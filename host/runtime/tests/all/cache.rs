@@ -10,7 +10,9 @@ use crate::common::{component_bytes, component_path, test_limits};
 #[tokio::test]
 async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     let cache = tempfile::tempdir().unwrap();
-    let config = RuntimeConfig::default().limits(test_limits()).cache_dir(Some(cache.path().to_owned()));
+    let config = RuntimeConfig::default()
+        .limits(test_limits())
+        .cache_dir(Some(cache.path().to_owned()));
     let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
     let path = component_path("reference");
     let bytes = component_bytes("reference");
@@ -25,7 +27,10 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     let mut corrupted = 0;
     for entry in std::fs::read_dir(cache.path()).unwrap() {
         let entry = entry.unwrap().path();
-        if entry.extension().is_some_and(|extension| extension == "cwasm") {
+        if entry
+            .extension()
+            .is_some_and(|extension| extension == "cwasm")
+        {
             let mut compiled = std::fs::read(&entry).unwrap();
             let middle = compiled.len() / 2;
             for byte in &mut compiled[middle..middle + 64] {
@@ -38,18 +43,44 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     assert_eq!(corrupted, 1, "one entry for one component");
 
     let recompiled = runtime.load_bytes(&bytes, &path).await.unwrap();
-    assert!(!recompiled.from_cache(), "a corrupt entry must not be loaded");
-    let call = recompiled.call(egress_runtime::Request::Describe, &Default::default()).await;
+    assert!(
+        !recompiled.from_cache(),
+        "a corrupt entry must not be loaded"
+    );
+    let call = recompiled
+        .call(egress_runtime::Request::Describe, &Default::default())
+        .await;
     assert!(call.is_ok(), "{call:?}");
-    assert!(runtime.load_bytes(&bytes, &path).await.unwrap().from_cache(), "the entry was rewritten");
+    assert!(
+        runtime
+            .load_bytes(&bytes, &path)
+            .await
+            .unwrap()
+            .from_cache(),
+        "the entry was rewritten"
+    );
 }
 
 #[tokio::test]
 async fn no_cache_dir_means_no_cache() {
-    let config = RuntimeConfig::default().limits(test_limits()).cache_dir(None);
+    let config = RuntimeConfig::default()
+        .limits(test_limits())
+        .cache_dir(None);
     let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
     let path = component_path("misbehave");
     let bytes = component_bytes("misbehave");
-    assert!(!runtime.load_bytes(&bytes, &path).await.unwrap().from_cache());
-    assert!(!runtime.load_bytes(&bytes, &path).await.unwrap().from_cache());
+    assert!(
+        !runtime
+            .load_bytes(&bytes, &path)
+            .await
+            .unwrap()
+            .from_cache()
+    );
+    assert!(
+        !runtime
+            .load_bytes(&bytes, &path)
+            .await
+            .unwrap()
+            .from_cache()
+    );
 }

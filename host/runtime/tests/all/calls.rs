@@ -8,22 +8,33 @@ use egress_runtime::{
 use crate::common::{component_path, runtime};
 
 fn ctx() -> CallContext {
-    CallContext { proxy: Some("default/egress".into()) }
+    CallContext {
+        proxy: Some("default/egress".into()),
+    }
 }
 
 #[tokio::test]
 async fn reference_loads_and_describes_itself() {
     let runtime = runtime();
-    let provider = runtime.load_file(&component_path("reference")).await.unwrap();
+    let provider = runtime
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
     let description = provider.description();
     assert_eq!(description.name, "reference");
     assert_eq!(description.contract_version, "0.1.0");
     assert_eq!(provider.name(), "reference");
     assert_eq!(provider.path(), component_path("reference"));
     assert_eq!(provider.digest().len(), 64);
-    assert!(provider.exports().contains(&"egress:provider/provider@0.1.0".to_owned()));
     assert!(
-        provider.imports().contains(&"wasi:http/outgoing-handler@0.2.12".to_owned()),
+        provider
+            .exports()
+            .contains(&"egress:provider/provider@0.1.0".to_owned())
+    );
+    assert!(
+        provider
+            .imports()
+            .contains(&"wasi:http/outgoing-handler@0.2.12".to_owned()),
         "{:?}",
         provider.imports()
     );
@@ -34,11 +45,21 @@ async fn reference_loads_and_describes_itself() {
 
 #[tokio::test]
 async fn validate_config_accepts_a_good_config_and_rejects_a_bad_one() {
-    let provider = runtime().load_file(&component_path("reference")).await.unwrap();
-    let good = Request::ValidateConfig { config: r#"{"delayMs": 1}"#.into() };
-    assert_eq!(provider.call(good, &ctx()).await.unwrap(), Response::ValidateConfig);
+    let provider = runtime()
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
+    let good = Request::ValidateConfig {
+        config: r#"{"delayMs": 1}"#.into(),
+    };
+    assert_eq!(
+        provider.call(good, &ctx()).await.unwrap(),
+        Response::ValidateConfig
+    );
 
-    let bad = Request::ValidateConfig { config: r#"{"nope": 1}"#.into() };
+    let bad = Request::ValidateConfig {
+        config: r#"{"nope": 1}"#.into(),
+    };
     match provider.call(bad, &ctx()).await {
         Err(CallError::Provider(ProviderError::Permanent(message))) => {
             assert!(message.contains("unknown key `nope`"), "{message}")
@@ -49,12 +70,18 @@ async fn validate_config_accepts_a_good_config_and_rejects_a_bad_one() {
 
 #[tokio::test]
 async fn create_get_delete_list_and_check_answer() {
-    let provider = runtime().load_file(&component_path("reference")).await.unwrap();
+    let provider = runtime()
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
     let create = Request::Create {
         request: CreateRequest {
             name: "web".into(),
             uid: "uid-1".into(),
-            tags: vec![Tag { key: "owner".into(), value: "egress".into() }],
+            tags: vec![Tag {
+                key: "owner".into(),
+                value: "egress".into(),
+            }],
             user_data: "#cloud-config\n".into(),
             config: "{}".into(),
         },
@@ -69,29 +96,58 @@ async fn create_get_delete_list_and_check_answer() {
     assert_eq!(created.addresses.len(), 1);
     assert!(created.created_at.is_some());
 
-    let get = Request::Get { config: "{}".into(), provider_id: "ref/web".into() };
+    let get = Request::Get {
+        config: "{}".into(),
+        provider_id: "ref/web".into(),
+    };
     let Response::Get(got) = provider.call(get, &ctx()).await.unwrap() else {
         panic!("get answered another operation")
     };
-    assert_eq!((got.name.as_str(), got.state), ("web", InstanceState::Running));
+    assert_eq!(
+        (got.name.as_str(), got.state),
+        ("web", InstanceState::Running)
+    );
 
-    let missing = Request::Get { config: "{}".into(), provider_id: "ref/missing-web".into() };
+    let missing = Request::Get {
+        config: "{}".into(),
+        provider_id: "ref/missing-web".into(),
+    };
     let error = provider.call(missing, &ctx()).await.unwrap_err();
-    assert!(matches!(error, CallError::Provider(ProviderError::NotFound(_))), "{error:?}");
+    assert!(
+        matches!(error, CallError::Provider(ProviderError::NotFound(_))),
+        "{error:?}"
+    );
     assert_eq!(error.class(), ErrorClass::NotFound);
 
-    let delete = Request::Delete { config: "{}".into(), provider_id: "ref/web".into() };
-    assert_eq!(provider.call(delete, &ctx()).await.unwrap(), Response::Delete);
+    let delete = Request::Delete {
+        config: "{}".into(),
+        provider_id: "ref/web".into(),
+    };
+    assert_eq!(
+        provider.call(delete, &ctx()).await.unwrap(),
+        Response::Delete
+    );
 
-    let list = Request::ListByTag { config: "{}".into(), key: "owner".into(), value: "egress".into() };
-    assert_eq!(provider.call(list, &ctx()).await.unwrap(), Response::ListByTag(Vec::new()));
+    let list = Request::ListByTag {
+        config: "{}".into(),
+        key: "owner".into(),
+        value: "egress".into(),
+    };
+    assert_eq!(
+        provider.call(list, &ctx()).await.unwrap(),
+        Response::ListByTag(Vec::new())
+    );
 
-    let check = Request::Check { config: "{}".into() };
+    let check = Request::Check {
+        config: "{}".into(),
+    };
     let Response::Check(result) = provider.call(check, &ctx()).await.unwrap() else {
         panic!("check answered another operation")
     };
     assert_eq!(result.reason, CheckReason::Ok);
-    let misconfigured = Request::Check { config: "[]".into() };
+    let misconfigured = Request::Check {
+        config: "[]".into(),
+    };
     let Response::Check(result) = provider.call(misconfigured, &ctx()).await.unwrap() else {
         panic!("check answered another operation")
     };
@@ -100,7 +156,10 @@ async fn create_get_delete_list_and_check_answer() {
 
 #[tokio::test]
 async fn each_error_class_reaches_the_host_with_its_class() {
-    let provider = runtime().load_file(&component_path("reference")).await.unwrap();
+    let provider = runtime()
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
     let classes = [
         ("transient", ErrorClass::Transient),
         ("permanent", ErrorClass::Permanent),
@@ -109,7 +168,10 @@ async fn each_error_class_reaches_the_host_with_its_class() {
     ];
     for (fail_with, class) in classes {
         let config = format!(r#"{{"failWith": "{fail_with}"}}"#);
-        let request = Request::Get { config, provider_id: "ref/web".into() };
+        let request = Request::Get {
+            config,
+            provider_id: "ref/web".into(),
+        };
         match provider.call(request, &ctx()).await {
             Err(error @ CallError::Provider(_)) => assert_eq!(error.class(), class, "{error}"),
             other => panic!("failWith {fail_with}: expected a provider error, got {other:?}"),

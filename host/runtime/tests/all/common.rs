@@ -36,7 +36,9 @@ pub fn test_limits() -> Limits {
 
 /// A runtime with `limits`, the shared cache and no egress.
 pub fn runtime_with(limits: Limits) -> Runtime {
-    let config = RuntimeConfig::default().limits(limits).cache_dir(Some(shared_cache_dir()));
+    let config = RuntimeConfig::default()
+        .limits(limits)
+        .cache_dir(Some(shared_cache_dir()));
     Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
 }
 

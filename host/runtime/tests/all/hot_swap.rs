@@ -42,7 +42,10 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
 }
 
 fn get_web() -> Request {
-    Request::Get { config: "{}".into(), provider_id: "ref/web".into() }
+    Request::Get {
+        config: "{}".into(),
+        provider_id: "ref/web".into(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,7 +67,10 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
             tokio::spawn(async move {
                 let mut failures = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    match registry.call("reference", get_web(), &CallContext::default()).await {
+                    match registry
+                        .call("reference", get_web(), &CallContext::default())
+                        .await
+                    {
                         Ok(Response::Get(_)) => _ = succeeded.fetch_add(1, Ordering::Relaxed),
                         other => failures.push(format!("{other:?}")),
                     }
@@ -81,7 +87,10 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
     let slow = {
         let first = first.clone();
         tokio::spawn(async move {
-            let request = Request::Get { config: r#"{"delayMs": 2000}"#.into(), provider_id: "ref/web".into() };
+            let request = Request::Get {
+                config: r#"{"delayMs": 2000}"#.into(),
+                provider_id: "ref/web".into(),
+            };
             first.call(request, &CallContext::default()).await
         })
     };
@@ -96,7 +105,12 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         } else {
             replace_atomically(&path, &bytes);
         }
-        wait_for(&mut events, "the new generation loads", loaded_with(sha256_hex(&bytes))).await;
+        wait_for(
+            &mut events,
+            "the new generation loads",
+            loaded_with(sha256_hex(&bytes)),
+        )
+        .await;
         let current = registry.get("reference").unwrap();
         assert!(current.generation() > generation, "generations increase");
         assert_eq!(current.digest(), sha256_hex(&bytes));
@@ -104,16 +118,32 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
     }
 
     let slow_result = slow.await.unwrap();
-    assert!(matches!(slow_result, Ok(Response::Get(_))), "in-flight call on the old generation: {slow_result:?}");
-    assert_eq!(first.digest(), sha256_hex(&original), "the in-flight call ran on the first bytes");
-    assert_ne!(registry.get("reference").unwrap().generation(), first.generation());
+    assert!(
+        matches!(slow_result, Ok(Response::Get(_))),
+        "in-flight call on the old generation: {slow_result:?}"
+    );
+    assert_eq!(
+        first.digest(),
+        sha256_hex(&original),
+        "the in-flight call ran on the first bytes"
+    );
+    assert_ne!(
+        registry.get("reference").unwrap().generation(),
+        first.generation()
+    );
 
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         let failures = caller.await.unwrap();
-        assert!(failures.is_empty(), "calls failed during swaps: {failures:?}");
+        assert!(
+            failures.is_empty(),
+            "calls failed during swaps: {failures:?}"
+        );
     }
-    assert!(succeeded.load(Ordering::Relaxed) > 0, "the callers made calls");
+    assert!(
+        succeeded.load(Ordering::Relaxed) > 0,
+        "the callers made calls"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,22 +161,44 @@ async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
         matches!(event, RegistryEvent::Rejected { .. })
     })
     .await;
-    let RegistryEvent::Rejected { path: rejected_path, error } = rejected else { unreachable!() };
+    let RegistryEvent::Rejected {
+        path: rejected_path,
+        error,
+    } = rejected
+    else {
+        unreachable!()
+    };
     assert_eq!(rejected_path, path);
     assert!(error.contains("invalid wasm component"), "{error}");
-    assert_eq!(registry.get("reference").unwrap().generation(), serving.generation());
-    assert!(registry.call("reference", get_web(), &CallContext::default()).await.is_ok());
+    assert_eq!(
+        registry.get("reference").unwrap().generation(),
+        serving.generation()
+    );
+    assert!(
+        registry
+            .call("reference", get_web(), &CallContext::default())
+            .await
+            .is_ok()
+    );
 
     replace_atomically(&path, b"not a component, just text\n");
     wait_for(&mut events, "the text file is rejected", |event| {
         matches!(event, RegistryEvent::Rejected { error, .. } if error.contains("text file"))
     })
     .await;
-    assert_eq!(registry.get("reference").unwrap().generation(), serving.generation());
+    assert_eq!(
+        registry.get("reference").unwrap().generation(),
+        serving.generation()
+    );
 
     let fixed = with_custom_section(&original, "egress-test-fixed", b"1");
     replace_atomically(&path, &fixed);
-    wait_for(&mut events, "the fixed file loads", loaded_with(sha256_hex(&fixed))).await;
+    wait_for(
+        &mut events,
+        "the fixed file loads",
+        loaded_with(sha256_hex(&fixed)),
+    )
+    .await;
     assert!(registry.get("reference").unwrap().generation() > serving.generation());
 }
 
@@ -164,10 +216,22 @@ async fn removing_a_file_removes_its_provider() {
         matches!(event, RegistryEvent::Removed { .. })
     })
     .await;
-    assert_eq!(removed, RegistryEvent::Removed { name: "reference".into(), path });
+    assert_eq!(
+        removed,
+        RegistryEvent::Removed {
+            name: "reference".into(),
+            path
+        }
+    );
     assert!(registry.get("reference").is_none());
-    let error = registry.call("reference", get_web(), &CallContext::default()).await.unwrap_err();
-    assert!(matches!(error, CallError::NotLoaded { ref name } if name == "reference"), "{error:?}");
+    let error = registry
+        .call("reference", get_web(), &CallContext::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, CallError::NotLoaded { ref name } if name == "reference"),
+        "{error:?}"
+    );
 }
 
 #[tokio::test]
@@ -180,13 +244,19 @@ async fn a_second_file_claiming_a_name_is_rejected_naming_both() {
     let mut events = registry.subscribe();
 
     let second = dir.path().join("b-reference.wasm");
-    std::fs::write(&second, with_custom_section(&original, "egress-test-copy", b"2")).unwrap();
+    std::fs::write(
+        &second,
+        with_custom_section(&original, "egress-test-copy", b"2"),
+    )
+    .unwrap();
     registry.reload_now().await.unwrap();
     let rejected = wait_for(&mut events, "the second file is rejected", |event| {
         matches!(event, RegistryEvent::Rejected { .. })
     })
     .await;
-    let RegistryEvent::Rejected { path, error } = rejected else { unreachable!() };
+    let RegistryEvent::Rejected { path, error } = rejected else {
+        unreachable!()
+    };
     assert_eq!(path, second);
     assert!(error.contains(&second.display().to_string()), "{error}");
     assert!(error.contains(&first.display().to_string()), "{error}");

@@ -7,10 +7,16 @@ use egress_runtime::LoadError;
 use crate::common::{component_bytes, component_path, runtime};
 
 async fn load_error(bytes: &[u8], path: &Path) -> LoadError {
-    let error = runtime().load_bytes(bytes, path).await.expect_err("the load must fail");
+    let error = runtime()
+        .load_bytes(bytes, path)
+        .await
+        .expect_err("the load must fail");
     let message = error.to_string();
     assert!(!message.contains('\n'), "one line: {message}");
-    assert!(message.starts_with(&path.display().to_string()), "names the file: {message}");
+    assert!(
+        message.starts_with(&path.display().to_string()),
+        "names the file: {message}"
+    );
     error
 }
 
@@ -19,7 +25,10 @@ async fn a_text_file_is_not_a_component() {
     let path = Path::new("/providers/README.wasm");
     let error = load_error(b"# Providers\n\nPut provider components here.\n", path).await;
     assert!(matches!(error, LoadError::NotWasm { .. }), "{error:?}");
-    assert_eq!(error.to_string(), "/providers/README.wasm: not a wasm component: it is a text file");
+    assert_eq!(
+        error.to_string(),
+        "/providers/README.wasm: not a wasm component: it is a text file"
+    );
 }
 
 #[tokio::test]
@@ -42,16 +51,24 @@ async fn a_truncated_component_does_not_compile() {
     let bytes = component_bytes("reference");
     let error = load_error(&bytes[..bytes.len() / 2], Path::new("truncated.wasm")).await;
     assert!(matches!(error, LoadError::Compile { .. }), "{error:?}");
-    assert!(error.to_string().contains("invalid wasm component"), "{error}");
+    assert!(
+        error.to_string().contains("invalid wasm component"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
 async fn a_future_contract_version_is_refused() {
     let path = component_path("future-contract");
     let error = load_error(&component_bytes("future-contract"), &path).await;
-    assert!(matches!(error, LoadError::UnsupportedContract { .. }), "{error:?}");
     assert!(
-        error.to_string().ends_with("exports egress:provider/provider@0.9.0; this host serves 0.1.0"),
+        matches!(error, LoadError::UnsupportedContract { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .ends_with("exports egress:provider/provider@0.9.0; this host serves 0.1.0"),
         "{error}"
     );
 }
@@ -60,9 +77,14 @@ async fn a_future_contract_version_is_refused() {
 async fn an_import_the_host_does_not_provide_is_named() {
     let path = component_path("bad-import");
     let error = load_error(&component_bytes("bad-import"), &path).await;
-    assert!(matches!(error, LoadError::UnknownImport { .. }), "{error:?}");
     assert!(
-        error.to_string().ends_with("imports acme:exfil/upload@0.1.0, which this host does not provide"),
+        matches!(error, LoadError::UnknownImport { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .ends_with("imports acme:exfil/upload@0.1.0, which this host does not provide"),
         "{error}"
     );
 }
@@ -80,7 +102,10 @@ async fn an_unreadable_file_says_so() {
 async fn a_component_without_the_provider_export_is_the_wrong_world() {
     // The smallest valid component: magic and the component layer, no sections, no exports.
     let error = load_error(b"\0asm\x0d\0\x01\0", Path::new("empty-component.wasm")).await;
-    assert!(matches!(error, LoadError::MissingExport { .. }), "{error:?}");
+    assert!(
+        matches!(error, LoadError::MissingExport { .. }),
+        "{error:?}"
+    );
     assert_eq!(
         error.to_string(),
         "empty-component.wasm: exports no egress:provider/provider interface (wrong world?); its exports: none"

@@ -35,7 +35,10 @@ async fn guest_log_lines_carry_the_call_span_fields() {
     // other tests running on other threads a thread-local subscriber can miss the span.
     tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
 
-    let provider = runtime().load_file(&component_path("reference")).await.unwrap();
+    let provider = runtime()
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
     let request = Request::Create {
         request: CreateRequest {
             name: "web".into(),
@@ -45,7 +48,9 @@ async fn guest_log_lines_carry_the_call_span_fields() {
             config: "{}".into(),
         },
     };
-    let context = CallContext { proxy: Some("team-a/egress".into()) };
+    let context = CallContext {
+        proxy: Some("team-a/egress".into()),
+    };
     provider.call(request, &context).await.unwrap();
 
     let output = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();

@@ -43,6 +43,11 @@ async fn every_guest_memory_comes_from_the_configured_creator() {
         .await
         .unwrap_err();
     assert!(matches!(error, LoadError::Describe { .. }), "{error:?}");
-    assert!(error.to_string().contains("refused by the test's memory creator"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("refused by the test's memory creator"),
+        "{error}"
+    );
     assert!(creator.asked.load(Ordering::SeqCst) >= 1);
 }

@@ -292,10 +292,12 @@ async fn response_over_the_cap_is_a_body_size_error() {
     let mut grant = setup.grant();
     grant["maxResponseBytes"] = 1000.into();
     let broker = broker("proxmox", grant);
-    for path in ["/length", "/chunked"] {
-        let result = send(&broker, "proxmox", get(&setup.url(path), &[])).await;
-        assert!(matches!(result, Err(EgressError::HttpResponseBodySize(_))), "{path}: {result:?}");
-    }
+    // An announced length over the cap fails before the guest gets a response at all.
+    let announced = broker.send(&site("proxmox"), get(&setup.url("/length"), &[]), None).await;
+    assert!(matches!(announced, Err(EgressError::HttpResponseBodySize(Some(2048)))), "{:?}", announced.err());
+    // A streamed body fails when it crosses the cap.
+    let result = send(&broker, "proxmox", get(&setup.url("/chunked"), &[])).await;
+    assert!(matches!(result, Err(EgressError::HttpResponseBodySize(_))), "{result:?}");
 }
 
 #[tokio::test]
@@ -363,4 +365,51 @@ async fn invalid_grants_are_refused_with_a_reason() {
         let error = egress_capability_http::Broker::new(&grants).unwrap_err().to_string();
         assert!(error.contains(expected), "{error} should mention {expected}");
     }
+}
+
+/// Every log line of this test binary from the first call on, at trace level for the HTTP stack.
+/// Global, because a thread-local subscriber races with other tests over `tracing`'s callsite
+/// interest cache.
+fn captured_logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> = Box::leak(Box::default());
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("egress_capability_http=trace,reqwest=trace,hyper=trace,hyper_util=trace,rustls=trace,h2=trace")
+            .with_ansi(false)
+            .with_writer(move || Captured(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+}
+
+struct Captured(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn logs_never_carry_the_secret_even_at_trace_level() {
+    let logs = captured_logs();
+    let setup = Setup::new(echo_handler(16)).await;
+    let first = setup.broker();
+    send(&first, "proxmox", get(&setup.url("/api2/json/version?secret-looking=1"), &[])).await.unwrap();
+    let _ = send(&first, "proxmox", get(&setup.url("/"), &[("authorization", SECRET)])).await;
+    let _ = send(&first, "proxmox", get("https://elsewhere.example/", &[])).await;
+    setup.files.write("ca.pem", "garbage");
+    let _ = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
+
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logs.contains("outgoing HTTP") && logs.contains("/api2/json/version"), "the request was logged: {logs}");
+    assert!(!logs.contains("secret-looking"), "the query is not logged");
+    assert!(!logs.contains(SECRET) && !logs.contains(&STANDARD.encode(SECRET)[..20]), "{logs}");
 }
