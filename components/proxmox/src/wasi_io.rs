@@ -8,8 +8,8 @@ use crate::egress::provider::log::{self, Field, Level};
 use crate::wasi::clocks::{monotonic_clock, wall_clock};
 use crate::wasi::http::outgoing_handler;
 use crate::wasi::http::types::{
-    ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method as WasiMethod, OutgoingBody, OutgoingRequest,
-    Scheme,
+    ErrorCode, Fields, FutureIncomingResponse, IncomingResponse, Method as WasiMethod,
+    OutgoingBody, OutgoingRequest, Scheme,
 };
 use crate::wasi::io::streams::{OutputStream, StreamError};
 

@@ -90,6 +90,7 @@ async fn clean_create_requests() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
     let total = clean_create_requests().await;
+    eprintln!("a clean create made {total} requests");
     assert!(total >= 12, "a clean create makes at least 12 requests, made {total}");
     let mut crashes = 0;
     for n in 1..=total {
@@ -122,6 +123,37 @@ async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
     assert!(crashes + 2 >= total, "the abort fired for only {crashes} of {total} requests");
 }
 
+/// Corrections 1 and 2, F8: a retry that arrives while the crashed attempt's clone still runs sees
+/// a nameless entry locked `clone` at its deterministic VMID. It waits for it and adopts it,
+/// instead of taking the missing name as "absent" and cloning a second VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_during_the_crashed_clone_waits_for_it_and_adopts_it() {
+    let harness =
+        Harness::start_with(SimConfig { task_latency: std::time::Duration::from_millis(400), ..quick_sim_config() })
+            .await;
+    // resources, template config, clone: then the crash, before the clone task's first poll.
+    harness.sim.faults().abort_after(3);
+    let first = harness.create(NAME, UID).await;
+    assert_eq!(class(&first), Some(ErrorClass::Transient), "{first:?}");
+    harness.sim.faults().clear_abort();
+    let mid_clone: Vec<pvesim::GuestView> = harness
+        .sim
+        .state()
+        .vmids()
+        .into_iter()
+        .filter_map(|vmid| harness.sim.state().guest(vmid))
+        .filter(|guest| guest.mid_clone)
+        .collect();
+    assert_eq!(mid_clone.len(), 1, "the crashed attempt's clone is still running: {mid_clone:#?}");
+    assert_eq!(mid_clone[0].lock.as_deref(), Some("clone"));
+
+    let instance = harness.create(NAME, UID).await.expect("the retry adopts the clone");
+    let vmid = assert_exactly_one_provisioned_vm(&harness, &instance.provider_id);
+    assert_eq!(vmid, mid_clone[0].vmid, "the crashed attempt's VM is the one adopted");
+    let clones = harness.sim.state().request_log().iter().filter(|r| r.path.ends_with("/clone")).count();
+    assert_eq!(clones, 1, "no second clone");
+}
+
 /// Requests a clean delete of a running VM makes on a fresh simulator.
 async fn clean_delete_requests() -> usize {
     let harness = Harness::start().await;
@@ -137,6 +169,7 @@ async fn clean_delete_requests() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_crashed_at_every_request_leaves_nothing_behind() {
     let total = clean_delete_requests().await;
+    eprintln!("a clean delete made {total} requests");
     assert!(total >= 7, "a clean delete makes at least 7 requests, made {total}");
     let mut crashes = 0;
     for n in 1..=total {
@@ -183,6 +216,7 @@ async fn create_under_random_500s_converges_on_one_running_vm() {
         attempts += 1;
     }
     let instance = outcome.unwrap_or_else(|error| panic!("no convergence in {attempts} attempts: {error}"));
+    eprintln!("under 20% 500s, create converged after {attempts} attempts");
     let failures = harness.sim.state().request_log().iter().filter(|r| r.status == Some(500)).count();
     assert!(failures > 0, "the fault rule fired");
     harness.sim.faults().remove(rule);

@@ -31,6 +31,9 @@ pub(crate) fn build_engine(
             // share: fall back to on-demand allocation.
             config.with_host_memory(creator);
             config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+            // Copy-on-write images need mmap-backed memories; wasmtime 48 reaches `unreachable!`
+            // when a host-provided memory meets a memory image.
+            config.memory_init_cow(false);
         }
         None => {
             let instances = limits.max_concurrent_instances_limit();

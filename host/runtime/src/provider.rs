@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
 use wasmtime::{Store, UpdateDeadline};
 
 use crate::egress::CallSite;
@@ -124,14 +125,18 @@ impl Provider {
             .collect()
     }
 
-    /// The component's export names (for example `egress:provider/provider@0.1.0`).
+    /// The component's exports: each exported interface (for example
+    /// `egress:provider/provider@0.1.0`) followed by its functions as `interface#function`.
     pub fn exports(&self) -> Vec<String> {
         let engine = self.component.engine();
-        self.component
-            .component_type()
-            .exports(engine)
-            .map(|(name, _)| name.to_owned())
-            .collect()
+        let mut names = Vec::new();
+        for (name, item) in self.component.component_type().exports(engine) {
+            names.push(name.to_owned());
+            if let ComponentItem::ComponentInstance(instance) = item.ty {
+                names.extend(instance.exports(engine).map(|(function, _)| format!("{name}#{function}")));
+            }
+        }
+        names
     }
 
     /// Run one operation in a fresh instance.

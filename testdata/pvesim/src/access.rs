@@ -80,7 +80,9 @@ fn privilege_map(role: &[&str]) -> Value {
 /// one, every path the token has an ACL on.
 pub(crate) fn permissions(token: &Token, path: Option<&str>) -> Value {
     let entries: BTreeMap<String, Value> = match path {
-        Some(path) => BTreeMap::from([(path.to_string(), privilege_map(privileges_at(token, path)))]),
+        Some(path) => {
+            BTreeMap::from([(path.to_string(), privilege_map(privileges_at(token, path)))])
+        }
         None => acls(token)
             .into_iter()
             .map(|(acl_path, role)| (acl_path, privilege_map(role)))

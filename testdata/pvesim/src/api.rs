@@ -530,9 +530,11 @@ fn cluster_resources(server: &Server, params: &Params) -> Result<Value, ApiError
 fn list_nodes(server: &Server, params: &Params) -> Result<Value, ApiError> {
     params.allow(&[])?;
     let node = &server.node;
-    Ok(json!([{"node": node, "id": format!("node/{node}"), "type": "node", "status": "online",
+    Ok(
+        json!([{"node": node, "id": format!("node/{node}"), "type": "node", "status": "online",
         "level": "", "cpu": 0.01, "maxcpu": 8, "mem": 4_294_967_296u64,
-        "maxmem": 34_359_738_368u64, "uptime": 86_400}]))
+        "maxmem": 34_359_738_368u64, "uptime": 86_400}]),
+    )
 }
 
 fn next_id(server: &Server, params: &Params) -> Result<Value, ApiError> {

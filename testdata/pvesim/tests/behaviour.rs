@@ -238,8 +238,14 @@ async fn storage_status_reports_content_and_space_and_refuses_unknown_storage() 
     let seeds = api.get("/nodes/pv1-1/storage/proxy-seeds/status").await;
     assert_eq!(seeds.status, 200, "{seeds:?}");
     let data = seeds.data();
-    assert_eq!((data["type"].as_str(), data["content"].as_str()), (Some("dir"), Some("iso")));
-    assert_eq!((data["active"].as_u64(), data["enabled"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (data["type"].as_str(), data["content"].as_str()),
+        (Some("dir"), Some("iso"))
+    );
+    assert_eq!(
+        (data["active"].as_u64(), data["enabled"].as_u64()),
+        (Some(1), Some(1))
+    );
     let (total, used, avail) = (
         data["total"].as_u64().unwrap(),
         data["used"].as_u64().unwrap(),
@@ -247,7 +253,9 @@ async fn storage_status_reports_content_and_space_and_refuses_unknown_storage() 
     );
     assert_eq!((used, total - used), (0, avail));
 
-    api.sim.state().add_volume("proxy-seeds:iso/a.iso", &[0; 4096]);
+    api.sim
+        .state()
+        .add_volume("proxy-seeds:iso/a.iso", &[0; 4096]);
     let after = api.get("/nodes/pv1-1/storage/proxy-seeds/status").await;
     assert_eq!(after.data()["used"], 4096);
     assert_eq!(after.data()["avail"].as_u64(), Some(total - 4096));

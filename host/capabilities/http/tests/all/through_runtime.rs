@@ -183,7 +183,6 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs egress-runtime's engine.rs to call config.memory_init_cow(false) with a custom MemoryCreator (wasmtime 48 hits unreachable!() otherwise); passes with that one-line fix"]
 async fn provider_memory_never_holds_the_secret() {
     let setup = Setup::new().await;
     let creator = SnapshotCreator::default();
