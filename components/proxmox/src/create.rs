@@ -350,7 +350,7 @@ fn allocate_and_clone<I: Io>(
     let probes = probe_sequence(&request.name, config.vmid_min, config.vmid_max);
     for &vmid in &probes {
         if let Some(taken) = entries.iter().find(|e| e.vmid == vmid) {
-            if !taken.is_qemu() || true {
+            if !taken.is_qemu() {
                 continue;
             }
             match inspect(pve, &taken.node, vmid, request)? {
