@@ -651,6 +651,9 @@ fn phase6_several_vms_with_our_name_are_permanent_before_any_inspection() {
         vm_entry(100_778, "proxy-a", "stopped")
     ))];
     let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
-    assert!(matches!(&result, Err(Error::Permanent(m)) if m.contains("several VMs")), "{result:?}");
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("several VMs")),
+        "{result:?}"
+    );
     assert_eq!(requests, 1);
 }

@@ -59,8 +59,12 @@ async fn setup(bytes: &[u8]) -> Setup {
     )
     .expect("grant parses");
     let broker = Broker::new(&grants).expect("grant is valid");
-    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(broker)).expect("runtime");
-    let provider = runtime.load_bytes(bytes, &component_path()).await.expect("the proxmox component loads");
+    let runtime =
+        Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(broker)).expect("runtime");
+    let provider = runtime
+        .load_bytes(bytes, &component_path())
+        .await
+        .expect("the proxmox component loads");
     let config = json!({
         "apiUrl": sim.url(), "nodes": ["pv1-1"], "templateVmid": 9001,
         "targetStorage": "local-lvm", "isoStorage": "proxy-seeds",
@@ -74,7 +78,10 @@ async fn setup(bytes: &[u8]) -> Setup {
         user_data: "#cloud-config\n".into(),
         config: config.clone(),
     };
-    let provider_id = match provider.call(Request::Create { request }, &CallContext::default()).await {
+    let provider_id = match provider
+        .call(Request::Create { request }, &CallContext::default())
+        .await
+    {
         Ok(Response::Create(instance)) => instance.provider_id,
         other => panic!("create: {other:?}"),
     };
@@ -87,12 +94,23 @@ async fn setup(bytes: &[u8]) -> Setup {
         .no_proxy()
         .build()
         .unwrap();
-    Setup { sim, runtime, provider, config, direct, provider_id, _files: files }
+    Setup {
+        sim,
+        runtime,
+        provider,
+        config,
+        direct,
+        provider_id,
+        _files: files,
+    }
 }
 
 impl Setup {
     async fn component_get(&self) {
-        let request = Request::Get { config: self.config.clone(), provider_id: self.provider_id.clone() };
+        let request = Request::Get {
+            config: self.config.clone(),
+            provider_id: self.provider_id.clone(),
+        };
         match self.provider.call(request, &CallContext::default()).await {
             Ok(Response::Get(instance)) if instance.state == InstanceState::Running => {}
             other => panic!("get: {other:?}"),
@@ -101,7 +119,10 @@ impl Setup {
 
     /// The paths a running get reads (entry 9): resources, config, status, agent.
     fn get_paths(&self) -> Vec<String> {
-        let vm = format!("/api2/json/nodes/pv1-1/qemu/{}", self.provider_id.rsplit('/').next().unwrap());
+        let vm = format!(
+            "/api2/json/nodes/pv1-1/qemu/{}",
+            self.provider_id.rsplit('/').next().unwrap()
+        );
         vec![
             "/api2/json/cluster/resources?type=vm".into(),
             format!("{vm}/config"),
@@ -120,7 +141,11 @@ impl Setup {
                 .send()
                 .await
                 .expect("direct request");
-            assert!(response.status().is_success(), "{path}: {}", response.status());
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
             let body: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
             assert!(!body["data"].is_null(), "{path}");
         }
@@ -134,12 +159,24 @@ fn median(samples: &mut [Duration]) -> Duration {
 
 fn proxmox_benchmarks(c: &mut Criterion) {
     let path = component_path();
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|error| panic!("{} is missing ({error}): run `just build-components` first", path.display()));
+    let bytes = std::fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "{} is missing ({error}): run `just build-components` first",
+            path.display()
+        )
+    });
     let size = bytes.len();
-    println!("proxmox.wasm size: {size} bytes ({:.1} KiB; goal <= 1 MiB: {})", size as f64 / 1024.0, size <= 1 << 20);
+    println!(
+        "proxmox.wasm size: {size} bytes ({:.1} KiB; goal <= 1 MiB: {})",
+        size as f64 / 1024.0,
+        size <= 1 << 20
+    );
 
-    let executor = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let setup = executor.block_on(setup(&bytes));
     let auth = setup.sim.token_header();
     let paths = setup.get_paths();
@@ -148,15 +185,26 @@ fn proxmox_benchmarks(c: &mut Criterion) {
     executor.block_on(async {
         for _ in 0..500 {
             let before = setup.sim.state().request_log().len();
-            let request = Request::Get { config: setup.config.clone(), provider_id: setup.provider_id.clone() };
-            if let Ok(Response::Get(instance)) = setup.provider.call(request, &CallContext::default()).await
+            let request = Request::Get {
+                config: setup.config.clone(),
+                provider_id: setup.provider_id.clone(),
+            };
+            if let Ok(Response::Get(instance)) =
+                setup.provider.call(request, &CallContext::default()).await
                 && instance.state == InstanceState::Running
             {
-                let logged: Vec<String> =
-                    setup.sim.state().request_log()[before..].iter().map(|r| r.path.clone()).collect();
-                let expected: Vec<String> =
-                    paths.iter().map(|p| p.split('?').next().unwrap().to_string()).collect();
-                assert_eq!(logged, expected, "the direct client must replay the component's requests");
+                let logged: Vec<String> = setup.sim.state().request_log()[before..]
+                    .iter()
+                    .map(|r| r.path.clone())
+                    .collect();
+                let expected: Vec<String> = paths
+                    .iter()
+                    .map(|p| p.split('?').next().unwrap().to_string())
+                    .collect();
+                assert_eq!(
+                    logged, expected,
+                    "the direct client must replay the component's requests"
+                );
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -183,13 +231,21 @@ fn proxmox_benchmarks(c: &mut Criterion) {
     );
 
     let mut group = c.benchmark_group("proxmox get of a running VM");
-    group.bench_function("component (runtime + broker)", |b| b.to_async(&executor).iter(|| setup.component_get()));
-    group.bench_function("direct (pooled reqwest)", |b| b.to_async(&executor).iter(|| setup.direct_get(&paths, &auth)));
+    group.bench_function("component (runtime + broker)", |b| {
+        b.to_async(&executor).iter(|| setup.component_get())
+    });
+    group.bench_function("direct (pooled reqwest)", |b| {
+        b.to_async(&executor)
+            .iter(|| setup.direct_get(&paths, &auth))
+    });
     group.finish();
 
     let start = Instant::now();
     Component::new(setup.runtime.engine(), &bytes).expect("compiles");
-    println!("proxmox.wasm cold compile (one run): {:?} (goal <= 1 s)", start.elapsed());
+    println!(
+        "proxmox.wasm cold compile (one run): {:?} (goal <= 1 s)",
+        start.elapsed()
+    );
     let mut compile = c.benchmark_group("proxmox compile");
     compile.sample_size(10);
     compile.bench_function("cold: Component::new", |b| {

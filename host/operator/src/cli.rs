@@ -17,7 +17,11 @@ use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig};
 use serde::Deserialize;
 
 #[derive(Parser)]
-#[command(name = "egress-operator", version, about = "Provision egress-proxy VMs through sandboxed provider components")]
+#[command(
+    name = "egress-operator",
+    version,
+    about = "Provision egress-proxy VMs through sandboxed provider components"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,7 +68,10 @@ enum ProviderCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => return fail(&anyhow::Error::new(err).context("starting the async runtime")),
     };
@@ -84,14 +91,30 @@ fn init_tracing() {
     // Logs go to stderr so stdout stays parseable JSON; `RUST_LOG` overrides the level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
-        Command::Provider(ProviderCommand::Call { file, operation, config, grants, input }) => {
-            call(&file, &operation, config.as_deref(), grants.as_deref(), input.as_deref()).await
+        Command::Provider(ProviderCommand::Call {
+            file,
+            operation,
+            config,
+            grants,
+            input,
+        }) => {
+            call(
+                &file,
+                &operation,
+                config.as_deref(),
+                grants.as_deref(),
+                input.as_deref(),
+            )
+            .await
         }
     }
 }
@@ -121,9 +144,19 @@ async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     println!("version:          {}", description.version);
     println!("contract version: {}", description.contract_version);
     println!("digest:           sha256:{}", provider.digest());
-    let capabilities: Vec<String> =
-        description.capabilities.iter().map(|c| serde_json::to_value(c).map(|v| v.as_str().unwrap_or_default().to_owned())).collect::<Result<_, _>>()?;
-    println!("capabilities:     {}", if capabilities.is_empty() { "none".to_owned() } else { capabilities.join(", ") });
+    let capabilities: Vec<String> = description
+        .capabilities
+        .iter()
+        .map(|c| serde_json::to_value(c).map(|v| v.as_str().unwrap_or_default().to_owned()))
+        .collect::<Result<_, _>>()?;
+    println!(
+        "capabilities:     {}",
+        if capabilities.is_empty() {
+            "none".to_owned()
+        } else {
+            capabilities.join(", ")
+        }
+    );
     println!("exports:");
     for export in provider.exports() {
         println!("  {export}");
@@ -183,7 +216,10 @@ async fn call(
     let context = CallContext { proxy: None };
     match provider.call(request, &context).await {
         Ok(response) => {
-            println!("{}", serde_json::to_string_pretty(&response_json(&response)?)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&response_json(&response)?)?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
@@ -195,10 +231,11 @@ async fn call(
 }
 
 fn read_config(path: &Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config {}", path.display()))?;
     // Parse here so a typo is reported against the file, not deep inside the provider.
-    let value: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("config {} is not valid JSON", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("config {} is not valid JSON", path.display()))?;
     if !value.is_object() {
         bail!("config {} must be a JSON object", path.display());
     }
@@ -206,37 +243,64 @@ fn read_config(path: &Path) -> anyhow::Result<String> {
 }
 
 fn read_grants(path: &Path) -> anyhow::Result<Broker> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading grants {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading grants {}", path.display()))?;
     let grants = Grants::from_yaml(&text).with_context(|| format!("grants {}", path.display()))?;
     Broker::new(&grants).with_context(|| format!("grants {}", path.display()))
 }
 
-fn parse_input<T: serde::de::DeserializeOwned>(operation: Operation, input: Option<&str>) -> anyhow::Result<T> {
-    let Some(input) = input else { bail!("{} needs --input", operation.as_str()) };
-    serde_json::from_str(input).with_context(|| format!("--input for {} is not what it takes", operation.as_str()))
+fn parse_input<T: serde::de::DeserializeOwned>(
+    operation: Operation,
+    input: Option<&str>,
+) -> anyhow::Result<T> {
+    let Some(input) = input else {
+        bail!("{} needs --input", operation.as_str())
+    };
+    serde_json::from_str(input)
+        .with_context(|| format!("--input for {} is not what it takes", operation.as_str()))
 }
 
-fn build_request(operation: Operation, config: String, input: Option<&str>) -> anyhow::Result<Request> {
+fn build_request(
+    operation: Operation,
+    config: String,
+    input: Option<&str>,
+) -> anyhow::Result<Request> {
     Ok(match operation {
         Operation::Describe => Request::Describe,
         Operation::ValidateConfig => Request::ValidateConfig { config },
         Operation::Create => {
             let input: CreateInput = parse_input(operation, input)?;
             Request::Create {
-                request: CreateRequest { name: input.name, uid: input.uid, tags: input.tags, user_data: input.user_data, config },
+                request: CreateRequest {
+                    name: input.name,
+                    uid: input.uid,
+                    tags: input.tags,
+                    user_data: input.user_data,
+                    config,
+                },
             }
         }
         Operation::Get => {
             let input: IdInput = parse_input(operation, input)?;
-            Request::Get { config, provider_id: input.provider_id }
+            Request::Get {
+                config,
+                provider_id: input.provider_id,
+            }
         }
         Operation::Delete => {
             let input: IdInput = parse_input(operation, input)?;
-            Request::Delete { config, provider_id: input.provider_id }
+            Request::Delete {
+                config,
+                provider_id: input.provider_id,
+            }
         }
         Operation::ListByTag => {
             let input: TagInput = parse_input(operation, input)?;
-            Request::ListByTag { config, key: input.key, value: input.value }
+            Request::ListByTag {
+                config,
+                key: input.key,
+                value: input.value,
+            }
         }
         Operation::Check => Request::Check { config },
     })

@@ -4,8 +4,14 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn component(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components").join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run `just build-components` first", path.display());
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/components")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `just build-components` first",
+        path.display()
+    );
     path
 }
 
@@ -35,10 +41,25 @@ fn inspect_lists_every_contract_operation() {
     let text = stdout(&output);
     assert!(text.contains("name:             reference"), "{text}");
     assert!(text.contains("contract version: 0.1.0"), "{text}");
-    for operation in ["create", "get", "delete", "list-by-tag", "check", "describe", "validate-config"] {
-        assert!(text.lines().any(|line| line.trim() == format!("egress:provider/provider@0.1.0#{operation}")), "{operation} missing from:\n{text}");
+    for operation in [
+        "create",
+        "get",
+        "delete",
+        "list-by-tag",
+        "check",
+        "describe",
+        "validate-config",
+    ] {
+        assert!(
+            text.lines()
+                .any(|line| line.trim() == format!("egress:provider/provider@0.1.0#{operation}")),
+            "{operation} missing from:\n{text}"
+        );
     }
-    assert!(text.contains("wasi:http/outgoing-handler@0.2.12"), "imports not listed:\n{text}");
+    assert!(
+        text.contains("wasi:http/outgoing-handler@0.2.12"),
+        "imports not listed:\n{text}"
+    );
     assert!(text.contains("capabilities:     http"), "{text}");
 }
 
@@ -50,7 +71,13 @@ fn inspect_json_is_machine_readable() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(report["name"], "reference");
     assert_eq!(report["contractVersion"], "0.1.0");
-    assert!(report["exports"].as_array().unwrap().iter().any(|e| e == "egress:provider/provider@0.1.0#list-by-tag"));
+    assert!(
+        report["exports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "egress:provider/provider@0.1.0#list-by-tag")
+    );
 }
 
 #[test]
@@ -75,7 +102,14 @@ fn inspect_names_an_unsupported_contract_version() {
 #[test]
 fn call_create_prints_the_instance() {
     let reference = component("reference");
-    let output = run(&["provider", "call", reference.to_str().unwrap(), "create", "--input", r#"{"name":"proxy-a","uid":"uid-1"}"#]);
+    let output = run(&[
+        "provider",
+        "call",
+        reference.to_str().unwrap(),
+        "create",
+        "--input",
+        r#"{"name":"proxy-a","uid":"uid-1"}"#,
+    ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(response["operation"], "create");
@@ -87,7 +121,14 @@ fn call_create_prints_the_instance() {
 #[test]
 fn call_with_a_classified_error_prints_it_and_exits_1() {
     let reference = component("reference");
-    let output = run(&["provider", "call", reference.to_str().unwrap(), "get", "--input", r#"{"providerId":"ref/missing-a"}"#]);
+    let output = run(&[
+        "provider",
+        "call",
+        reference.to_str().unwrap(),
+        "get",
+        "--input",
+        r#"{"providerId":"ref/missing-a"}"#,
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(response["error"]["class"], "not-found");
@@ -99,7 +140,16 @@ fn call_passes_the_config_file_to_the_provider() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     std::fs::write(&config, r#"{"failWith":"quota-exceeded"}"#).unwrap();
-    let output = run(&["provider", "call", reference.to_str().unwrap(), "get", "--config", config.to_str().unwrap(), "--input", r#"{"providerId":"ref/a"}"#]);
+    let output = run(&[
+        "provider",
+        "call",
+        reference.to_str().unwrap(),
+        "get",
+        "--config",
+        config.to_str().unwrap(),
+        "--input",
+        r#"{"providerId":"ref/a"}"#,
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(response["error"]["class"], "quota-exceeded");
@@ -131,7 +181,18 @@ fn a_config_that_is_not_json_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
     std::fs::write(&config, "endpoint: [").unwrap();
-    let output = run(&["provider", "call", reference.to_str().unwrap(), "check", "--config", config.to_str().unwrap()]);
+    let output = run(&[
+        "provider",
+        "call",
+        reference.to_str().unwrap(),
+        "check",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("is not valid JSON"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("is not valid JSON"),
+        "{}",
+        stderr(&output)
+    );
 }

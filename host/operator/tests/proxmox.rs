@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use egress_runtime::types::CheckReason;
 use egress_runtime::{CallError, ErrorClass, InstanceState};
-use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
 use proxmox_support::*;
+use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
 use serde_json::json;
 
 const NAME: &str = "proxy-e2eaaaaaaaaaaaaaa";
@@ -31,28 +31,65 @@ fn assert_exactly_one_provisioned_vm(harness: &Harness, provider_id: &str) -> u3
     let vms = harness.vms_named(NAME);
     assert_eq!(vms.len(), 1, "exactly one VM named {NAME}: {vms:#?}");
     let vm = &vms[0];
-    assert_eq!(vm.vmid, vmid_of(provider_id), "the provider id names the VM that exists");
-    let description = vm.config.get("description").map(String::as_str).unwrap_or_default();
-    assert!(description.contains(&format!("uid: {UID}")), "the mark is ours: {description:?}");
-    assert_eq!(vm.config.get("ide2").map(String::as_str), Some(format!("{SEED},media=cdrom").as_str()));
+    assert_eq!(
+        vm.vmid,
+        vmid_of(provider_id),
+        "the provider id names the VM that exists"
+    );
+    let description = vm
+        .config
+        .get("description")
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(
+        description.contains(&format!("uid: {UID}")),
+        "the mark is ours: {description:?}"
+    );
+    assert_eq!(
+        vm.config.get("ide2").map(String::as_str),
+        Some(format!("{SEED},media=cdrom").as_str())
+    );
     assert_eq!(vm.config.get("agent").map(String::as_str), Some("1"));
-    assert_eq!(vm.config.get("tags").map(String::as_str), Some("proxy_operator"), "correction 7");
+    assert_eq!(
+        vm.config.get("tags").map(String::as_str),
+        Some("proxy_operator"),
+        "correction 7"
+    );
     assert_eq!(harness.seeds(), [SEED], "exactly one seed ISO");
     let mut expected: BTreeSet<u32> = TEMPLATES.into();
     expected.insert(vm.vmid);
-    assert_eq!(harness.sim.state().vmids().into_iter().collect::<BTreeSet<_>>(), expected, "no other VM made");
+    assert_eq!(
+        harness
+            .sim
+            .state()
+            .vmids()
+            .into_iter()
+            .collect::<BTreeSet<_>>(),
+        expected,
+        "no other VM made"
+    );
     vm.vmid
 }
 
 fn assert_nothing_left(harness: &Harness, when: &str) {
     assert!(harness.vms_named(NAME).is_empty(), "{when}: the VM is gone");
-    assert!(harness.seeds().is_empty(), "{when}: no seed left on proxy-seeds: {:?}", harness.seeds());
-    assert_eq!(harness.sim.state().vmids(), TEMPLATES, "{when}: only the templates remain");
+    assert!(
+        harness.seeds().is_empty(),
+        "{when}: no seed left on proxy-seeds: {:?}",
+        harness.seeds()
+    );
+    assert_eq!(
+        harness.sim.state().vmids(),
+        TEMPLATES,
+        "{when}: only the templates remain"
+    );
 }
 
 /// Whether the simulator reset a request since `from` (the abort fired).
 fn abort_fired(harness: &Harness, from: usize) -> bool {
-    harness.sim.state().request_log()[from..].iter().any(|record| record.status.is_none())
+    harness.sim.state().request_log()[from..]
+        .iter()
+        .any(|record| record.status.is_none())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,20 +99,36 @@ async fn create_then_get_reports_running_with_an_address_then_delete_removes_vm_
     // Create returns once the VM runs; the address is get's job (entry 10).
     assert_eq!(created.state, InstanceState::Provisioning);
     assert_eq!((created.name.as_str(), created.uid.as_str()), (NAME, UID));
-    assert!(created.created_at.is_some(), "F11: written-at-create is in the mark");
-    assert!(created.provider_id.starts_with("pv1-1/"), "{}", created.provider_id);
+    assert!(
+        created.created_at.is_some(),
+        "F11: written-at-create is in the mark"
+    );
+    assert!(
+        created.provider_id.starts_with("pv1-1/"),
+        "{}",
+        created.provider_id
+    );
     assert_exactly_one_provisioned_vm(&harness, &created.provider_id);
 
     // F5 then F21: the agent is "not running" for the simulator's delay, then reports ens18.
     let running = wait_running(&harness, &created.provider_id).await;
     assert_eq!(running.addresses, [pvesim::DEFAULT_GUEST_IP]);
-    assert_eq!((running.uid.as_str(), running.provider_id.as_str()), (UID, created.provider_id.as_str()));
+    assert_eq!(
+        (running.uid.as_str(), running.provider_id.as_str()),
+        (UID, created.provider_id.as_str())
+    );
 
     harness.delete(&created.provider_id).await.expect("delete");
     assert_nothing_left(&harness, "after delete");
     // F2: get of a VM that is gone is not-found; a repeat delete succeeds.
-    assert_eq!(class(&harness.get(&created.provider_id).await), Some(ErrorClass::NotFound));
-    harness.delete(&created.provider_id).await.expect("a repeat delete succeeds");
+    assert_eq!(
+        class(&harness.get(&created.provider_id).await),
+        Some(ErrorClass::NotFound)
+    );
+    harness
+        .delete(&created.provider_id)
+        .await
+        .expect("a repeat delete succeeds");
 }
 
 /// Requests a clean create makes on a fresh simulator (measured, not assumed).
@@ -91,7 +144,10 @@ async fn clean_create_requests() -> usize {
 async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
     let total = clean_create_requests().await;
     eprintln!("a clean create made {total} requests");
-    assert!(total >= 12, "a clean create makes at least 12 requests, made {total}");
+    assert!(
+        total >= 12,
+        "a clean create makes at least 12 requests, made {total}"
+    );
     let mut crashes = 0;
     for n in 1..=total {
         let harness = Harness::start().await;
@@ -99,28 +155,55 @@ async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
         let first = harness.create(NAME, UID).await;
         if abort_fired(&harness, 0) {
             crashes += 1;
-            assert_eq!(class(&first), Some(ErrorClass::Transient), "crash at request {n}: {first:?}");
+            assert_eq!(
+                class(&first),
+                Some(ErrorClass::Transient),
+                "crash at request {n}: {first:?}"
+            );
         } else {
             // Polls vary with timing: this run finished in fewer than n requests.
-            assert!(first.is_ok(), "no crash at request {n}, yet create failed: {first:?}");
+            assert!(
+                first.is_ok(),
+                "no crash at request {n}, yet create failed: {first:?}"
+            );
         }
         harness.sim.faults().clear_abort();
         // What the crashed attempt left (a clone, perhaps nameless mid-clone) must be adopted.
-        let left: Vec<u32> =
-            harness.sim.state().vmids().into_iter().filter(|vmid| !TEMPLATES.contains(vmid)).collect();
-        let instance = harness.create_until_ok(NAME, UID, 10).await.unwrap_or_else(|error| {
-            panic!("crash at request {n}: retries did not converge: {error}");
-        });
+        let left: Vec<u32> = harness
+            .sim
+            .state()
+            .vmids()
+            .into_iter()
+            .filter(|vmid| !TEMPLATES.contains(vmid))
+            .collect();
+        let instance = harness
+            .create_until_ok(NAME, UID, 10)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("crash at request {n}: retries did not converge: {error}");
+            });
         let vmid = assert_exactly_one_provisioned_vm(&harness, &instance.provider_id);
         if let [leftover] = left.as_slice() {
-            assert_eq!(vmid, *leftover, "crash at request {n}: the crashed attempt's VM is adopted");
+            assert_eq!(
+                vmid, *leftover,
+                "crash at request {n}: the crashed attempt's VM is adopted"
+            );
         }
-        assert!(left.len() <= 1, "crash at request {n} left several VMs: {left:?}");
+        assert!(
+            left.len() <= 1,
+            "crash at request {n} left several VMs: {left:?}"
+        );
         // A later retry answers the same VM.
         let again = harness.create(NAME, UID).await.expect("repeat create");
-        assert_eq!(again.provider_id, instance.provider_id, "crash at request {n}");
+        assert_eq!(
+            again.provider_id, instance.provider_id,
+            "crash at request {n}"
+        );
     }
-    assert!(crashes + 2 >= total, "the abort fired for only {crashes} of {total} requests");
+    assert!(
+        crashes + 2 >= total,
+        "the abort fired for only {crashes} of {total} requests"
+    );
 }
 
 /// Corrections 1 and 2, F8: a retry that arrives while the crashed attempt's clone still runs sees
@@ -128,9 +211,11 @@ async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
 /// instead of taking the missing name as "absent" and cloning a second VM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_during_the_crashed_clone_waits_for_it_and_adopts_it() {
-    let harness =
-        Harness::start_with(SimConfig { task_latency: std::time::Duration::from_millis(400), ..quick_sim_config() })
-            .await;
+    let harness = Harness::start_with(SimConfig {
+        task_latency: std::time::Duration::from_millis(400),
+        ..quick_sim_config()
+    })
+    .await;
     // resources, template config, clone: then the crash, before the clone task's first poll.
     harness.sim.faults().abort_after(3);
     let first = harness.create(NAME, UID).await;
@@ -144,13 +229,29 @@ async fn a_retry_during_the_crashed_clone_waits_for_it_and_adopts_it() {
         .filter_map(|vmid| harness.sim.state().guest(vmid))
         .filter(|guest| guest.mid_clone)
         .collect();
-    assert_eq!(mid_clone.len(), 1, "the crashed attempt's clone is still running: {mid_clone:#?}");
+    assert_eq!(
+        mid_clone.len(),
+        1,
+        "the crashed attempt's clone is still running: {mid_clone:#?}"
+    );
     assert_eq!(mid_clone[0].lock.as_deref(), Some("clone"));
 
-    let instance = harness.create(NAME, UID).await.expect("the retry adopts the clone");
+    let instance = harness
+        .create(NAME, UID)
+        .await
+        .expect("the retry adopts the clone");
     let vmid = assert_exactly_one_provisioned_vm(&harness, &instance.provider_id);
-    assert_eq!(vmid, mid_clone[0].vmid, "the crashed attempt's VM is the one adopted");
-    let clones = harness.sim.state().request_log().iter().filter(|r| r.path.ends_with("/clone")).count();
+    assert_eq!(
+        vmid, mid_clone[0].vmid,
+        "the crashed attempt's VM is the one adopted"
+    );
+    let clones = harness
+        .sim
+        .state()
+        .request_log()
+        .iter()
+        .filter(|r| r.path.ends_with("/clone"))
+        .count();
     assert_eq!(clones, 1, "no second clone");
 }
 
@@ -159,7 +260,10 @@ async fn clean_delete_requests() -> usize {
     let harness = Harness::start().await;
     let created = harness.create(NAME, UID).await.expect("create");
     let before = harness.requests();
-    harness.delete(&created.provider_id).await.expect("clean delete");
+    harness
+        .delete(&created.provider_id)
+        .await
+        .expect("clean delete");
     harness.requests() - before
 }
 
@@ -170,7 +274,10 @@ async fn clean_delete_requests() -> usize {
 async fn delete_crashed_at_every_request_leaves_nothing_behind() {
     let total = clean_delete_requests().await;
     eprintln!("a clean delete made {total} requests");
-    assert!(total >= 7, "a clean delete makes at least 7 requests, made {total}");
+    assert!(
+        total >= 7,
+        "a clean delete makes at least 7 requests, made {total}"
+    );
     let mut crashes = 0;
     for n in 1..=total {
         let harness = Harness::start().await;
@@ -180,44 +287,75 @@ async fn delete_crashed_at_every_request_leaves_nothing_behind() {
         let first = harness.delete(&created.provider_id).await;
         if abort_fired(&harness, from) {
             crashes += 1;
-            assert_eq!(class(&first), Some(ErrorClass::Transient), "crash at request {n}: {first:?}");
+            assert_eq!(
+                class(&first),
+                Some(ErrorClass::Transient),
+                "crash at request {n}: {first:?}"
+            );
         } else {
-            assert!(first.is_ok(), "no crash at request {n}, yet delete failed: {first:?}");
+            assert!(
+                first.is_ok(),
+                "no crash at request {n}, yet delete failed: {first:?}"
+            );
         }
         harness.sim.faults().clear_abort();
         // The crashed attempt's tasks (stop, seed delete, destroy) finish on their own; a retry
         // meanwhile may see the destroy lock and answer transient.
-        harness.delete_until_ok(&created.provider_id, 50).await.unwrap_or_else(|error| {
-            panic!("crash at request {n}: delete retries did not converge: {error}");
-        });
+        harness
+            .delete_until_ok(&created.provider_id, 50)
+            .await
+            .unwrap_or_else(|error| {
+                panic!("crash at request {n}: delete retries did not converge: {error}");
+            });
         assert_nothing_left(&harness, &format!("crash at request {n}"));
     }
-    assert!(crashes + 2 >= total, "the abort fired for only {crashes} of {total} requests");
+    assert!(
+        crashes + 2 >= total,
+        "the abort fired for only {crashes} of {total} requests"
+    );
 }
 
 /// 5xx is transient (errors table); every step is idempotent, so retries converge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_under_random_500s_converges_on_one_running_vm() {
-    let harness = Harness::start_with(SimConfig { fault_seed: 7, ..quick_sim_config() }).await;
+    let harness = Harness::start_with(SimConfig {
+        fault_seed: 7,
+        ..quick_sim_config()
+    })
+    .await;
     let rule = harness.sim.faults().add(FaultRule::new(
         "*",
         "/**",
         Trigger::Rate(0.2),
-        FaultAction::Status { status: 500, message: "simulated failure".into() },
+        FaultAction::Status {
+            status: 500,
+            message: "simulated failure".into(),
+        },
     ));
     let mut outcome = harness.create(NAME, UID).await;
     let mut attempts = 1;
     while attempts < 100 {
         match &outcome {
-            Err(error) => assert_eq!(error.class(), ErrorClass::Transient, "attempt {attempts}: {error}"),
+            Err(error) => assert_eq!(
+                error.class(),
+                ErrorClass::Transient,
+                "attempt {attempts}: {error}"
+            ),
             Ok(_) => break,
         }
         outcome = harness.create(NAME, UID).await;
         attempts += 1;
     }
-    let instance = outcome.unwrap_or_else(|error| panic!("no convergence in {attempts} attempts: {error}"));
+    let instance =
+        outcome.unwrap_or_else(|error| panic!("no convergence in {attempts} attempts: {error}"));
     eprintln!("under 20% 500s, create converged after {attempts} attempts");
-    let failures = harness.sim.state().request_log().iter().filter(|r| r.status == Some(500)).count();
+    let failures = harness
+        .sim
+        .state()
+        .request_log()
+        .iter()
+        .filter(|r| r.status == Some(500))
+        .count();
     assert!(failures > 0, "the fault rule fired");
     harness.sim.faults().remove(rule);
     assert_exactly_one_provisioned_vm(&harness, &instance.provider_id);
@@ -242,39 +380,83 @@ async fn check_reports_each_reason() {
     };
     let ca = harness.sim.ca_file();
 
-    let limited = load_provider(&spec(write_file(dir, "limited", harness.sim.limited_token()), ca)).await;
+    let limited = load_provider(&spec(
+        write_file(dir, "limited", harness.sim.limited_token()),
+        ca,
+    ))
+    .await;
     let answer = check(&limited, &harness.config, &secrets).await;
     assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
-    assert!(answer.message.contains("Datastore.Allocate"), "{}", answer.message);
+    assert!(
+        answer.message.contains("Datastore.Allocate"),
+        "{}",
+        answer.message
+    );
 
-    let wrong_secret = format!("{}!{}=0badc0de-0000-4000-8000-000000000000", pvesim::TOKEN_USER, pvesim::TOKEN_ID);
+    let wrong_secret = format!(
+        "{}!{}=0badc0de-0000-4000-8000-000000000000",
+        pvesim::TOKEN_USER,
+        pvesim::TOKEN_ID
+    );
     let wrong = load_provider(&spec(write_file(dir, "wrong", &wrong_secret), ca)).await;
     let answer = check(&wrong, &harness.config, &[&wrong_secret, harness.secret()]).await;
-    assert_eq!(answer.reason, CheckReason::Unauthorized, "{}", answer.message);
+    assert_eq!(
+        answer.reason,
+        CheckReason::Unauthorized,
+        "{}",
+        answer.message
+    );
 
     let other_sim = Simulator::start(quick_sim_config()).await.unwrap();
     let main_token = write_file(dir, "main", harness.sim.token());
     let wrong_ca = load_provider(&spec(main_token.clone(), other_sim.ca_file())).await;
     let answer = check(&wrong_ca, &harness.config, &secrets).await;
-    assert_eq!(answer.reason, CheckReason::CertificateInvalid, "{}", answer.message);
+    assert_eq!(
+        answer.reason,
+        CheckReason::CertificateInvalid,
+        "{}",
+        answer.message
+    );
 
     let no_secret = load_provider(&spec(dir.join("absent-token"), ca)).await;
     let answer = check(&no_secret, &harness.config, &secrets).await;
-    assert_eq!(answer.reason, CheckReason::CredentialsUnavailable, "{}", answer.message);
+    assert_eq!(
+        answer.reason,
+        CheckReason::CredentialsUnavailable,
+        "{}",
+        answer.message
+    );
 
     let closed = format!("https://127.0.0.1:{}", closed_port());
-    let unreachable =
-        load_provider(&GrantSpec { origin: closed.clone(), secret_file: main_token, ca_file: ca.to_path_buf() }).await;
+    let unreachable = load_provider(&GrantSpec {
+        origin: closed.clone(),
+        secret_file: main_token,
+        ca_file: ca.to_path_buf(),
+    })
+    .await;
     let mut config = harness.config.clone();
     config["apiUrl"] = json!(closed);
     let answer = check(&unreachable, &config, &secrets).await;
-    assert_eq!(answer.reason, CheckReason::Unreachable, "{}", answer.message);
+    assert_eq!(
+        answer.reason,
+        CheckReason::Unreachable,
+        "{}",
+        answer.message
+    );
 
-    for (key, value) in [("nodes", json!(["pv1-9"])), ("isoStorage", json!("no-such-storage"))] {
+    for (key, value) in [
+        ("nodes", json!(["pv1-9"])),
+        ("isoStorage", json!("no-such-storage")),
+    ] {
         let mut config = harness.config.clone();
         config[key] = value;
         let answer = check(&harness.provider, &config, &secrets).await;
-        assert_eq!(answer.reason, CheckReason::Misconfigured, "{key}: {}", answer.message);
+        assert_eq!(
+            answer.reason,
+            CheckReason::Misconfigured,
+            "{key}: {}",
+            answer.message
+        );
     }
 }
 
@@ -288,7 +470,13 @@ async fn a_template_of_the_wrong_shape_is_permanent_and_makes_no_vm() {
     assert!(format!("{outcome:?}").contains("cloud-init"), "{outcome:?}");
     assert_eq!(harness.sim.state().vmids(), TEMPLATES);
     assert!(harness.seeds().is_empty());
-    let clones = harness.sim.state().request_log().iter().filter(|r| r.path.ends_with("/clone")).count();
+    let clones = harness
+        .sim
+        .state()
+        .request_log()
+        .iter()
+        .filter(|r| r.path.ends_with("/clone"))
+        .count();
     assert_eq!(clones, 0, "no clone was attempted");
 }
 
@@ -306,12 +494,26 @@ async fn a_vm_with_our_name_but_another_uid_is_permanent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_by_tag_finds_the_created_vm() {
     let harness = Harness::start().await;
-    let created =
-        harness.create_tagged(NAME, UID, &[("egress.example/proxy", "team-a.p1")]).await.expect("create");
-    let found = harness.list_by_tag("egress.example/proxy", "team-a.p1").await.expect("list");
-    assert_eq!(found.iter().map(|i| i.provider_id.as_str()).collect::<Vec<_>>(), [created.provider_id.as_str()]);
+    let created = harness
+        .create_tagged(NAME, UID, &[("egress.example/proxy", "team-a.p1")])
+        .await
+        .expect("create");
+    let found = harness
+        .list_by_tag("egress.example/proxy", "team-a.p1")
+        .await
+        .expect("list");
+    assert_eq!(
+        found
+            .iter()
+            .map(|i| i.provider_id.as_str())
+            .collect::<Vec<_>>(),
+        [created.provider_id.as_str()]
+    );
     assert_eq!(found[0].uid, UID);
-    let none = harness.list_by_tag("egress.example/proxy", "team-b.p1").await.expect("list");
+    let none = harness
+        .list_by_tag("egress.example/proxy", "team-b.p1")
+        .await
+        .expect("list");
     assert!(none.is_empty(), "{none:?}");
 }
 
@@ -321,7 +523,11 @@ async fn list_by_tag_finds_the_created_vm() {
 async fn the_secret_never_appears_in_provider_errors_or_responses() {
     let harness = Harness::start().await;
     let created = harness.create(NAME, UID).await.expect("create");
-    let wrong_secret = format!("{}!{}=5ec7e7ab-0000-4000-8000-00000000beef", pvesim::TOKEN_USER, pvesim::TOKEN_ID);
+    let wrong_secret = format!(
+        "{}!{}=5ec7e7ab-0000-4000-8000-00000000beef",
+        pvesim::TOKEN_USER,
+        pvesim::TOKEN_ID
+    );
     let wrong = load_provider(&GrantSpec {
         origin: harness.sim.url(),
         secret_file: write_file(harness.files.path(), "wrong", &wrong_secret),
@@ -330,12 +536,22 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
     .await;
     let secrets = [wrong_secret.as_str(), harness.secret()];
     let requests = [
-        egress_runtime::Request::Get { config: harness.config_text(), provider_id: created.provider_id.clone() },
-        egress_runtime::Request::Delete { config: harness.config_text(), provider_id: created.provider_id.clone() },
-        egress_runtime::Request::Check { config: harness.config_text() },
+        egress_runtime::Request::Get {
+            config: harness.config_text(),
+            provider_id: created.provider_id.clone(),
+        },
+        egress_runtime::Request::Delete {
+            config: harness.config_text(),
+            provider_id: created.provider_id.clone(),
+        },
+        egress_runtime::Request::Check {
+            config: harness.config_text(),
+        },
     ];
     for request in requests {
-        let outcome = wrong.call(request, &egress_runtime::CallContext::default()).await;
+        let outcome = wrong
+            .call(request, &egress_runtime::CallContext::default())
+            .await;
         assert_no_secret(&outcome, &secrets);
         if let Err(error) = &outcome {
             // F22: the token is refused: permanent, and the message says 401.
@@ -348,8 +564,17 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
         "GET",
         "/cluster/resources",
         Trigger::Nth(1),
-        FaultAction::Status { status: 500, message: "simulated failure".into() },
+        FaultAction::Status {
+            status: 500,
+            message: "simulated failure".into(),
+        },
     ));
-    assert_eq!(class(&harness.get(&created.provider_id).await), Some(ErrorClass::Transient));
-    assert_eq!(class(&harness.get("pv1-1/199998").await), Some(ErrorClass::NotFound));
+    assert_eq!(
+        class(&harness.get(&created.provider_id).await),
+        Some(ErrorClass::Transient)
+    );
+    assert_eq!(
+        class(&harness.get("pv1-1/199998").await),
+        Some(ErrorClass::NotFound)
+    );
 }

@@ -133,7 +133,11 @@ impl Provider {
         for (name, item) in self.component.component_type().exports(engine) {
             names.push(name.to_owned());
             if let ComponentItem::ComponentInstance(instance) = item.ty {
-                names.extend(instance.exports(engine).map(|(function, _)| format!("{name}#{function}")));
+                names.extend(
+                    instance
+                        .exports(engine)
+                        .map(|(function, _)| format!("{name}#{function}")),
+                );
             }
         }
         names

@@ -234,15 +234,14 @@ impl RegistryInner {
             let Some(state) = files.remove(&path) else {
                 continue;
             };
-            if let Some(name) = state.serves {
-                if providers
+            if let Some(name) = state.serves
+                && providers
                     .get(&name)
                     .is_some_and(|provider| provider.path() == path)
-                {
-                    providers.remove(&name);
-                    tracing::info!(provider = %name, path = %path.display(), "provider removed");
-                    events.push(RegistryEvent::Removed { name, path });
-                }
+            {
+                providers.remove(&name);
+                tracing::info!(provider = %name, path = %path.display(), "provider removed");
+                events.push(RegistryEvent::Removed { name, path });
             }
         }
 

@@ -29,7 +29,10 @@ impl Body for RequestBody {
     type Data = Bytes;
     type Error = EgressError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
         Pin::new(self.get_mut().0.get_mut()).poll_frame(cx)
     }
 
@@ -57,7 +60,12 @@ pub struct ResponseBody {
 impl ResponseBody {
     /// Guards `inner`: at most `limit` bytes, done by `deadline`, redacted with `redactor`;
     /// boxed as the body type wasi:http takes.
-    pub fn guard(inner: reqwest::Body, limit: u64, deadline: Instant, redactor: Option<Redactor>) -> EgressBody {
+    pub fn guard(
+        inner: reqwest::Body,
+        limit: u64,
+        deadline: Instant,
+        redactor: Option<Redactor>,
+    ) -> EgressBody {
         Self {
             inner,
             remaining: limit,
@@ -82,7 +90,10 @@ impl Body for ResponseBody {
     type Data = Bytes;
     type Error = EgressError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
         let this = &mut *self;
         if let Some(trailers) = this.pending_trailers.take() {
             return Poll::Ready(Some(Ok(Frame::trailers(this.redact_trailers(trailers)))));
@@ -98,7 +109,11 @@ impl Body for ResponseBody {
             let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 None => {
                     this.finished = true;
-                    let tail = this.redactor.as_mut().map(StreamRedactor::finish).unwrap_or_default();
+                    let tail = this
+                        .redactor
+                        .as_mut()
+                        .map(StreamRedactor::finish)
+                        .unwrap_or_default();
                     return Poll::Ready((!tail.is_empty()).then(|| Ok(Frame::data(tail))));
                 }
                 Some(Err(error)) => {
@@ -118,7 +133,9 @@ impl Body for ResponseBody {
                     let len = data.len() as u64;
                     if len > this.remaining {
                         this.finished = true;
-                        return Poll::Ready(Some(Err(EgressError::HttpResponseBodySize(Some(this.limit)))));
+                        return Poll::Ready(Some(Err(EgressError::HttpResponseBodySize(Some(
+                            this.limit,
+                        )))));
                     }
                     this.remaining -= len;
                     match this.redactor.as_mut() {
@@ -135,7 +152,11 @@ impl Body for ResponseBody {
                 }
                 Err(frame) => match frame.into_trailers() {
                     Ok(trailers) => {
-                        let tail = this.redactor.as_mut().map(StreamRedactor::finish).unwrap_or_default();
+                        let tail = this
+                            .redactor
+                            .as_mut()
+                            .map(StreamRedactor::finish)
+                            .unwrap_or_default();
                         if tail.is_empty() {
                             Frame::trailers(this.redact_trailers(trailers))
                         } else {

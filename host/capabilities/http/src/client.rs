@@ -71,7 +71,11 @@ pub struct GrantClients {
 impl GrantClients {
     /// Clients for a grant with these settings. Reads no file.
     pub fn new(settings: ClientSettings) -> Self {
-        Self { settings, roots: Mutex::new(None), clients: Mutex::new(HashMap::new()) }
+        Self {
+            settings,
+            roots: Mutex::new(None),
+            clients: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The URL to send for `origin`: the origin's own, or with the host replaced by the grant's
@@ -93,17 +97,24 @@ impl GrantClients {
             Scheme::Http => None,
         };
         let client = self.build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
-        Ok(lock(&self.clients).entry(origin.clone()).or_insert(client).clone())
+        Ok(lock(&self.clients)
+            .entry(origin.clone())
+            .or_insert(client)
+            .clone())
     }
 
     fn roots(&self) -> Result<Arc<Vec<reqwest::Certificate>>, ClientError> {
         if let Some(roots) = lock(&self.roots).as_ref() {
             return Ok(roots.clone());
         }
-        let path = self.settings.ca_file.as_deref().ok_or_else(|| ClientError::CaUnusable {
-            path: PathBuf::new(),
-            reason: "no caFile for an https origin".into(),
-        })?;
+        let path = self
+            .settings
+            .ca_file
+            .as_deref()
+            .ok_or_else(|| ClientError::CaUnusable {
+                path: PathBuf::new(),
+                reason: "no caFile for an https origin".into(),
+            })?;
         let roots = Arc::new(load_ca(path)?);
         *lock(&self.roots) = Some(roots.clone());
         Ok(roots)
@@ -123,7 +134,9 @@ impl GrantClients {
             .redirect(reqwest::redirect::Policy::none())
             .referer(false)
             .connect_timeout(self.settings.connect_timeout)
-            .dns_resolver(Arc::new(OriginResolver { origin: origin.clone() }));
+            .dns_resolver(Arc::new(OriginResolver {
+                origin: origin.clone(),
+            }));
         if self.settings.http1_only {
             builder = builder.http1_only();
         }
@@ -139,15 +152,23 @@ impl GrantClients {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain data behind, still consistent.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Loads every certificate of a PEM file.
 fn load_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
-    let unusable = |reason: String| ClientError::CaUnusable { path: path.to_owned(), reason };
+    let unusable = |reason: String| ClientError::CaUnusable {
+        path: path.to_owned(),
+        reason,
+    };
     let iter = CertificateDer::pem_file_iter(path).map_err(|error| match error {
         rustls_pki_types::pem::Error::Io(source) if source.kind() == io::ErrorKind::NotFound => {
-            ClientError::CaMissing { path: path.to_owned(), source }
+            ClientError::CaMissing {
+                path: path.to_owned(),
+                source,
+            }
         }
         other => unusable(other.to_string()),
     })?;
@@ -190,7 +211,9 @@ impl Resolve for OriginResolver {
                     let addresses: Vec<SocketAddr> = addresses.collect();
                     Ok(Box::new(addresses.into_iter()) as Addrs)
                 }
-                Err(source) => Err(Box::new(Unresolved { host, source }) as Box<dyn StdError + Send + Sync>),
+                Err(source) => {
+                    Err(Box::new(Unresolved { host, source }) as Box<dyn StdError + Send + Sync>)
+                }
             }
         })
     }
@@ -222,14 +245,19 @@ pub fn classify(error: &reqwest::Error) -> (EgressError, &'static str) {
 
 /// Every error in the chain, looking inside `io::Error`s too (whose `source()` skips the error
 /// they wrap, where rustls puts its own).
-fn causes<'a>(error: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+fn causes<'a>(
+    error: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     let mut stack = vec![error];
     std::iter::from_fn(move || {
         let current = stack.pop()?;
         if let Some(source) = current.source() {
             stack.push(source);
         }
-        if let Some(inner) = current.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+        if let Some(inner) = current
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+        {
             stack.push(inner);
         }
         Some(current)
@@ -239,11 +267,19 @@ fn causes<'a>(error: &'a (dyn StdError + 'static)) -> impl Iterator<Item = &'a (
 fn find_typed_cause(error: &reqwest::Error) -> Option<(EgressError, &'static str)> {
     causes(error).find_map(|cause| {
         if cause.downcast_ref::<Unresolved>().is_some() {
-            return Some((EgressError::DnsError { rcode: None, info_code: None }, "dns"));
+            return Some((
+                EgressError::DnsError {
+                    rcode: None,
+                    info_code: None,
+                },
+                "dns",
+            ));
         }
         let tls = cause.downcast_ref::<rustls::Error>()?;
         Some(match tls {
-            rustls::Error::InvalidCertificate(_) => (EgressError::TlsCertificateError, "tls_certificate"),
+            rustls::Error::InvalidCertificate(_) => {
+                (EgressError::TlsCertificateError, "tls_certificate")
+            }
             rustls::Error::AlertReceived(alert) => (
                 EgressError::TlsAlertReceived {
                     alert_id: Some(u8::from(*alert)),
@@ -260,12 +296,16 @@ fn find_io_cause(error: &reqwest::Error) -> Option<(EgressError, &'static str)> 
     causes(error).find_map(|cause| {
         let io = cause.downcast_ref::<io::Error>()?;
         match io.kind() {
-            io::ErrorKind::ConnectionRefused => Some((EgressError::ConnectionRefused, "connection_refused")),
+            io::ErrorKind::ConnectionRefused => {
+                Some((EgressError::ConnectionRefused, "connection_refused"))
+            }
             io::ErrorKind::TimedOut => Some((EgressError::ConnectionTimeout, "connect_timeout")),
             io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof => Some((EgressError::ConnectionTerminated, "connection_terminated")),
+            | io::ErrorKind::UnexpectedEof => {
+                Some((EgressError::ConnectionTerminated, "connection_terminated"))
+            }
             _ => None,
         }
     })
@@ -278,15 +318,28 @@ mod tests {
     #[test]
     fn missing_ca_file_is_missing_and_empty_or_garbage_is_unusable() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(load_ca(&dir.path().join("nope.pem")), Err(ClientError::CaMissing { .. })));
+        assert!(matches!(
+            load_ca(&dir.path().join("nope.pem")),
+            Err(ClientError::CaMissing { .. })
+        ));
 
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "").unwrap();
-        assert!(matches!(load_ca(&empty), Err(ClientError::CaUnusable { .. })));
+        assert!(matches!(
+            load_ca(&empty),
+            Err(ClientError::CaUnusable { .. })
+        ));
 
         let key_only = dir.path().join("key.pem");
-        std::fs::write(&key_only, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
-        assert!(matches!(load_ca(&key_only), Err(ClientError::CaUnusable { .. })));
+        std::fs::write(
+            &key_only,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        assert!(matches!(
+            load_ca(&key_only),
+            Err(ClientError::CaUnusable { .. })
+        ));
     }
 
     #[test]
@@ -298,7 +351,10 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
         });
         let https = Origin::parse_grant("https://192.168.2.8:8006").unwrap();
-        assert_eq!(clients.url_for(&https, "/api2/json/version"), "https://pv1-1.home.lab:8006/api2/json/version");
+        assert_eq!(
+            clients.url_for(&https, "/api2/json/version"),
+            "https://pv1-1.home.lab:8006/api2/json/version"
+        );
         let http = Origin::parse_grant("http://192.168.2.8:8006").unwrap();
         assert_eq!(clients.url_for(&http, ""), "http://192.168.2.8:8006/");
     }

@@ -87,16 +87,24 @@ impl CredentialSource for FileSource {
     fn read(&self) -> Result<Secret, CredentialError> {
         // Small, and read once per request: a blocking read is cheaper than a hop to a thread.
         let bytes = Zeroizing::new(std::fs::read(&self.path).map_err(|source| {
-            CredentialError::Unreadable { path: self.path.clone(), source }
+            CredentialError::Unreadable {
+                path: self.path.clone(),
+                source,
+            }
         })?);
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| CredentialError::Unusable { path: self.path.clone() })?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| CredentialError::Unusable {
+            path: self.path.clone(),
+        })?;
         let trimmed = text.trim();
         if trimmed.is_empty() {
-            return Err(CredentialError::Empty { path: self.path.clone() });
+            return Err(CredentialError::Empty {
+                path: self.path.clone(),
+            });
         }
         if trimmed.chars().any(|c| c.is_control()) {
-            return Err(CredentialError::Unusable { path: self.path.clone() });
+            return Err(CredentialError::Unusable {
+                path: self.path.clone(),
+            });
         }
         Ok(Secret::new(trimmed.to_owned()))
     }
@@ -127,12 +135,20 @@ mod tests {
         assert!(!error.to_string().contains("abc"), "{error}");
 
         std::fs::write(&path, " \n").unwrap();
-        assert!(matches!(FileSource::new(&path).read(), Err(CredentialError::Empty { .. })));
+        assert!(matches!(
+            FileSource::new(&path).read(),
+            Err(CredentialError::Empty { .. })
+        ));
 
-        let missing = FileSource::new(dir.path().join("missing")).read().unwrap_err();
+        let missing = FileSource::new(dir.path().join("missing"))
+            .read()
+            .unwrap_err();
         assert!(matches!(missing, CredentialError::Unreadable { .. }));
 
         let secret = Secret::new("hunter2".into());
-        assert_eq!(format!("{secret:?} {secret}"), "Secret([redacted]) [redacted]");
+        assert_eq!(
+            format!("{secret:?} {secret}"),
+            "Secret([redacted]) [redacted]"
+        );
     }
 }

@@ -249,8 +249,8 @@ grants:
 
     #[test]
     fn unknown_fields_are_refused() {
-        let error = Grants::from_yaml("grants:\n  p:\n    origins: []\n    insecure: true\n")
-            .unwrap_err();
+        let error =
+            Grants::from_yaml("grants:\n  p:\n    origins: []\n    insecure: true\n").unwrap_err();
         assert!(error.to_string().contains("insecure"), "{error}");
         let error = Grants::from_json(r#"{"grants":{"p":{"origins":[],"tls":{"verify":false}}}}"#)
             .unwrap_err();

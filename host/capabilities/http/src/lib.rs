@@ -65,7 +65,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions, default_forbidden_header,
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
+    default_forbidden_header,
 };
 use http::{HeaderName, HeaderValue};
 use hyper::body::Body as _;
@@ -124,7 +125,9 @@ impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut providers: Vec<&str> = self.inner.grants.keys().map(String::as_str).collect();
         providers.sort_unstable();
-        f.debug_struct("Broker").field("providers", &providers).finish_non_exhaustive()
+        f.debug_struct("Broker")
+            .field("providers", &providers)
+            .finish_non_exhaustive()
     }
 }
 
@@ -141,7 +144,13 @@ impl Broker {
             }
             active.insert(provider.clone(), grant);
         }
-        Ok(Self { inner: Arc::new(Inner { grants: active, injected_headers, metrics: Metrics::default() }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                grants: active,
+                injected_headers,
+                metrics: Metrics::default(),
+            }),
+        })
     }
 
     /// The broker's metrics, to register with the process's registry.
@@ -151,9 +160,15 @@ impl Broker {
 }
 
 fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
-    let invalid = |field: &'static str, reason: String| GrantError::Invalid { provider: provider.to_owned(), field, reason };
+    let invalid = |field: &'static str, reason: String| GrantError::Invalid {
+        provider: provider.to_owned(),
+        field,
+        reason,
+    };
     if grant.origins.is_empty() {
-        return Err(GrantError::NoOrigins { provider: provider.to_owned() });
+        return Err(GrantError::NoOrigins {
+            provider: provider.to_owned(),
+        });
     }
     let origins = grant
         .origins
@@ -167,35 +182,63 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let any_http = origins.iter().any(|origin| origin.scheme() == Scheme::Http);
-    let any_https = origins.iter().any(|origin| origin.scheme() == Scheme::Https);
+    let any_https = origins
+        .iter()
+        .any(|origin| origin.scheme() == Scheme::Https);
     if any_https && grant.tls.ca_file.is_none() {
-        return Err(invalid("tls.caFile", "required for https origins: the broker trusts no system roots".into()));
+        return Err(invalid(
+            "tls.caFile",
+            "required for https origins: the broker trusts no system roots".into(),
+        ));
     }
     if let Some(name) = &grant.tls.server_name {
         // An IP would make the client connect there instead of to the origin's host.
         match ServerName::try_from(name.as_str()) {
             Ok(ServerName::DnsName(_)) => {}
-            _ => return Err(invalid("tls.serverName", format!("{name:?} is not a DNS name"))),
+            _ => {
+                return Err(invalid(
+                    "tls.serverName",
+                    format!("{name:?} is not a DNS name"),
+                ));
+            }
         }
     }
     let injection = match &grant.credential {
         None => None,
         Some(credential) => {
             if any_http {
-                return Err(invalid("credential", "never injected over plain http; use https origins".into()));
+                return Err(invalid(
+                    "credential",
+                    "never injected over plain http; use https origins".into(),
+                ));
             }
-            let header = HeaderName::try_from(credential.header.as_str())
-                .map_err(|_| invalid("credential.header", format!("{:?} is not a header name", credential.header)))?;
+            let header = HeaderName::try_from(credential.header.as_str()).map_err(|_| {
+                invalid(
+                    "credential.header",
+                    format!("{:?} is not a header name", credential.header),
+                )
+            })?;
             if default_forbidden_header(&header) && !CREDENTIAL_HEADERS.contains(&header) {
-                return Err(invalid("credential.header", format!("{header} is managed by the connection")));
+                return Err(invalid(
+                    "credential.header",
+                    format!("{header} is managed by the connection"),
+                ));
             }
             let (prefix, suffix) = credential
                 .format
                 .split_once(SECRET_PLACEHOLDER)
                 .filter(|(_, suffix)| !suffix.contains(SECRET_PLACEHOLDER))
-                .ok_or_else(|| invalid("credential.format", format!("must contain {SECRET_PLACEHOLDER} exactly once")))?;
+                .ok_or_else(|| {
+                    invalid(
+                        "credential.format",
+                        format!("must contain {SECRET_PLACEHOLDER} exactly once"),
+                    )
+                })?;
             if HeaderValue::from_str(&format!("{prefix}x{suffix}")).is_err() {
-                return Err(invalid("credential.format", "holds characters a header cannot carry".into()));
+                return Err(invalid(
+                    "credential.format",
+                    "holds characters a header cannot carry".into(),
+                ));
             }
             Some(Injection {
                 header,
@@ -207,7 +250,10 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
     };
     let timeouts = grant.timeouts;
     if timeouts.connect_ms == 0 || timeouts.first_byte_ms == 0 || timeouts.total_ms == 0 {
-        return Err(invalid("timeouts", "every timeout must be above zero".into()));
+        return Err(invalid(
+            "timeouts",
+            "every timeout must be above zero".into(),
+        ));
     }
     if grant.max_response_bytes == 0 {
         return Err(invalid("maxResponseBytes", "must be above zero".into()));
@@ -233,7 +279,12 @@ impl Egress for Broker {
             || self.inner.injected_headers.contains(name)
     }
 
-    fn send(&self, site: &CallSite, request: http::Request<EgressBody>, options: Option<RequestOptions>) -> EgressFuture {
+    fn send(
+        &self,
+        site: &CallSite,
+        request: http::Request<EgressBody>,
+        options: Option<RequestOptions>,
+    ) -> EgressFuture {
         let inner = self.inner.clone();
         let site = site.clone();
         Box::pin(async move { inner.send(&site, request, options).await })
@@ -260,7 +311,10 @@ impl Inner {
                 if !grant.allowlist.allows(&origin) {
                     return Err(Denied::OriginNotAllowed);
                 }
-                let host_only = grant.injection.as_ref().map(|injection| injection.header.clone());
+                let host_only = grant
+                    .injection
+                    .as_ref()
+                    .map(|injection| injection.header.clone());
                 screen_headers(&mut parts.headers, &origin, host_only.as_slice())?;
                 Ok((grant, origin))
             });
@@ -268,9 +322,13 @@ impl Inner {
             Ok(found) => found,
             Err(denied) => {
                 // The URL's authority only: its path or query could carry anything.
-                let target = parts.uri.authority().map_or("", |authority| authority.as_str());
+                let target = parts
+                    .uri
+                    .authority()
+                    .map_or("", |authority| authority.as_str());
                 tracing::warn!(provider, operation = site.operation, %target, reason = %denied, "outgoing HTTP denied");
-                self.metrics.record(provider, "-", "denied", started.elapsed());
+                self.metrics
+                    .record(provider, "-", "denied", started.elapsed());
                 return Err(EgressError::HttpRequestDenied);
             }
         };
@@ -279,7 +337,8 @@ impl Inner {
         // The path only: a query could carry anything.
         let path = parts.uri.path().to_owned();
         let fail = |error: EgressError, kind: &str| {
-            self.metrics.record(provider, &origin_label, "error", started.elapsed());
+            self.metrics
+                .record(provider, &origin_label, "error", started.elapsed());
             tracing::debug!(provider, %method, origin = %origin_label, path,
                 error.type = kind, elapsed_ms = started.elapsed().as_millis() as u64, "outgoing HTTP failed");
             error
@@ -289,12 +348,25 @@ impl Inner {
         if let Some(injection) = &grant.injection {
             let secret = injection.source.read().map_err(|error| {
                 tracing::warn!(provider, origin = %origin_label, %error, "credentials unavailable");
-                fail(EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())), "credentials")
+                fail(
+                    EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
+                    "credentials",
+                )
             })?;
-            let value = format!("{}{}{}", injection.prefix, secret.expose(), injection.suffix);
+            let value = format!(
+                "{}{}{}",
+                injection.prefix,
+                secret.expose(),
+                injection.suffix
+            );
             let redactor = Redactor::new(secret.expose(), &value);
             let mut value = HeaderValue::try_from(zeroize::Zeroizing::new(value).as_str())
-                .map_err(|_| fail(EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())), "credentials"))?;
+                .map_err(|_| {
+                    fail(
+                        EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
+                        "credentials",
+                    )
+                })?;
             value.set_sensitive(true);
             injected = Some((injection.header.clone(), value, redactor));
         }
@@ -325,9 +397,18 @@ impl Inner {
         let deadline = started + grant.timeouts.total();
         let first_byte = options
             .and_then(|options| options.first_byte_timeout)
-            .map_or(grant.timeouts.first_byte(), |guest| guest.min(grant.timeouts.first_byte()));
-        let response = match tokio::time::timeout_at((started + first_byte).min(deadline), client.execute(outgoing)).await {
-            Err(_elapsed) => return Err(fail(EgressError::HttpResponseTimeout, "first_byte_timeout")),
+            .map_or(grant.timeouts.first_byte(), |guest| {
+                guest.min(grant.timeouts.first_byte())
+            });
+        let response = match tokio::time::timeout_at(
+            (started + first_byte).min(deadline),
+            client.execute(outgoing),
+        )
+        .await
+        {
+            Err(_elapsed) => {
+                return Err(fail(EgressError::HttpResponseTimeout, "first_byte_timeout"));
+            }
             Ok(Err(error)) => {
                 let (code, kind) = classify(&error);
                 let error = error.without_url();
@@ -344,7 +425,10 @@ impl Inner {
             .get(http::header::CONTENT_LENGTH)
             .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
         if announced.is_some_and(|length| length > grant.max_response_bytes) {
-            return Err(fail(EgressError::HttpResponseBodySize(announced), "response_too_large"));
+            return Err(fail(
+                EgressError::HttpResponseBodySize(announced),
+                "response_too_large",
+            ));
         }
         if let Some(redactor) = &redactor {
             redact_headers(redactor, response.headers_mut());
@@ -352,10 +436,18 @@ impl Inner {
             response.headers_mut().remove(http::header::CONTENT_LENGTH);
         }
         let elapsed = started.elapsed();
-        self.metrics.record(provider, &origin_label, metrics::status_class(status), elapsed);
+        self.metrics.record(
+            provider,
+            &origin_label,
+            metrics::status_class(status),
+            elapsed,
+        );
         tracing::debug!(provider, %method, origin = %origin_label, path,
             status = status.as_u16(), elapsed_ms = elapsed.as_millis() as u64, "outgoing HTTP");
         let (head, body) = response.into_parts();
-        Ok(http::Response::from_parts(head, ResponseBody::guard(body, grant.max_response_bytes, deadline, redactor)))
+        Ok(http::Response::from_parts(
+            head,
+            ResponseBody::guard(body, grant.max_response_bytes, deadline, redactor),
+        ))
     }
 }

@@ -65,7 +65,9 @@ impl Metrics {
             outcome: outcome.to_owned(),
         };
         self.requests.get_or_create(&labels).inc();
-        self.duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        self.duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// The number of requests counted with these labels.
@@ -75,7 +77,9 @@ impl Metrics {
             origin: origin.to_owned(),
             outcome: outcome.to_owned(),
         };
-        self.requests.get(&labels).map_or(0, |counter| counter.get())
+        self.requests
+            .get(&labels)
+            .map_or(0, |counter| counter.get())
     }
 }
 
@@ -99,8 +103,18 @@ mod tests {
         let metrics = Metrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        metrics.record("proxmox", "https://h:8006", "2xx", Duration::from_millis(12));
-        metrics.record("proxmox", "https://h:8006", "2xx", Duration::from_millis(12));
+        metrics.record(
+            "proxmox",
+            "https://h:8006",
+            "2xx",
+            Duration::from_millis(12),
+        );
+        metrics.record(
+            "proxmox",
+            "https://h:8006",
+            "2xx",
+            Duration::from_millis(12),
+        );
         assert_eq!(metrics.count("proxmox", "https://h:8006", "2xx"), 2);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

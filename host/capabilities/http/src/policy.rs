@@ -65,7 +65,9 @@ impl fmt::Display for Denied {
             Denied::MalformedUrl(reason) => write!(f, "malformed URL: {reason}"),
             Denied::OriginNotAllowed => f.write_str("origin not in the grant"),
             Denied::HostMismatch => f.write_str("Host header differs from the URL's authority"),
-            Denied::ForbiddenHeader(name) => write!(f, "guest set header {name}, which only the host sets"),
+            Denied::ForbiddenHeader(name) => {
+                write!(f, "guest set header {name}, which only the host sets")
+            }
         }
     }
 }
@@ -75,7 +77,10 @@ impl Origin {
     /// path, nothing else.
     pub fn parse_grant(text: &str) -> Result<Self, &'static str> {
         let uri: Uri = text.parse().map_err(|_| "not a URL")?;
-        if uri.path_and_query().is_some_and(|path| path.as_str() != "/") {
+        if uri
+            .path_and_query()
+            .is_some_and(|path| path.as_str() != "/")
+        {
             return Err("an origin has no path or query");
         }
         Self::of_uri(&uri)
@@ -104,7 +109,11 @@ impl Origin {
         }
         // `Authority` accepts an empty port ("host:"); it means the default.
         let port = authority.port_u16().unwrap_or(scheme.default_port());
-        Ok(Self { scheme, host: host.to_ascii_lowercase(), port })
+        Ok(Self {
+            scheme,
+            host: host.to_ascii_lowercase(),
+            port,
+        })
     }
 
     /// The scheme.
@@ -130,7 +139,11 @@ impl Origin {
     /// `scheme://{host}:port/...` with `host` in place of the origin's host: the URL the broker
     /// sends, so the host can be the grant's `serverName`.
     pub fn url_with_host(&self, host: &str, path_and_query: &str) -> String {
-        let path = if path_and_query.is_empty() { "/" } else { path_and_query };
+        let path = if path_and_query.is_empty() {
+            "/"
+        } else {
+            path_and_query
+        };
         format!("{}://{}:{}{}", self.scheme.as_str(), host, self.port, path)
     }
 }
@@ -165,13 +178,22 @@ impl Allowlist {
 }
 
 /// Headers that carry credentials: a guest may never set them, whatever its grant.
-pub const CREDENTIAL_HEADERS: [HeaderName; 3] =
-    [header::AUTHORIZATION, header::PROXY_AUTHORIZATION, header::COOKIE];
+pub const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::COOKIE,
+];
 
 /// Hop-by-hop headers the connection manages itself; wasi:http already forbids them, and the
 /// broker drops any that get through rather than forward them.
-const HOP_BY_HOP_HEADERS: [&str; 6] =
-    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"];
+const HOP_BY_HOP_HEADERS: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
 
 /// Screens the guest's headers for a request to `origin`. Refuses a `Host` that names another
 /// authority and any header in [`CREDENTIAL_HEADERS`] or `host_only` (the grant's injected
@@ -245,9 +267,18 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8006"));
         assert_eq!(screen_headers(&mut headers, &target, &[]), Ok(()));
-        assert!(headers.get(header::HOST).is_none(), "Host is left to the client");
+        assert!(
+            headers.get(header::HOST).is_none(),
+            "Host is left to the client"
+        );
 
-        for smuggled in ["other.example:8006", "127.0.0.1", "127.0.0.1:9", "a@127.0.0.1:8006", ""] {
+        for smuggled in [
+            "other.example:8006",
+            "127.0.0.1",
+            "127.0.0.1:9",
+            "a@127.0.0.1:8006",
+            "",
+        ] {
             let mut headers = HeaderMap::new();
             headers.insert(header::HOST, HeaderValue::from_str(smuggled).unwrap());
             assert_eq!(
@@ -261,11 +292,23 @@ mod tests {
     #[test]
     fn credential_and_grant_headers_are_refused() {
         let target = origin("https://h/");
-        for name in ["authorization", "proxy-authorization", "cookie", "x-api-key"] {
+        for name in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+        ] {
             let mut headers = HeaderMap::new();
             headers.insert(HeaderName::from_static(name), HeaderValue::from_static("v"));
-            let denied = screen_headers(&mut headers, &target, &[HeaderName::from_static("x-api-key")]);
-            assert_eq!(denied, Err(Denied::ForbiddenHeader(HeaderName::from_static(name))));
+            let denied = screen_headers(
+                &mut headers,
+                &target,
+                &[HeaderName::from_static("x-api-key")],
+            );
+            assert_eq!(
+                denied,
+                Err(Denied::ForbiddenHeader(HeaderName::from_static(name)))
+            );
         }
     }
 }

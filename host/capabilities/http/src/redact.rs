@@ -47,7 +47,11 @@ impl Redactor {
             patterns.push(Zeroizing::new(URL_SAFE_NO_PAD.encode(plain).into_bytes()));
         }
         patterns.retain(|pattern| !pattern.is_empty());
-        patterns.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.as_slice().cmp(b.as_slice())));
+        patterns.sort_by(|a, b| {
+            b.len()
+                .cmp(&a.len())
+                .then_with(|| a.as_slice().cmp(b.as_slice()))
+        });
         patterns.dedup_by(|a, b| a.as_slice() == b.as_slice());
         Self { patterns }
     }
@@ -85,7 +89,10 @@ impl Redactor {
 
     /// A redactor for one streamed body.
     pub fn stream(self) -> StreamRedactor {
-        StreamRedactor { redactor: self, held: BytesMut::new() }
+        StreamRedactor {
+            redactor: self,
+            held: BytesMut::new(),
+        }
     }
 }
 
@@ -172,7 +179,11 @@ mod tests {
         assert_ne!(standard, url_safe);
         let redactor = Redactor::new(secret, secret);
         for form in [standard, url_safe] {
-            assert_eq!(redactor.redact(form.as_bytes()).unwrap(), REDACTED, "{form}");
+            assert_eq!(
+                redactor.redact(form.as_bytes()).unwrap(),
+                REDACTED,
+                "{form}"
+            );
         }
     }
 
@@ -187,7 +198,11 @@ mod tests {
                 out.extend_from_slice(&stream.push(chunk));
             }
             out.extend_from_slice(&stream.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), expected, "chunk size {chunk_size}");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                expected,
+                "chunk size {chunk_size}"
+            );
         }
     }
 

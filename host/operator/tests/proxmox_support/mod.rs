@@ -14,8 +14,13 @@ use serde_json::{Value, json};
 
 /// The built component.
 pub fn component() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
-    assert!(path.exists(), "{} is missing: run `just build-components` first", path.display());
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `just build-components` first",
+        path.display()
+    );
     path
 }
 
@@ -56,8 +61,15 @@ pub async fn load_provider(spec: &GrantSpec) -> Arc<Provider> {
     let grants = Grants::from_json(&grant_json(spec)).expect("grant parses");
     let broker = Broker::new(&grants).expect("grant is valid");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxmox-compile-cache");
-    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(Some(cache)), Arc::new(broker)).expect("runtime");
-    runtime.load_file(&component()).await.expect("the proxmox component loads")
+    let runtime = Runtime::new(
+        RuntimeConfig::default().cache_dir(Some(cache)),
+        Arc::new(broker),
+    )
+    .expect("runtime");
+    runtime
+        .load_file(&component())
+        .await
+        .expect("the proxmox component loads")
 }
 
 /// The provider's configuration for the simulator (budgets small: tests stay quick).
@@ -84,7 +96,9 @@ impl Harness {
     }
 
     pub async fn start_with(sim_config: SimConfig) -> Harness {
-        let sim = Simulator::start(sim_config).await.expect("simulator starts");
+        let sim = Simulator::start(sim_config)
+            .await
+            .expect("simulator starts");
         let files = tempfile::tempdir().unwrap();
         let secret_file = files.path().join("token");
         std::fs::write(&secret_file, sim.token()).unwrap();
@@ -95,7 +109,12 @@ impl Harness {
         })
         .await;
         let config = provider_config(&sim);
-        Harness { sim, provider, config, files }
+        Harness {
+            sim,
+            provider,
+            config,
+            files,
+        }
     }
 
     /// The token secret (the part after `=`), which must never reach the provider's output.
@@ -118,11 +137,22 @@ impl Harness {
         self.create_tagged(name, uid, &[]).await
     }
 
-    pub async fn create_tagged(&self, name: &str, uid: &str, tags: &[(&str, &str)]) -> Result<Instance, CallError> {
+    pub async fn create_tagged(
+        &self,
+        name: &str,
+        uid: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<Instance, CallError> {
         let request = CreateRequest {
             name: name.into(),
             uid: uid.into(),
-            tags: tags.iter().map(|(key, value)| Tag { key: (*key).into(), value: (*value).into() }).collect(),
+            tags: tags
+                .iter()
+                .map(|(key, value)| Tag {
+                    key: (*key).into(),
+                    value: (*value).into(),
+                })
+                .collect(),
             user_data: "#cloud-config\n".into(),
             config: self.config_text(),
         };
@@ -133,7 +163,10 @@ impl Harness {
     }
 
     pub async fn get(&self, provider_id: &str) -> Result<Instance, CallError> {
-        let request = Request::Get { config: self.config_text(), provider_id: provider_id.into() };
+        let request = Request::Get {
+            config: self.config_text(),
+            provider_id: provider_id.into(),
+        };
         match self.call(request).await? {
             Response::Get(instance) => Ok(instance),
             other => panic!("get answered {other:?}"),
@@ -141,7 +174,10 @@ impl Harness {
     }
 
     pub async fn delete(&self, provider_id: &str) -> Result<(), CallError> {
-        let request = Request::Delete { config: self.config_text(), provider_id: provider_id.into() };
+        let request = Request::Delete {
+            config: self.config_text(),
+            provider_id: provider_id.into(),
+        };
         match self.call(request).await? {
             Response::Delete => Ok(()),
             other => panic!("delete answered {other:?}"),
@@ -149,7 +185,11 @@ impl Harness {
     }
 
     pub async fn list_by_tag(&self, key: &str, value: &str) -> Result<Vec<Instance>, CallError> {
-        let request = Request::ListByTag { config: self.config_text(), key: key.into(), value: value.into() };
+        let request = Request::ListByTag {
+            config: self.config_text(),
+            key: key.into(),
+            value: value.into(),
+        };
         match self.call(request).await? {
             Response::ListByTag(instances) => Ok(instances),
             other => panic!("list-by-tag answered {other:?}"),
@@ -161,11 +201,18 @@ impl Harness {
     }
 
     /// Creates, retrying transient failures up to `attempts` times; the last outcome.
-    pub async fn create_until_ok(&self, name: &str, uid: &str, attempts: usize) -> Result<Instance, CallError> {
+    pub async fn create_until_ok(
+        &self,
+        name: &str,
+        uid: &str,
+        attempts: usize,
+    ) -> Result<Instance, CallError> {
         let mut outcome = self.create(name, uid).await;
         for _ in 1..attempts {
             match &outcome {
-                Err(error) if error.class() == ErrorClass::Transient => outcome = self.create(name, uid).await,
+                Err(error) if error.class() == ErrorClass::Transient => {
+                    outcome = self.create(name, uid).await
+                }
                 _ => break,
             }
         }
@@ -173,11 +220,17 @@ impl Harness {
     }
 
     /// Deletes, retrying transient failures up to `attempts` times; the last outcome.
-    pub async fn delete_until_ok(&self, provider_id: &str, attempts: usize) -> Result<(), CallError> {
+    pub async fn delete_until_ok(
+        &self,
+        provider_id: &str,
+        attempts: usize,
+    ) -> Result<(), CallError> {
         let mut outcome = self.delete(provider_id).await;
         for _ in 1..attempts {
             match &outcome {
-                Err(error) if error.class() == ErrorClass::Transient => outcome = self.delete(provider_id).await,
+                Err(error) if error.class() == ErrorClass::Transient => {
+                    outcome = self.delete(provider_id).await
+                }
                 _ => break,
             }
         }
@@ -208,7 +261,14 @@ impl Harness {
 
 /// `check` with `config` through `provider`, asserting none of `secrets` shows in the answer.
 pub async fn check(provider: &Provider, config: &Value, secrets: &[&str]) -> CheckResult {
-    let outcome = provider.call(Request::Check { config: config.to_string() }, &CallContext::default()).await;
+    let outcome = provider
+        .call(
+            Request::Check {
+                config: config.to_string(),
+            },
+            &CallContext::default(),
+        )
+        .await;
     assert_no_secret(&outcome, secrets);
     match outcome.expect("check never fails") {
         Response::Check(result) => result,
@@ -229,7 +289,10 @@ pub fn assert_no_secret(outcome: &Result<Response, CallError>, secrets: &[&str])
     };
     for secret in secrets {
         let secret = secret_of(secret);
-        assert!(!text.contains(secret), "the token secret leaked into the provider's output: {text}");
+        assert!(
+            !text.contains(secret),
+            "the token secret leaked into the provider's output: {text}"
+        );
     }
 }
 
@@ -237,7 +300,9 @@ pub fn assert_no_secret(outcome: &Result<Response, CallError>, secrets: &[&str])
 pub async fn wait_running(harness: &Harness, provider_id: &str) -> Instance {
     for _ in 0..200 {
         match harness.get(provider_id).await {
-            Ok(instance) if instance.state == egress_runtime::InstanceState::Running => return instance,
+            Ok(instance) if instance.state == egress_runtime::InstanceState::Running => {
+                return instance;
+            }
             Ok(_) => {}
             Err(error) => assert_eq!(error.class(), ErrorClass::Transient, "get failed: {error}"),
         }
@@ -254,7 +319,11 @@ pub fn closed_port() -> u16 {
 
 /// The VMID of a provider ID `<node>/<vmid>`.
 pub fn vmid_of(provider_id: &str) -> u32 {
-    provider_id.rsplit('/').next().and_then(|v| v.parse().ok()).expect("provider id is <node>/<vmid>")
+    provider_id
+        .rsplit('/')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("provider id is <node>/<vmid>")
 }
 
 /// Writes `contents` to `dir/name` and returns the path.

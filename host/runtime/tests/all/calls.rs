@@ -31,9 +31,21 @@ async fn reference_loads_and_describes_itself() {
             .exports()
             .contains(&"egress:provider/provider@0.1.0".to_owned())
     );
-    for operation in ["describe", "validate-config", "create", "get", "delete", "list-by-tag", "check"] {
+    for operation in [
+        "describe",
+        "validate-config",
+        "create",
+        "get",
+        "delete",
+        "list-by-tag",
+        "check",
+    ] {
         let function = format!("egress:provider/provider@0.1.0#{operation}");
-        assert!(provider.exports().contains(&function), "{function} missing: {:?}", provider.exports());
+        assert!(
+            provider.exports().contains(&function),
+            "{function} missing: {:?}",
+            provider.exports()
+        );
     }
     assert!(
         provider

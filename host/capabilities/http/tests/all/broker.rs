@@ -32,7 +32,11 @@ impl Setup {
     }
 
     fn grant(&self) -> serde_json::Value {
-        proxmox_grant(&self.server.origin(), &self.files.path("token"), &self.files.path("ca.pem"))
+        proxmox_grant(
+            &self.server.origin(),
+            &self.files.path("token"),
+            &self.files.path("ca.pem"),
+        )
     }
 
     fn broker(&self) -> egress_capability_http::Broker {
@@ -51,13 +55,22 @@ fn ok_json() -> Handler {
 #[tokio::test]
 async fn allowed_origin_is_reached_with_the_token_injected() {
     let setup = Setup::new(ok_json()).await;
-    let received = send(&setup.broker(), "proxmox", get(&setup.url("/api2/json/version?x=1"), &[])).await.unwrap();
+    let received = send(
+        &setup.broker(),
+        "proxmox",
+        get(&setup.url("/api2/json/version?x=1"), &[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(received.status, 200);
     assert_eq!(received.text(), r#"{"data":{"version":"9.2.20"}}"#);
     let seen = setup.server.seen();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].path_and_query, "/api2/json/version?x=1");
-    assert_eq!(seen[0].headers["authorization"], format!("PVEAPIToken={SECRET}").as_str());
+    assert_eq!(
+        seen[0].headers["authorization"],
+        format!("PVEAPIToken={SECRET}").as_str()
+    );
     assert_eq!(seen[0].version, Version::HTTP_11);
 }
 
@@ -74,10 +87,16 @@ async fn other_host_port_scheme_and_provider_are_denied_without_a_connection() {
         format!("https://user@127.0.0.1:{port}/"),
     ] {
         let result = send(&broker, "proxmox", get(&url, &[])).await;
-        assert!(matches!(result, Err(EgressError::HttpRequestDenied)), "{url}: {result:?}");
+        assert!(
+            matches!(result, Err(EgressError::HttpRequestDenied)),
+            "{url}: {result:?}"
+        );
     }
     let result = send(&broker, "libvirt", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::HttpRequestDenied)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::HttpRequestDenied)),
+        "{result:?}"
+    );
     assert!(setup.server.seen().is_empty());
     assert_eq!(broker.metrics().count("proxmox", "-", "denied"), 5);
 }
@@ -87,9 +106,14 @@ async fn host_header_naming_another_authority_is_denied() {
     let setup = Setup::new(ok_json()).await;
     let broker = setup.broker();
     let mut request = get(&setup.url("/"), &[]);
-    request.headers_mut().insert(http::header::HOST, "pve.evil.example".parse().unwrap());
+    request
+        .headers_mut()
+        .insert(http::header::HOST, "pve.evil.example".parse().unwrap());
     let result = send(&broker, "proxmox", request).await;
-    assert!(matches!(result, Err(EgressError::HttpRequestDenied)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::HttpRequestDenied)),
+        "{result:?}"
+    );
     assert!(setup.server.seen().is_empty());
 }
 
@@ -98,9 +122,20 @@ async fn guest_credential_headers_are_forbidden_and_refused_in_send() {
     let setup = Setup::new(ok_json()).await;
     let broker = setup.broker();
     for name in ["authorization", "proxy-authorization", "cookie"] {
-        assert!(broker.is_forbidden_header(&HeaderName::from_static(name)), "{name}");
-        let result = send(&broker, "proxmox", get(&setup.url("/"), &[(name, "PVEAPIToken=guest")])).await;
-        assert!(matches!(result, Err(EgressError::HttpRequestDenied)), "{name}: {result:?}");
+        assert!(
+            broker.is_forbidden_header(&HeaderName::from_static(name)),
+            "{name}"
+        );
+        let result = send(
+            &broker,
+            "proxmox",
+            get(&setup.url("/"), &[(name, "PVEAPIToken=guest")]),
+        )
+        .await;
+        assert!(
+            matches!(result, Err(EgressError::HttpRequestDenied)),
+            "{name}: {result:?}"
+        );
     }
     assert!(!broker.is_forbidden_header(&HeaderName::from_static("accept")));
     assert!(setup.server.seen().is_empty());
@@ -114,9 +149,19 @@ async fn a_custom_credential_header_is_forbidden_to_guests_too() {
     grant["credential"]["format"] = "{secret}".into();
     let broker = broker("proxmox", grant);
     assert!(broker.is_forbidden_header(&HeaderName::from_static("x-api-key")));
-    let result = send(&broker, "proxmox", get(&setup.url("/"), &[("x-api-key", "guess")])).await;
-    assert!(matches!(result, Err(EgressError::HttpRequestDenied)), "{result:?}");
-    send(&broker, "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    let result = send(
+        &broker,
+        "proxmox",
+        get(&setup.url("/"), &[("x-api-key", "guess")]),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(EgressError::HttpRequestDenied)),
+        "{result:?}"
+    );
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
     assert_eq!(setup.server.seen()[0].headers["x-api-key"], SECRET);
 }
 
@@ -124,12 +169,22 @@ async fn a_custom_credential_header_is_forbidden_to_guests_too() {
 async fn secret_file_is_reread_on_every_request_entry_14() {
     let setup = Setup::new(ok_json()).await;
     let broker = setup.broker();
-    send(&broker, "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
     setup.files.write("token", "rotated-token-value\n");
-    send(&broker, "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
     let seen = setup.server.seen();
-    assert_eq!(seen[0].headers["authorization"], format!("PVEAPIToken={SECRET}").as_str());
-    assert_eq!(seen[1].headers["authorization"], "PVEAPIToken=rotated-token-value");
+    assert_eq!(
+        seen[0].headers["authorization"],
+        format!("PVEAPIToken={SECRET}").as_str()
+    );
+    assert_eq!(
+        seen[1].headers["authorization"],
+        "PVEAPIToken=rotated-token-value"
+    );
 }
 
 #[tokio::test]
@@ -138,7 +193,9 @@ async fn unreadable_secret_is_credentials_unavailable_and_never_sent() {
     std::fs::remove_file(setup.files.path("token")).unwrap();
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
     match result {
-        Err(EgressError::InternalError(Some(detail))) => assert_eq!(detail, CREDENTIALS_UNAVAILABLE),
+        Err(EgressError::InternalError(Some(detail))) => {
+            assert_eq!(detail, CREDENTIALS_UNAVAILABLE)
+        }
         other => panic!("{other:?}"),
     }
     assert!(setup.server.seen().is_empty());
@@ -152,10 +209,18 @@ fn echo_handler(chunk_size: usize) -> Handler {
             r#"{{"message":"bad header {authorization}","b64":"{}","raw":"{secret}"}}"#,
             STANDARD.encode(&secret)
         );
-        let mut reply = Reply::chunked(body.as_bytes().chunks(chunk_size).map(<[u8]>::to_vec).collect());
+        let mut reply = Reply::chunked(
+            body.as_bytes()
+                .chunks(chunk_size)
+                .map(<[u8]>::to_vec)
+                .collect(),
+        );
         reply.status = 401;
         reply.headers.push(("x-echo".into(), authorization));
-        reply.headers.push(("www-authenticate".into(), format!("PVEAPIToken realm={}", STANDARD.encode(&secret))));
+        reply.headers.push((
+            "www-authenticate".into(),
+            format!("PVEAPIToken realm={}", STANDARD.encode(&secret)),
+        ));
         reply
     })
 }
@@ -164,17 +229,25 @@ fn assert_no_secret(received: &Received) {
     let encoded = STANDARD.encode(SECRET);
     for (name, value) in &received.headers {
         let value = String::from_utf8_lossy(value.as_bytes());
-        assert!(!value.contains(SECRET) && !value.contains(encoded.trim_end_matches('=')), "{name}: {value}");
+        assert!(
+            !value.contains(SECRET) && !value.contains(encoded.trim_end_matches('=')),
+            "{name}: {value}"
+        );
     }
     let body = received.text();
-    assert!(!body.contains(SECRET) && !body.contains(encoded.trim_end_matches('=')), "{body}");
+    assert!(
+        !body.contains(SECRET) && !body.contains(encoded.trim_end_matches('=')),
+        "{body}"
+    );
 }
 
 #[tokio::test]
 async fn echoed_secret_is_redacted_from_headers_and_body_phase_4() {
     for chunk_size in [7, 64, 4096] {
         let setup = Setup::new(echo_handler(chunk_size)).await;
-        let received = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+        let received = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[]))
+            .await
+            .unwrap();
         assert_eq!(received.status, 401);
         assert_no_secret(&received);
         assert_eq!(received.headers["x-echo"], "[redacted]");
@@ -191,7 +264,10 @@ async fn certificate_from_another_ca_is_a_certificate_error() {
     let setup = Setup::new(ok_json()).await;
     setup.files.write("ca.pem", &Ca::new("unrelated CA").pem());
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::TlsCertificateError)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::TlsCertificateError)),
+        "{result:?}"
+    );
     assert!(setup.server.seen().is_empty());
 }
 
@@ -199,14 +275,27 @@ async fn certificate_from_another_ca_is_a_certificate_error() {
 async fn certificate_for_another_name_fails_unless_server_name_says_it_phase_0() {
     let setup = Setup::with(&["pv1-1.home.lab"], Protocol::Http1, ok_json()).await;
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::TlsCertificateError)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::TlsCertificateError)),
+        "{result:?}"
+    );
 
     let mut grant = setup.grant();
     grant["tls"]["serverName"] = "pv1-1.home.lab".into();
-    let received = send(&broker("proxmox", grant), "proxmox", get(&setup.url("/x"), &[])).await.unwrap();
+    let received = send(
+        &broker("proxmox", grant),
+        "proxmox",
+        get(&setup.url("/x"), &[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(received.status, 200);
     let seen = setup.server.seen();
-    assert_eq!(seen.len(), 1, "connected to the origin's address while verifying the server name");
+    assert_eq!(
+        seen.len(),
+        1,
+        "connected to the origin's address while verifying the server name"
+    );
     assert_eq!(seen[0].path_and_query, "/x");
 }
 
@@ -216,7 +305,13 @@ async fn server_name_never_redirects_the_connection_to_another_host() {
     let setup = Setup::with(&["pve.invalid"], Protocol::Http1, ok_json()).await;
     let mut grant = setup.grant();
     grant["tls"]["serverName"] = "pve.invalid".into();
-    send(&broker("proxmox", grant), "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(
+        &broker("proxmox", grant),
+        "proxmox",
+        get(&setup.url("/"), &[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(setup.server.seen().len(), 1);
 }
 
@@ -224,13 +319,22 @@ async fn server_name_never_redirects_the_connection_to_another_host() {
 async fn http1_only_grant_fails_against_an_h2_only_server_f18() {
     let setup = Setup::with(&["127.0.0.1"], Protocol::H2Only, ok_json()).await;
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(result.is_err(), "an HTTP/1.1-only grant must not speak to an h2-only server: {result:?}");
+    assert!(
+        result.is_err(),
+        "an HTTP/1.1-only grant must not speak to an h2-only server: {result:?}"
+    );
     assert!(setup.server.seen().is_empty());
 
     // The same server is reachable when the grant allows HTTP/2, so the failure above is the pin.
     let mut grant = setup.grant();
     grant["tls"]["http1Only"] = false.into();
-    send(&broker("proxmox", grant), "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(
+        &broker("proxmox", grant),
+        "proxmox",
+        get(&setup.url("/"), &[]),
+    )
+    .await
+    .unwrap();
     assert_eq!(setup.server.seen()[0].version, Version::HTTP_2);
 }
 
@@ -246,10 +350,14 @@ async fn missing_ca_file_is_transient_and_loaded_once_it_appears_entry_14() {
         other => panic!("{other:?}"),
     }
     setup.files.write("ca.pem", &pem);
-    send(&broker, "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
     // Cached once loaded: a later broken file does not matter to this broker.
     setup.files.write("ca.pem", "garbage");
-    send(&broker, "proxmox", get(&setup.url("/"), &[])).await.unwrap();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -257,16 +365,31 @@ async fn ca_file_without_a_certificate_is_a_certificate_error_entry_14() {
     let setup = Setup::new(ok_json()).await;
     setup.files.write("ca.pem", "# not a certificate\n");
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::TlsCertificateError)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::TlsCertificateError)),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
 async fn slow_headers_hit_the_first_byte_timeout() {
-    let setup = Setup::new(handler(|_| Reply { headers_delay: Duration::from_secs(5), ..Reply::ok("{}") })).await;
+    let setup = Setup::new(handler(|_| Reply {
+        headers_delay: Duration::from_secs(5),
+        ..Reply::ok("{}")
+    }))
+    .await;
     let mut grant = setup.grant();
     grant["timeouts"]["firstByteMs"] = 200.into();
-    let result = send(&broker("proxmox", grant), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::HttpResponseTimeout)), "{result:?}");
+    let result = send(
+        &broker("proxmox", grant),
+        "proxmox",
+        get(&setup.url("/"), &[]),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(EgressError::HttpResponseTimeout)),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
@@ -278,39 +401,69 @@ async fn slow_body_hits_the_total_timeout() {
     .await;
     let mut grant = setup.grant();
     grant["timeouts"]["totalMs"] = 500.into();
-    let result = send(&broker("proxmox", grant), "proxmox", get(&setup.url("/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::HttpResponseTimeout)), "{result:?}");
+    let result = send(
+        &broker("proxmox", grant),
+        "proxmox",
+        get(&setup.url("/"), &[]),
+    )
+    .await;
+    assert!(
+        matches!(result, Err(EgressError::HttpResponseTimeout)),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
 async fn response_over_the_cap_is_a_body_size_error() {
     let big = "x".repeat(2048);
     let setup = Setup::new(handler(move |seen| {
-        if seen.path_and_query == "/length" { Reply::ok(&big) } else { Reply::chunked(vec![big.as_bytes().to_vec(); 2]) }
+        if seen.path_and_query == "/length" {
+            Reply::ok(&big)
+        } else {
+            Reply::chunked(vec![big.as_bytes().to_vec(); 2])
+        }
     }))
     .await;
     let mut grant = setup.grant();
     grant["maxResponseBytes"] = 1000.into();
     let broker = broker("proxmox", grant);
     // An announced length over the cap fails before the guest gets a response at all.
-    let announced = broker.send(&site("proxmox"), get(&setup.url("/length"), &[]), None).await;
-    assert!(matches!(announced, Err(EgressError::HttpResponseBodySize(Some(2048)))), "{:?}", announced.err());
+    let announced = broker
+        .send(&site("proxmox"), get(&setup.url("/length"), &[]), None)
+        .await;
+    assert!(
+        matches!(
+            announced,
+            Err(EgressError::HttpResponseBodySize(Some(2048)))
+        ),
+        "{:?}",
+        announced.err()
+    );
     // A streamed body fails when it crosses the cap.
     let result = send(&broker, "proxmox", get(&setup.url("/chunked"), &[])).await;
-    assert!(matches!(result, Err(EgressError::HttpResponseBodySize(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::HttpResponseBodySize(_))),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
 async fn redirects_are_handed_back_not_followed() {
     let setup = Setup::new(handler(|seen| {
         if seen.path_and_query == "/moved" {
-            Reply { status: 302, headers: vec![("location".into(), "/elsewhere".into())], ..Reply::ok("") }
+            Reply {
+                status: 302,
+                headers: vec![("location".into(), "/elsewhere".into())],
+                ..Reply::ok("")
+            }
         } else {
             Reply::ok("followed")
         }
     }))
     .await;
-    let received = send(&setup.broker(), "proxmox", get(&setup.url("/moved"), &[])).await.unwrap();
+    let received = send(&setup.broker(), "proxmox", get(&setup.url("/moved"), &[]))
+        .await
+        .unwrap();
     assert_eq!(received.status, 302);
     assert_eq!(setup.server.seen().len(), 1);
 }
@@ -323,14 +476,26 @@ async fn refused_connection_and_unresolvable_host_are_told_apart() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = format!("https://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
-    let refused = broker("proxmox", proxmox_grant(&origin, &files.path("token"), &files.path("ca.pem")));
+    let refused = broker(
+        "proxmox",
+        proxmox_grant(&origin, &files.path("token"), &files.path("ca.pem")),
+    );
     let result = send(&refused, "proxmox", get(&format!("{origin}/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::ConnectionRefused)), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::ConnectionRefused)),
+        "{result:?}"
+    );
 
     let nowhere = "https://pve.does-not-exist.invalid:8006";
-    let unresolved = broker("proxmox", proxmox_grant(nowhere, &files.path("token"), &files.path("ca.pem")));
+    let unresolved = broker(
+        "proxmox",
+        proxmox_grant(nowhere, &files.path("token"), &files.path("ca.pem")),
+    );
     let result = send(&unresolved, "proxmox", get(&format!("{nowhere}/"), &[])).await;
-    assert!(matches!(result, Err(EgressError::DnsError { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(EgressError::DnsError { .. })),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
@@ -340,8 +505,14 @@ async fn invalid_grants_are_refused_with_a_reason() {
     let ca = files.path("ca.pem");
     let cases: Vec<(serde_json::Value, &str)> = vec![
         (serde_json::json!({"origins": []}), "origins is empty"),
-        (serde_json::json!({"origins": ["https://h:1/api"]}), "no path"),
-        (serde_json::json!({"origins": ["https://h:1"]}), "tls.caFile"),
+        (
+            serde_json::json!({"origins": ["https://h:1/api"]}),
+            "no path",
+        ),
+        (
+            serde_json::json!({"origins": ["https://h:1"]}),
+            "tls.caFile",
+        ),
         (proxmox_grant("http://h:1", &token, &ca), "plain http"),
         (
             {
@@ -361,9 +532,17 @@ async fn invalid_grants_are_refused_with_a_reason() {
         ),
     ];
     for (grant, expected) in cases {
-        let grants = egress_capability_http::Grants::from_json(&serde_json::json!({"grants": {"p": grant}}).to_string()).unwrap();
-        let error = egress_capability_http::Broker::new(&grants).unwrap_err().to_string();
-        assert!(error.contains(expected), "{error} should mention {expected}");
+        let grants = egress_capability_http::Grants::from_json(
+            &serde_json::json!({"grants": {"p": grant}}).to_string(),
+        )
+        .unwrap();
+        let error = egress_capability_http::Broker::new(&grants)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(expected),
+            "{error} should mention {expected}"
+        );
     }
 }
 
@@ -371,7 +550,8 @@ async fn invalid_grants_are_refused_with_a_reason() {
 /// Global, because a thread-local subscriber races with other tests over `tracing`'s callsite
 /// interest cache.
 fn captured_logs() -> &'static std::sync::Mutex<Vec<u8>> {
-    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> = std::sync::OnceLock::new();
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs: &'static std::sync::Mutex<Vec<u8>> = Box::leak(Box::default());
         let subscriber = tracing_subscriber::fmt()
@@ -402,14 +582,31 @@ async fn logs_never_carry_the_secret_even_at_trace_level() {
     let logs = captured_logs();
     let setup = Setup::new(echo_handler(16)).await;
     let first = setup.broker();
-    send(&first, "proxmox", get(&setup.url("/api2/json/version?secret-looking=1"), &[])).await.unwrap();
-    let _ = send(&first, "proxmox", get(&setup.url("/"), &[("authorization", SECRET)])).await;
+    send(
+        &first,
+        "proxmox",
+        get(&setup.url("/api2/json/version?secret-looking=1"), &[]),
+    )
+    .await
+    .unwrap();
+    let _ = send(
+        &first,
+        "proxmox",
+        get(&setup.url("/"), &[("authorization", SECRET)]),
+    )
+    .await;
     let _ = send(&first, "proxmox", get("https://elsewhere.example/", &[])).await;
     setup.files.write("ca.pem", "garbage");
     let _ = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
 
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-    assert!(logs.contains("outgoing HTTP") && logs.contains("/api2/json/version"), "the request was logged: {logs}");
+    assert!(
+        logs.contains("outgoing HTTP") && logs.contains("/api2/json/version"),
+        "the request was logged: {logs}"
+    );
     assert!(!logs.contains("secret-looking"), "the query is not logged");
-    assert!(!logs.contains(SECRET) && !logs.contains(&STANDARD.encode(SECRET)[..20]), "{logs}");
+    assert!(
+        !logs.contains(SECRET) && !logs.contains(&STANDARD.encode(SECRET)[..20]),
+        "{logs}"
+    );
 }

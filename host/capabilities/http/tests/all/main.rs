@@ -2,5 +2,5 @@
 //! components through the runtime.
 
 mod broker;
-mod through_runtime;
 mod support;
+mod through_runtime;

@@ -46,9 +46,13 @@ impl Ca {
 
     /// A leaf for these subject alternative names (IPs or DNS names).
     pub fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
-        let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
         let key = KeyPair::generate().unwrap();
-        let leaf = params.signed_by(&key, &self.certificate, &self.key).unwrap();
+        let leaf = params
+            .signed_by(&key, &self.certificate, &self.key)
+            .unwrap();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         (vec![leaf.der().clone()], key)
     }
@@ -88,7 +92,11 @@ impl Reply {
     }
 
     pub fn chunked(chunks: Vec<Vec<u8>>) -> Self {
-        Self { whole: None, chunks, ..Self::ok("") }
+        Self {
+            whole: None,
+            chunks,
+            ..Self::ok("")
+        }
     }
 }
 
@@ -135,23 +143,37 @@ impl Server {
         let recorded = seen.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((tcp, _)) = listener.accept().await else { return };
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
                 let acceptor = acceptor.clone();
                 let handler = handler.clone();
                 let recorded = recorded.clone();
                 tokio::spawn(async move {
                     // A failed handshake is what some tests are about; nothing to serve.
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
                     let service = service_fn(move |request: Request<Incoming>| {
                         let handler = handler.clone();
                         let recorded = recorded.clone();
-                        async move { Ok::<_, std::convert::Infallible>(answer(request, &handler, &recorded).await) }
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                answer(request, &handler, &recorded).await,
+                            )
+                        }
                     });
                     let io = TokioIo::new(tls);
                     let _ = match protocol {
-                        Protocol::Http1 => hyper::server::conn::http1::Builder::new().serve_connection(io, service).await,
+                        Protocol::Http1 => {
+                            hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, service)
+                                .await
+                        }
                         Protocol::H2Only => {
-                            hyper::server::conn::http2::Builder::new(TokioExecutor::new()).serve_connection(io, service).await
+                            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                                .serve_connection(io, service)
+                                .await
                         }
                     };
                 });
@@ -169,11 +191,18 @@ impl Server {
     }
 }
 
-async fn answer(request: Request<Incoming>, handler: &Handler, recorded: &Mutex<Vec<Seen>>) -> Response<ScriptedBody> {
+async fn answer(
+    request: Request<Incoming>,
+    handler: &Handler,
+    recorded: &Mutex<Vec<Seen>>,
+) -> Response<ScriptedBody> {
     let (parts, body) = request.into_parts();
     let _ = body.collect().await;
     let seen = Seen {
-        path_and_query: parts.uri.path_and_query().map_or("/".into(), |p| p.to_string()),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or("/".into(), |p| p.to_string()),
         headers: parts.headers,
         version: parts.version,
     };
@@ -215,13 +244,18 @@ impl Body for ScriptedBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         if self.chunks.is_empty() {
             return Poll::Ready(None);
         }
         if !self.delay.is_zero() {
             let delay = self.delay;
-            let pause = self.pause.get_or_insert_with(|| Box::pin(tokio::time::sleep(delay)));
+            let pause = self
+                .pause
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(delay)));
             std::task::ready!(pause.as_mut().poll(cx));
             self.pause = None;
         }
@@ -243,7 +277,9 @@ pub struct Files {
 
 impl Files {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().unwrap() }
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -272,24 +308,39 @@ pub fn proxmox_grant(origin: &str, token_file: &Path, ca_file: &Path) -> serde_j
 }
 
 pub fn broker(provider: &str, grant: serde_json::Value) -> Broker {
-    let grants = Grants::from_json(&serde_json::json!({ "grants": { provider: grant } }).to_string()).unwrap();
+    let grants =
+        Grants::from_json(&serde_json::json!({ "grants": { provider: grant } }).to_string())
+            .unwrap();
     Broker::new(&grants).unwrap()
 }
 
 pub fn site(provider: &str) -> CallSite {
-    CallSite { provider: Arc::from(provider), operation: "get" }
+    CallSite {
+        provider: Arc::from(provider),
+        operation: "get",
+    }
 }
 
 pub fn get(uri: &str, headers: &[(&str, &str)]) -> Request<EgressBody> {
     let mut request = Request::builder().method("GET").uri(uri);
     // As wasi:http does: Host is the URL's authority.
-    if let Some(authority) = uri.parse::<http::Uri>().ok().and_then(|u| u.authority().cloned()) {
+    if let Some(authority) = uri
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.authority().cloned())
+    {
         request = request.header(http::header::HOST, authority.as_str());
     }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    request.body(Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync()).unwrap()
+    request
+        .body(
+            Empty::<Bytes>::new()
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
+        .unwrap()
 }
 
 /// A response as the guest would read it.
@@ -307,11 +358,19 @@ impl Received {
 }
 
 /// Sends through the broker and reads the whole body, as a guest would.
-pub async fn send(broker: &Broker, provider: &str, request: Request<EgressBody>) -> Result<Received, EgressError> {
+pub async fn send(
+    broker: &Broker,
+    provider: &str,
+    request: Request<EgressBody>,
+) -> Result<Received, EgressError> {
     let response = broker.send(&site(provider), request, None).await?;
     let (parts, body) = response.into_parts();
     let body = body.collect().await?.to_bytes().to_vec();
-    Ok(Received { status: parts.status, headers: parts.headers, body })
+    Ok(Received {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    })
 }
 
 pub fn handler(f: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Handler {

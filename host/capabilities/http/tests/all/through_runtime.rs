@@ -18,8 +18,13 @@ const SECRET: &str = "pve-token-7d3c9a1e-5b2f-4e8d-a6c4-0f9e8d7c6b5a";
 const PROVIDER: &str = "reference";
 
 fn component() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../target/components/reference.wasm");
-    assert!(path.exists(), "{} is missing: run `just build-components` first", path.display());
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../target/components/reference.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `just build-components` first",
+        path.display()
+    );
     path
 }
 
@@ -63,14 +68,23 @@ unsafe impl LinearMemory for SnapshotMemory {
 
     fn grow_to(&mut self, new_size: usize) -> wasmtime::Result<()> {
         if new_size > self.reserved {
-            return Err(wasmtime::format_err!("cannot grow to {new_size} bytes past the reservation"));
+            return Err(wasmtime::format_err!(
+                "cannot grow to {new_size} bytes past the reservation"
+            ));
         }
         // SAFETY: the range lies inside our own mapping.
         let result = unsafe {
-            libc::mprotect(self.base.cast(), page_round(new_size), libc::PROT_READ | libc::PROT_WRITE)
+            libc::mprotect(
+                self.base.cast(),
+                page_round(new_size),
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
         };
         if result != 0 {
-            return Err(wasmtime::format_err!("mprotect: {}", std::io::Error::last_os_error()));
+            return Err(wasmtime::format_err!(
+                "mprotect: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         self.size = new_size;
         Ok(())
@@ -101,7 +115,11 @@ unsafe impl MemoryCreator for SnapshotCreator {
         reserved_size_in_bytes: Option<usize>,
         guard_size_in_bytes: usize,
     ) -> Result<Box<dyn LinearMemory>, String> {
-        let reserved = page_round(reserved_size_in_bytes.unwrap_or(maximum.unwrap_or(1 << 32)).max(minimum));
+        let reserved = page_round(
+            reserved_size_in_bytes
+                .unwrap_or(maximum.unwrap_or(1 << 32))
+                .max(minimum),
+        );
         let mapped = reserved + guard_size_in_bytes;
         // SAFETY: a fresh anonymous mapping, inaccessible until `grow_to` opens it.
         let base = unsafe {
@@ -148,15 +166,30 @@ impl Setup {
             &["127.0.0.1"],
             Protocol::Http1,
             handler(|seen| {
-                let echo = seen.headers.get("authorization").map_or("", |v| v.to_str().unwrap()).to_owned();
+                let echo = seen
+                    .headers
+                    .get("authorization")
+                    .map_or("", |v| v.to_str().unwrap())
+                    .to_owned();
                 if seen.path_and_query == "/health" {
-                    return Reply { status: 401, ..Reply::ok(&format!("authentication failed for {echo}")) };
+                    return Reply {
+                        status: 401,
+                        ..Reply::ok(&format!("authentication failed for {echo}"))
+                    };
                 }
-                let name = seen.path_and_query.rsplit('/').next().unwrap_or_default().to_owned();
-                Reply::ok(&serde_json::json!({
-                    "name": name, "state": "running", "addresses": ["192.0.2.7"],
-                    "uid": "uid-1", "debug": { "youSent": echo },
-                }).to_string())
+                let name = seen
+                    .path_and_query
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                Reply::ok(
+                    &serde_json::json!({
+                        "name": name, "state": "running", "addresses": ["192.0.2.7"],
+                        "uid": "uid-1", "debug": { "youSent": echo },
+                    })
+                    .to_string(),
+                )
             }),
         )
         .await;
@@ -164,7 +197,11 @@ impl Setup {
     }
 
     fn runtime(&self, config: RuntimeConfig) -> Runtime {
-        let grant = proxmox_grant(&self.server.origin(), &self.files.path("token"), &self.files.path("ca.pem"));
+        let grant = proxmox_grant(
+            &self.server.origin(),
+            &self.files.path("token"),
+            &self.files.path("ca.pem"),
+        );
         Runtime::new(config.cache_dir(None), Arc::new(broker(PROVIDER, grant))).unwrap()
     }
 
@@ -174,7 +211,10 @@ impl Setup {
 }
 
 async fn get(provider: &Provider, config: &str, name: &str) -> Result<Response, CallError> {
-    let request = Request::Get { config: config.to_owned(), provider_id: format!("ref/{name}") };
+    let request = Request::Get {
+        config: config.to_owned(),
+        provider_id: format!("ref/{name}"),
+    };
     provider.call(request, &CallContext::default()).await
 }
 
@@ -193,36 +233,70 @@ async fn provider_memory_never_holds_the_secret() {
     let config = setup.config();
     for name in ["scan-marker-one", "scan-marker-two", "scan-marker-three"] {
         let response = get(&provider, &config, name).await.unwrap();
-        assert!(matches!(response, Response::Get(ref instance) if instance.name == name), "{response:?}");
+        assert!(
+            matches!(response, Response::Get(ref instance) if instance.name == name),
+            "{response:?}"
+        );
     }
-    let check = provider.call(Request::Check { config: config.clone() }, &CallContext::default()).await.unwrap();
-    let Response::Check(check) = check else { panic!("{check:?}") };
+    let check = provider
+        .call(
+            Request::Check {
+                config: config.clone(),
+            },
+            &CallContext::default(),
+        )
+        .await
+        .unwrap();
+    let Response::Check(check) = check else {
+        panic!("{check:?}")
+    };
 
     let seen = setup.server.seen();
     assert_eq!(seen.len(), 4);
-    assert!(seen.iter().all(|s| s.headers["authorization"] == format!("PVEAPIToken={SECRET}").as_str()));
+    assert!(
+        seen.iter()
+            .all(|s| s.headers["authorization"] == format!("PVEAPIToken={SECRET}").as_str())
+    );
 
     let snapshots = creator.snapshots.lock().unwrap().clone();
-    assert!(snapshots.len() >= 4, "one memory per call at least, got {}", snapshots.len());
+    assert!(
+        snapshots.len() >= 4,
+        "one memory per call at least, got {}",
+        snapshots.len()
+    );
     // The scan sees what the guest handled: the names it asked for are in its memory.
     for marker in ["scan-marker-one", "scan-marker-two", "scan-marker-three"] {
-        assert!(snapshots.iter().any(|memory| contains(memory, marker)), "{marker} not found: the scan reads nothing");
+        assert!(
+            snapshots.iter().any(|memory| contains(memory, marker)),
+            "{marker} not found: the scan reads nothing"
+        );
     }
     let header_value = format!("PVEAPIToken={SECRET}");
     let needles = [
         SECRET.to_owned(),
         STANDARD.encode(SECRET).trim_end_matches('=').to_owned(),
         URL_SAFE_NO_PAD.encode(SECRET),
-        STANDARD.encode(&header_value).trim_end_matches('=').to_owned(),
+        STANDARD
+            .encode(&header_value)
+            .trim_end_matches('=')
+            .to_owned(),
     ];
     for (index, memory) in snapshots.iter().enumerate() {
         for needle in &needles {
-            assert!(!contains(memory, needle), "memory {index} ({} bytes) holds the secret in some form", memory.len());
+            assert!(
+                !contains(memory, needle),
+                "memory {index} ({} bytes) holds the secret in some form",
+                memory.len()
+            );
         }
     }
     // The 401 body quoted the token; the provider's message quotes the redacted body.
     assert_eq!(check.reason, CheckReason::Unauthorized, "{check:?}");
-    assert!(check.message.contains("[redacted]") && !check.message.contains(SECRET), "{}", check.message);
+    assert!(
+        check.message.contains("[redacted]") && !check.message.contains(SECRET),
+        "{}",
+        check.message
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -239,13 +313,18 @@ async fn provider_reaching_another_origin_or_setting_authorization_is_refused() 
     ] {
         let config = serde_json::json!({ "endpoint": endpoint }).to_string();
         let result = get(&provider, &config, "vm").await;
-        assert!(matches!(result, Err(CallError::Provider(_))), "{endpoint}: {result:?}");
+        assert!(
+            matches!(result, Err(CallError::Provider(_))),
+            "{endpoint}: {result:?}"
+        );
     }
 
     let config = serde_json::json!({ "endpoint": setup.server.origin(), "debugSendAuthorization": "Bearer guest" }).to_string();
     let result = get(&provider, &config, "vm").await;
     match result {
-        Err(CallError::Provider(error)) => assert!(error.message().contains("authorization"), "{error:?}"),
+        Err(CallError::Provider(error)) => {
+            assert!(error.message().contains("authorization"), "{error:?}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(setup.server.seen().is_empty(), "nothing reached the server");
