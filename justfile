@@ -33,10 +33,9 @@ build: build-components
     cargo build --release -p egress-operator -p pvesim
 
 # Run every test: host crates, guest crates' host-side unit tests, and the plain-cargo guest build.
-test: build-components
-    cargo test --workspace
+test: build-components build-components-plain
     cargo test --manifest-path components/Cargo.toml --workspace --target-dir target/wasm-host
-    just build-components-plain
+    cargo test --workspace
 
 # The main job: a Proxmox VE simulator, the Proxmox provider sandboxed, the broker holding the token.
 demo: build
