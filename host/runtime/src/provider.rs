@@ -133,11 +133,11 @@ impl Provider {
         for (name, item) in self.component.component_type().exports(engine) {
             names.push(name.to_owned());
             if let ComponentItem::ComponentInstance(instance) = item.ty {
-                names.extend(
-                    instance
-                        .exports(engine)
-                        .map(|(function, _)| format!("{name}#{function}")),
-                );
+                // Only functions: the interface also re-exports the types it uses.
+                let functions = instance
+                    .exports(engine)
+                    .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentFunc(_)));
+                names.extend(functions.map(|(function, _)| format!("{name}#{function}")));
             }
         }
         names
