@@ -57,6 +57,10 @@ fn inspect_lists_every_contract_operation() {
         );
     }
     assert!(
+        !text.contains("#create-request"),
+        "types are listed as exports:\n{text}"
+    );
+    assert!(
         text.contains("wasi:http/outgoing-handler@0.2.12"),
         "imports not listed:\n{text}"
     );
