@@ -1,0 +1,181 @@
+//! SSH transports for real: an `sshd` of the test's own on 127.0.0.1 in front of the real
+//! `libvirtd` (through `virt-ssh-helper`), with host keys, client keys and known_hosts made per
+//! test. Checks that the grant's files are what libvirt dials with, read on every dial, and that
+//! host-key and authentication failures are told apart.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{Error, HostConnection};
+
+use crate::support::*;
+
+/// An sshd accepting `client_key` for root, killed when dropped.
+struct Sshd {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Child,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path) {
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", ""])
+        .arg("-f")
+        .arg(path)
+        .status()
+        .expect("ssh-keygen (apt-get install openssh-client)");
+    assert!(status.success());
+}
+
+impl Sshd {
+    fn start() -> Self {
+        libvirtd();
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        for key in ["host_key", "client_key", "other_key", "other_host_key"] {
+            keygen(&path(key));
+        }
+        std::fs::copy(path("client_key.pub"), path("authorized_keys")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(
+            path("sshd_config"),
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                path("host_key").display(),
+                path("authorized_keys").display(),
+            ),
+        )
+        .unwrap();
+        let known = |key: &str| {
+            let public = std::fs::read_to_string(path(&format!("{key}.pub"))).unwrap();
+            let mut fields = public.split_whitespace();
+            format!(
+                "[127.0.0.1]:{port} {} {}\n",
+                fields.next().unwrap(),
+                fields.next().unwrap()
+            )
+        };
+        std::fs::write(path("known_hosts"), known("host_key")).unwrap();
+        std::fs::write(path("wrong_known_hosts"), known("other_host_key")).unwrap();
+        std::fs::write(path("empty_known_hosts"), "").unwrap();
+        // Privilege separation needs it.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-e", "-f"])
+            .arg(path("sshd_config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sshd (apt-get install openssh-server)");
+        wait_for(Duration::from_secs(10), "sshd listening", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Self { dir, port, child }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A grant of the daemon through this sshd with `transport`, `key` and `known_hosts`.
+    fn grant(&self, transport: &str, key: &str, known_hosts: &str) -> serde_json::Value {
+        serde_json::json!({
+            "connections": [{
+                "name": "hv",
+                "uri": format!("qemu+{transport}://root@127.0.0.1:{}/system", self.port),
+                "sshKeyFile": self.path(key),
+                "knownHostsFile": self.path(known_hosts),
+            }],
+            "timeouts": { "callMs": 20000 },
+        })
+    }
+
+    async fn open(&self, transport: &str, key: &str, known_hosts: &str) -> Result<String, Error> {
+        let capability = capability("kvm2", self.grant(transport, key, known_hosts));
+        let mut call = Call::new(&capability, "kvm2");
+        let mut view = call.view();
+        let connection = match view.open_unpooled("hv".into()).await.unwrap() {
+            Ok(connection) => connection,
+            Err(error) => return Err(error),
+        };
+        view.version(connection).await.unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_granted_key_and_known_hosts_reach_the_daemon_over_libssh2_and_libssh() {
+    let sshd = Sshd::start();
+    for transport in ["libssh2", "libssh"] {
+        let version = sshd
+            .open(transport, "client_key", "known_hosts")
+            .await
+            .unwrap_or_else(|error| panic!("{transport}: {error:?}"));
+        assert_eq!(version.split('.').count(), 3, "{version}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_or_changed_host_key_is_host_key() {
+    let sshd = Sshd::start();
+    for transport in ["libssh2", "libssh"] {
+        for known_hosts in ["wrong_known_hosts", "empty_known_hosts"] {
+            let error = sshd
+                .open(transport, "client_key", known_hosts)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(error, Error::HostKey(_)),
+                "{transport} {known_hosts}: {error:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_is_ssh_auth() {
+    let sshd = Sshd::start();
+    for transport in ["libssh2", "libssh"] {
+        let error = sshd
+            .open(transport, "other_key", "known_hosts")
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::SshAuth(_)), "{transport}: {error:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_files_are_read_on_every_dial() {
+    let sshd = Sshd::start();
+    let capability = capability("kvm2", sshd.grant("libssh2", "client_key", "known_hosts"));
+    let mut call = Call::new(&capability, "kvm2");
+    ok(call.view().open_unpooled("hv".into()).await);
+
+    // Rotated to a key the server does not accept: the next dial uses it.
+    std::fs::copy(sshd.path("other_key"), sshd.path("client_key")).unwrap();
+    let error = err(call.view().open_unpooled("hv".into()).await);
+    assert!(matches!(error, Error::SshAuth(_)), "{error:?}");
+
+    // Gone: the host says so without dialing, and it is not the key's fault.
+    std::fs::remove_file(sshd.path("client_key")).unwrap();
+    match err(call.view().open_unpooled("hv".into()).await) {
+        Error::CredentialsUnavailable(message) => {
+            assert!(message.contains("client_key"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
