@@ -111,10 +111,16 @@ impl std::fmt::Display for ApiError {
     }
 }
 
-/// The error for a non-2xx `response` (F1): the trimmed body `message`, else the status.
+/// Most of a body that is not PVE-shaped kept in an error message.
+const MAX_FOREIGN_BODY: usize = 300;
+
+/// The error for a non-2xx `response` (F1): the trimmed body `message`, else the status. A body
+/// that is not a PVE JSON envelope (a proxy's HTML page, another API's text) is kept, cut and on
+/// one line, after the status: it is the only clue to what answered.
 pub fn http_error(response: &Response) -> ApiError {
-    let message = serde_json::from_slice::<Value>(&response.body)
-        .ok()
+    let parsed = serde_json::from_slice::<Value>(&response.body).ok();
+    let message = parsed
+        .as_ref()
         .and_then(|body| {
             body.get("message")
                 .and_then(Value::as_str)
@@ -122,7 +128,20 @@ pub fn http_error(response: &Response) -> ApiError {
                 .map(String::from)
         })
         .filter(|message| !message.is_empty())
-        .unwrap_or_else(|| format!("HTTP status {}", response.status));
+        .unwrap_or_else(|| {
+            let status = format!("HTTP status {}", response.status);
+            let text = String::from_utf8_lossy(&response.body);
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            if parsed.is_some() || text.is_empty() {
+                return status;
+            }
+            let mut cut = MAX_FOREIGN_BODY.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let ellipsis = if cut < text.len() { "…" } else { "" };
+            format!("{status}: {}{ellipsis}", &text[..cut])
+        });
     ApiError::Http {
         status: response.status,
         message,
@@ -602,7 +621,7 @@ mod tests {
 
     #[test]
     fn f1_f22_empty_401_body_falls_back_to_the_status() {
-        for body in ["", "{\"data\":null}", "{\"message\":\"  \\n\"}", "not json"] {
+        for body in ["", "{\"data\":null}", "{\"message\":\"  \\n\"}", " \n "] {
             assert_eq!(
                 http_error(&response(401, body)),
                 ApiError::Http {
@@ -612,6 +631,23 @@ mod tests {
                 "{body:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_pve_shaped_is_kept_in_the_message() {
+        let html = "<html>\n<body>502 Bad Gateway</body>\n</html>\n";
+        assert_eq!(
+            http_error(&response(502, html)),
+            ApiError::Http {
+                status: 502,
+                message: "HTTP status 502: <html> <body>502 Bad Gateway</body> </html>".into()
+            }
+        );
+        let ApiError::Http { message, .. } = http_error(&response(500, &"é".repeat(400))) else {
+            panic!("an HTTP error")
+        };
+        assert!(message.starts_with("HTTP status 500: éé"), "{message}");
+        assert!(message.ends_with('…') && message.len() < 340, "{message}");
     }
 
     #[test]

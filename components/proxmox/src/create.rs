@@ -375,6 +375,18 @@ fn allocate_and_clone<I: Io>(
                 // F15: the task may end before the lock goes; this read also supplies net0 and the
                 // boot disk for provisioning.
                 let config = wait_unlocked(pve, &placement, vmid)?;
+                // F10 says the description survives the clone verbatim. A backend that drops it
+                // (another dialect of the API) would leave a VM no later call could recognise as
+                // ours, reported with an empty UID: refuse now, while we know whose VM it is.
+                let written = Mark::parse(config.get("description").map(String::as_str));
+                if !written.is_some_and(|written| written.uid == request.uid) {
+                    return Err(Error::Permanent(format!(
+                        "VM {vmid} was cloned for {:?} but the API did not keep its ownership mark \
+                         (the description): no later call could tell it is ours; remove VM {vmid} \
+                         by hand and check that the node keeps `description` on clone",
+                        request.name
+                    )));
+                }
                 return Ok((
                     Found {
                         node: placement,

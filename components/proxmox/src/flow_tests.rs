@@ -392,6 +392,32 @@ fn phase6_clean_create_sequence_mark_in_clone_and_config_write() {
 }
 
 #[test]
+fn f10_a_clone_whose_mark_the_backend_dropped_is_permanent_before_any_provisioning() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut steps = clean_create_steps(vmid, "OK");
+    // A foreign dialect of the API: the clone's config comes back without the description.
+    steps[5] = ok(
+        Method::Get,
+        config_path(vmid),
+        r#"{"name":"proxy-a","boot":"order=scsi0","scsi0":"local-lvm:vm-1-disk-0,size=3G","net0":"virtio=BC:24:11:EE:48:83,bridge=vmbr0","agent":"1"}"#,
+    );
+    steps.truncate(6);
+    let (result, _io, requests) = run(&config, steps, |pve| create(pve, &request("")));
+    match result {
+        Err(Error::Permanent(message)) => {
+            assert!(
+                message.contains("did not keep its ownership mark"),
+                "{message}"
+            );
+            assert!(message.contains(&format!("remove VM {vmid}")), "{message}");
+        }
+        other => panic!("expected permanent, got {other:?}"),
+    }
+    assert_eq!(requests, 6, "nothing uploaded, configured or started");
+}
+
+#[test]
 fn phase6_vm_that_stops_after_start_is_transient_at_once() {
     let config = create_config();
     let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);

@@ -62,7 +62,7 @@ async fn setup(bytes: &[u8]) -> Setup {
     let runtime =
         Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(broker)).expect("runtime");
     let provider = runtime
-        .load_bytes(bytes, &component_path())
+        .load_bytes("proxmox", bytes, &component_path())
         .await
         .expect("the proxmox component loads");
     let config = json!({

@@ -23,8 +23,18 @@ use serde::Deserialize;
     about = "Provision egress-proxy VMs through sandboxed provider components"
 )]
 struct Cli {
+    /// How log lines on stderr are written: `text` for people, `json` (one object per line) for
+    /// log collectors. `RUST_LOG` sets the level (default `warn`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -54,9 +64,14 @@ enum ProviderCommand {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Egress grants (YAML, see docs/egress.md): which origins the provider may reach and the
-        /// credentials the host injects. Without it every outgoing request is denied.
+        /// credentials the host injects, keyed by provider identity. Without it every outgoing
+        /// request is denied.
         #[arg(long)]
         grants: Option<PathBuf>,
+        /// The identity the provider runs as, which the grants file names. Defaults to the file's
+        /// name without `.wasm`; never taken from what the component says about itself.
+        #[arg(long)]
+        identity: Option<String>,
         /// The operation's input as JSON: create `{"name","uid","tags":[{"key","value"}],"userData"}`,
         /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
         #[arg(long)]
@@ -67,7 +82,7 @@ enum ProviderCommand {
 /// Parses the command line, runs it and turns every failure into one line and an exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,14 +102,21 @@ fn fail(err: &anyhow::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     // Logs go to stderr so stdout stays parseable JSON; `RUST_LOG` overrides the level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        // Colours only for a person at a terminal, never in a file or a pipe.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -105,6 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             operation,
             config,
             grants,
+            identity,
             input,
         }) => {
             call(
@@ -112,6 +135,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &operation,
                 config.as_deref(),
                 grants.as_deref(),
+                identity.as_deref(),
                 input.as_deref(),
             )
             .await
@@ -119,16 +143,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn load(file: &Path, egress: Arc<dyn Egress>) -> anyhow::Result<Arc<Provider>> {
+async fn load(
+    file: &Path,
+    identity: Option<&str>,
+    egress: Arc<dyn Egress>,
+) -> anyhow::Result<Arc<Provider>> {
     let runtime = Runtime::new(RuntimeConfig::default(), egress)?;
-    Ok(runtime.load_file(file).await?)
+    Ok(match identity {
+        None => runtime.load_file(file).await?,
+        Some(identity) => {
+            let bytes = tokio::fs::read(file)
+                .await
+                .with_context(|| format!("reading {}", file.display()))?;
+            runtime.load_bytes(identity, &bytes, file).await?
+        }
+    })
 }
 
 async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let provider = load(file, Arc::new(DenyAll)).await?;
+    let provider = load(file, None, Arc::new(DenyAll)).await?;
     let description = provider.description();
     if json {
         let report = serde_json::json!({
+            "identity": provider.identity(),
             "name": description.name,
             "version": description.version,
             "contractVersion": description.contract_version,
@@ -140,6 +177,7 @@ async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    println!("identity:         {}", provider.identity());
     println!("name:             {}", description.name);
     println!("version:          {}", description.version);
     println!("contract version: {}", description.contract_version);
@@ -200,6 +238,7 @@ async fn call(
     operation: &str,
     config: Option<&Path>,
     grants: Option<&Path>,
+    identity: Option<&str>,
     input: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let operation: Operation = operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -212,7 +251,7 @@ async fn call(
         Some(path) => Arc::new(read_grants(path)?),
         None => Arc::new(DenyAll),
     };
-    let provider = load(file, egress).await?;
+    let provider = load(file, identity, egress).await?;
     let context = CallContext { proxy: None };
     match provider.call(request, &context).await {
         Ok(response) => {

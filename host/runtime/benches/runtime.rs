@@ -32,7 +32,7 @@ fn runtime_benchmarks(c: &mut Criterion) {
     let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(DenyAll))
         .expect("runtime builds");
     let provider = executor
-        .block_on(runtime.load_bytes(&bytes, &path))
+        .block_on(runtime.load_bytes("reference", &bytes, &path))
         .expect("reference loads");
     let context = CallContext::default();
 

@@ -8,9 +8,17 @@
 //! Each entry is `<key>.cwasm` (the [`Component::serialize`] output) beside `<key>.sha256` (the
 //! digest of that file). A missing, unreadable or corrupt entry is recompiled and rewritten, never
 //! an error: the cache only saves time.
+//!
+//! Loading an entry runs native code from it, in the process that holds every provider's
+//! credentials. So the cache trusts only what it can vouch for: the directory (created `0700`)
+//! and each entry must belong to the user running the host and be writable by nobody else, or
+//! the cache is not used; an entry is read once, into memory, and the bytes deserialized are the
+//! bytes whose digest was checked (no second read by path that another process could swap).
 
+use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -59,8 +67,8 @@ pub(crate) struct CompileCache {
 }
 
 impl CompileCache {
-    /// A cache in `dir` for components compiled by `engine`. The directory is created on the first
-    /// write.
+    /// A cache in `dir` for components compiled by `engine`. Reads nothing: the directory is
+    /// checked on every use and created (mode `0700`) on the first write.
     pub(crate) fn new(dir: PathBuf, engine: &Engine) -> CompileCache {
         let mut hasher = Sha256Hasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -80,21 +88,34 @@ impl CompileCache {
         entry.with_extension("sha256")
     }
 
-    /// Load the compiled component for `component_digest`, if a sound entry exists.
+    /// Load the compiled component for `component_digest`, if a sound entry exists in a
+    /// directory only this user can write. Blocking: call it off the async executor.
     pub(crate) fn load(&self, engine: &Engine, component_digest: &str) -> Option<Component> {
+        if let Err(problem) = owned_by_us_alone(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), %problem, "compile cache not used");
+            return None;
+        }
         let entry = self.entry_path(component_digest);
-        let expected = std::fs::read_to_string(Self::checksum_path(&entry)).ok()?;
-        let compiled = std::fs::read(&entry).ok()?;
-        if sha256_hex(&compiled) != expected.trim() {
+        let expected = read_owned_file(&Self::checksum_path(&entry)).ok()?;
+        let compiled = match read_owned_file(&entry) {
+            Ok(compiled) => compiled,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(error) => {
+                tracing::warn!(entry = %entry.display(), %error, "compile cache entry not used");
+                return None;
+            }
+        };
+        if sha256_hex(&compiled).as_bytes() != expected.trim_ascii() {
             tracing::warn!(entry = %entry.display(), "compile cache entry is corrupt; recompiling");
             return None;
         }
-        // SAFETY: `deserialize_file` trusts the file to be `Component::serialize` output from a
+        // SAFETY: `deserialize` trusts the bytes to be `Component::serialize` output from a
         // compatible engine; arbitrary bytes could run arbitrary native code. That holds here:
-        // the file is one this cache wrote (its checksum, written after it, matches what we just
-        // read), its name carries this engine's compatibility digest, and wasmtime itself checks
-        // the header's engine and version. The directory is the operator's own cache directory.
-        match unsafe { Component::deserialize_file(engine, &entry) } {
+        // these exact bytes (read once, into memory) are the ones whose checksum matched the one
+        // this cache wrote after them; both files and their directory belong to this user and
+        // nobody else can write them; the name carries this engine's compatibility digest, and
+        // wasmtime itself checks the header's engine and version.
+        match unsafe { Component::deserialize(engine, &compiled) } {
             Ok(component) => Some(component),
             Err(error) => {
                 tracing::warn!(entry = %entry.display(), error = %format!("{error:#}"), "compile cache entry unusable; recompiling");
@@ -112,7 +133,11 @@ impl CompileCache {
 
     fn try_store(&self, component: &Component, component_digest: &str) -> std::io::Result<()> {
         let compiled = component.serialize().map_err(std::io::Error::other)?;
-        std::fs::create_dir_all(&self.dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        owned_by_us_alone(&self.dir).map_err(std::io::Error::other)?;
         let entry = self.entry_path(component_digest);
         // Write to a unique temporary name and rename: readers never see half a file, and
         // concurrent writers of the same entry each rename a complete copy.
@@ -124,11 +149,48 @@ impl CompileCache {
     }
 }
 
+/// Why `path` (followed if a link) cannot be trusted: not ours, or writable by others.
+fn owned_by_us_alone(path: &Path) -> Result<(), String> {
+    let metadata = std::fs::metadata(path).map_err(|error| error.to_string())?;
+    check_owner_and_mode(&metadata)
+}
+
+fn check_owner_and_mode(metadata: &std::fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let us = unsafe { libc::geteuid() };
+    if metadata.uid() != us {
+        return Err(format!(
+            "owned by uid {}, not by this process's uid {us}",
+            metadata.uid()
+        ));
+    }
+    if metadata.mode() & 0o022 != 0 {
+        return Err(format!(
+            "writable by group or others (mode {:o})",
+            metadata.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Read a whole file after checking, on the open handle, that only this user can change it.
+fn read_owned_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    check_owner_and_mode(&file.metadata()?).map_err(std::io::Error::other)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temporary = path.with_extension(format!("tmp.{}.{unique}", std::process::id()));
-    let mut file = std::fs::File::create(&temporary)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
     file.write_all(contents)?;
     file.sync_all()?;
     std::fs::rename(&temporary, path).inspect_err(|_| {

@@ -18,11 +18,18 @@ pub use wasmtime_wasi_http::{Error as EgressError, RequestOptions, WasiBody as E
 pub type EgressFuture =
     Pin<Box<dyn Future<Output = Result<http::Response<EgressBody>, EgressError>> + Send>>;
 
-/// Who is sending: the provider (as named by its `describe`) and the call it is making.
+/// Who is sending: the provider, as the host identifies it, and the call it is making.
+///
+/// Both fields come from the host, never from the component: a component can describe itself
+/// under any name, so grants must not follow that name.
 #[derive(Clone, Debug)]
 pub struct CallSite {
-    /// The provider's name; grants are keyed by it.
+    /// The provider's host-assigned identity: the file it was loaded from (its stem) or the
+    /// ProviderConfig that names it. Grants are keyed by it.
     pub provider: Arc<str>,
+    /// The sha256 of the component's bytes, lowercase hex; a grant may be pinned to it. Empty
+    /// for calls made before a component is accepted (the load-time `describe`).
+    pub digest: Arc<str>,
     /// The operation being run (`create`, `get`, …).
     pub operation: &'static str,
 }
@@ -37,7 +44,8 @@ pub trait Egress: Send + Sync + 'static {
     }
 
     /// Send one request for `site.provider`, or refuse it. Errors reach the guest as the
-    /// matching `wasi:http/types.error-code`; their detail must not carry secrets.
+    /// matching `wasi:http/types.error-code`; their detail must not carry secrets. Called on the
+    /// async executor: an implementation must not block it (no blocking file I/O).
     fn send(
         &self,
         site: &CallSite,

@@ -18,6 +18,14 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The identity the component would serve under is not a valid provider name.
+    #[error("{}: {problem}", path.display())]
+    InvalidIdentity {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with the identity.
+        problem: String,
+    },
     /// The file is empty.
     #[error("{}: not a wasm component: the file is empty", path.display())]
     Empty {
@@ -118,6 +126,7 @@ impl LoadError {
     pub fn path(&self) -> &std::path::Path {
         match self {
             LoadError::Read { path, .. }
+            | LoadError::InvalidIdentity { path, .. }
             | LoadError::Empty { path }
             | LoadError::NotWasm { path, .. }
             | LoadError::CoreModule { path }
@@ -136,9 +145,9 @@ impl LoadError {
 /// Why a provider call failed.
 ///
 /// [`CallError::class`] tells the caller whether to retry: a missed deadline, a busy provider
-/// or an exhausted instance pool is transient; a trap, a panic or the memory cap is permanent
-/// (the same component with the same input will do it again); a provider's own error carries its
-/// own class.
+/// or an exhausted instance pool is transient; a trap, a panic, the memory cap or any other
+/// budget is permanent (the same component with the same input will do it again); a provider's
+/// own error carries its own class.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
@@ -173,7 +182,15 @@ pub enum CallError {
         /// How long the call waited.
         waited: Duration,
     },
-    /// No fresh instance could be made (for example, the instance pool is exhausted).
+    /// Every slot of the instance pool stayed taken for the whole deadline.
+    #[error("{operation}: every instance slot stayed taken for {waited:?}")]
+    PoolFull {
+        /// The operation.
+        operation: Operation,
+        /// How long the call waited.
+        waited: Duration,
+    },
+    /// No fresh instance could be made.
     #[error("cannot instantiate the provider: {message}")]
     Instantiate {
         /// wasmtime's reason, on one line.
@@ -185,20 +202,117 @@ pub enum CallError {
         /// The requested name.
         name: String,
     },
+    /// The guest exceeded one of its per-call budgets (see [`crate::Limits`]) and was stopped.
+    #[error("{operation}: {}", budget.describe(*limit))]
+    Budget {
+        /// The operation.
+        operation: Operation,
+        /// Which budget.
+        budget: Budget,
+        /// Its limit, in the budget's unit (bytes, lines, handles, requests, milliseconds).
+        limit: u64,
+    },
+    /// The guest answered a value the host refuses (for example an identifier longer than any
+    /// hypervisor's).
+    #[error("{operation}: the provider answered an invalid result: {problem}")]
+    InvalidResult {
+        /// The operation.
+        operation: Operation,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// A per-call budget a guest can exceed; each is a [`crate::Limits`] setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Budget {
+    /// CPU time spent computing ([`crate::Limits::cpu_time`]); the limit is in milliseconds.
+    CpuTime,
+    /// Bytes in one transfer out of the guest: a result or a host call's arguments
+    /// ([`crate::Limits::transfer_bytes`]).
+    TransferBytes,
+    /// Log lines per call ([`crate::Limits::log_lines`]).
+    LogLines,
+    /// Log bytes per call ([`crate::Limits::log_bytes`]).
+    LogBytes,
+    /// Host resources held at once ([`crate::Limits::resource_handles`]).
+    ResourceHandles,
+    /// Bytes of one header list the guest builds ([`crate::Limits::header_bytes`]).
+    HeaderBytes,
+    /// Outgoing HTTP requests in flight ([`crate::Limits::requests_in_flight`]).
+    RequestsInFlight,
+}
+
+impl Budget {
+    /// A stable lowercase label (`cpu-time`, `transfer-bytes`, …) for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Budget::CpuTime => "cpu-time",
+            Budget::TransferBytes => "transfer-bytes",
+            Budget::LogLines => "log-lines",
+            Budget::LogBytes => "log-bytes",
+            Budget::ResourceHandles => "resource-handles",
+            Budget::HeaderBytes => "header-bytes",
+            Budget::RequestsInFlight => "requests-in-flight",
+        }
+    }
+
+    fn describe(self, limit: u64) -> String {
+        match self {
+            Budget::CpuTime => format!(
+                "the provider computed for more than {limit} ms of CPU time and was stopped"
+            ),
+            Budget::TransferBytes => format!(
+                "the provider handed the host more than {limit} bytes in one transfer (a result, a log line or a header list)"
+            ),
+            Budget::LogLines => format!("the provider wrote more than {limit} log lines"),
+            Budget::LogBytes => format!("the provider wrote more than {limit} bytes of log"),
+            Budget::ResourceHandles => format!(
+                "the provider held more than {limit} host resources (header lists, requests, streams) at once"
+            ),
+            Budget::HeaderBytes => {
+                format!("the provider built a header list of more than {limit} bytes")
+            }
+            Budget::RequestsInFlight => format!(
+                "the provider had more than {limit} outgoing HTTP requests in flight at once"
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error a host function returns to stop a guest that exceeded a budget: it traps the call,
+/// and the runtime turns it into [`CallError::Budget`].
+#[derive(Debug, thiserror::Error)]
+#[error("{budget} budget of {limit} exceeded")]
+pub(crate) struct BudgetExceeded {
+    pub(crate) budget: Budget,
+    pub(crate) limit: u64,
 }
 
 impl CallError {
     /// The retry class: see the type's documentation.
     ///
-    /// `NotLoaded` is transient: a provider file may be arriving by hot reload.
+    /// `NotLoaded` is transient: a provider file may be arriving by hot reload. A budget or an
+    /// invalid result is permanent: the same component with the same input does it again.
     pub fn class(&self) -> ErrorClass {
         match self {
             CallError::Provider(error) => error.class(),
             CallError::Deadline { .. }
             | CallError::Busy { .. }
+            | CallError::PoolFull { .. }
             | CallError::Instantiate { .. }
             | CallError::NotLoaded { .. } => ErrorClass::Transient,
-            CallError::MemoryCap { .. } | CallError::Trap { .. } => ErrorClass::Permanent,
+            CallError::MemoryCap { .. }
+            | CallError::Trap { .. }
+            | CallError::Budget { .. }
+            | CallError::InvalidResult { .. } => ErrorClass::Permanent,
         }
     }
 }

@@ -55,10 +55,13 @@
 //! ```
 
 mod cache;
+mod call;
+mod cpu;
 pub mod egress;
 mod engine;
 mod error;
 mod limits;
+mod log;
 mod provider;
 mod registry;
 mod runtime;
@@ -68,7 +71,7 @@ pub mod wit;
 
 pub use cache::default_cache_dir;
 pub use egress::{CallSite, DenyAll, Egress, default_forbidden_header};
-pub use error::{CallError, LoadError, RegistryError, RuntimeError};
+pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};
 pub use limits::Limits;
 pub use provider::{CallContext, Provider};
 pub use registry::{Registry, RegistryEvent};

@@ -19,6 +19,17 @@ const MIN_INSTANCES: usize = 8;
 const MIN_DEADLINE: Duration = Duration::from_millis(100);
 /// The shortest epoch tick accepted.
 const MIN_EPOCH_TICK: Duration = Duration::from_millis(1);
+/// The least CPU time a call may be given: a Rust component's instantiation and a small call
+/// fit in a few milliseconds, a Python one needs more.
+const MIN_CPU_TIME: Duration = Duration::from_millis(50);
+/// The least a transfer from the guest may carry: a description with its JSON Schema.
+const MIN_TRANSFER_BYTES: usize = 64 << 10;
+/// The fewest host resources a call may hold at once: one HTTP exchange needs about ten.
+const MIN_RESOURCE_HANDLES: usize = 32;
+/// The smallest header list a guest may build: room for a few ordinary headers.
+const MIN_HEADER_BYTES: usize = 1 << 10;
+/// The smallest buffer for an outgoing body: one `blocking-write-and-flush` (4 KiB).
+const MIN_BODY_BUFFER_BYTES: usize = 4 << 10;
 
 /// Limits applied to every provider call. Cheap to clone.
 ///
@@ -32,20 +43,50 @@ const MIN_EPOCH_TICK: Duration = Duration::from_millis(1);
 ///     .concurrency_per_provider(4);
 /// assert_eq!(limits.deadline_for(Operation::Get), Duration::from_secs(5));
 /// ```
+///
+/// # What a guest can make the host hold
+///
+/// Besides its own linear memory (`memory_bytes`), a call can make the host allocate only through
+/// what it imports. Each of those is bounded per call, and exceeding a bound stops the call with
+/// its own [`CallError::Budget`](crate::CallError::Budget):
+///
+/// | budget | default | what it bounds |
+/// |---|---|---|
+/// | [`cpu_time`](Limits::cpu_time) | 10 s create/delete, 5 s others | time spent computing, apart from the wall deadline spent waiting |
+/// | [`transfer_bytes`](Limits::transfer_bytes) | 8 MiB | bytes lifted out of the guest in one transfer: the call's result, or the arguments of one host call (wasmtime's hostcall fuel) |
+/// | [`log_lines`](Limits::log_lines) | 1 000 | lines a call may log |
+/// | [`log_bytes`](Limits::log_bytes) | 256 KiB | bytes of log a call may keep (each message is read up to 4 KiB, never lifted whole) |
+/// | [`resource_handles`](Limits::resource_handles) | 256 | host resources (fields, requests, bodies, streams, pollables) alive at once |
+/// | [`header_bytes`](Limits::header_bytes) | 32 KiB | bytes of one header list the guest builds |
+/// | [`body_buffer_bytes`](Limits::body_buffer_bytes) | 64 KiB | bytes of one outgoing body buffered in the host |
+/// | [`requests_in_flight`](Limits::requests_in_flight) | 16 | outgoing HTTP requests whose response is not yet dropped: sockets |
+///
+/// So the host memory one call can hold beyond its linear memory is at most
+/// [`host_bytes_bound`](Limits::host_bytes_bound) (about 32 MiB with the defaults), plus one
+/// result of `transfer_bytes`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     memory_bytes: usize,
     table_elements: usize,
     instances_per_store: usize,
     deadlines: [Duration; Operation::ALL.len()],
+    cpu_times: [Duration; Operation::ALL.len()],
     concurrency_per_provider: usize,
     max_concurrent_instances: u32,
     epoch_tick: Duration,
+    transfer_bytes: usize,
+    log_lines: usize,
+    log_bytes: usize,
+    resource_handles: usize,
+    header_bytes: usize,
+    body_buffer_bytes: usize,
+    requests_in_flight: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         let mut deadlines = [Duration::ZERO; Operation::ALL.len()];
+        let mut cpu_times = [Duration::ZERO; Operation::ALL.len()];
         for operation in Operation::ALL {
             deadlines[operation as usize] = match operation {
                 Operation::Create => Duration::from_secs(15 * 60),
@@ -54,15 +95,27 @@ impl Default for Limits {
                 Operation::ListByTag => Duration::from_secs(60),
                 Operation::Describe | Operation::ValidateConfig => Duration::from_secs(5),
             };
+            cpu_times[operation as usize] = match operation {
+                Operation::Create | Operation::Delete => Duration::from_secs(10),
+                _ => Duration::from_secs(5),
+            };
         }
         Limits {
             memory_bytes: 64 << 20,
             table_elements: 20_000,
             instances_per_store: 32,
             deadlines,
+            cpu_times,
             concurrency_per_provider: 8,
             max_concurrent_instances: 64,
             epoch_tick: Duration::from_millis(10),
+            transfer_bytes: 8 << 20,
+            log_lines: 1_000,
+            log_bytes: 256 << 10,
+            resource_handles: 256,
+            header_bytes: 32 << 10,
+            body_buffer_bytes: 64 << 10,
+            requests_in_flight: 16,
         }
     }
 }
@@ -97,15 +150,74 @@ impl Limits {
         self
     }
 
-    /// Calls of one provider (by name, across hot swaps) running at once; further calls wait.
+    /// CPU time one operation may spend computing (instantiation included), counted only while
+    /// the guest runs, not while it waits for I/O or a timer. A call that computes past it is
+    /// stopped in seconds even when its wall-clock deadline is many minutes away. Defaults: create
+    /// and delete 10 s, every other operation 5 s. At least 50 ms.
+    pub fn cpu_time(mut self, operation: Operation, cpu: Duration) -> Self {
+        self.cpu_times[operation as usize] = cpu.max(MIN_CPU_TIME);
+        self
+    }
+
+    /// Bytes the guest may hand the host in one transfer: the call's result, or the arguments of
+    /// one host call (a log line, a header list). It is wasmtime's hostcall fuel, counted before
+    /// anything is copied. Defaults to 8 MiB; at least 64 KiB.
+    pub fn transfer_bytes(mut self, bytes: usize) -> Self {
+        self.transfer_bytes = bytes.max(MIN_TRANSFER_BYTES);
+        self
+    }
+
+    /// Log lines one call may write. Defaults to 1 000; at least 1.
+    pub fn log_lines(mut self, lines: usize) -> Self {
+        self.log_lines = lines.max(1);
+        self
+    }
+
+    /// Bytes of log one call may keep (messages cut to 4 KiB, fields to 32 of 128-byte keys and
+    /// 1 KiB values count as kept). Defaults to 256 KiB; at least 4 KiB.
+    pub fn log_bytes(mut self, bytes: usize) -> Self {
+        self.log_bytes = bytes.max(4 << 10);
+        self
+    }
+
+    /// Host resources (header lists, requests, bodies, streams, pollables) one call may hold at
+    /// once. Defaults to 256; at least 32.
+    pub fn resource_handles(mut self, handles: usize) -> Self {
+        self.resource_handles = handles.max(MIN_RESOURCE_HANDLES);
+        self
+    }
+
+    /// Bytes of names and values in one header list a guest builds. Defaults to 32 KiB; at least
+    /// 1 KiB.
+    pub fn header_bytes(mut self, bytes: usize) -> Self {
+        self.header_bytes = bytes.max(MIN_HEADER_BYTES);
+        self
+    }
+
+    /// Bytes of one outgoing request body the host buffers before the guest must wait for them to
+    /// be sent. Defaults to 64 KiB; at least 4 KiB.
+    pub fn body_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.body_buffer_bytes = bytes.max(MIN_BODY_BUFFER_BYTES);
+        self
+    }
+
+    /// Outgoing HTTP requests one call may have in flight (sent, response not yet dropped): each
+    /// holds a connection. Defaults to 16; at least 1.
+    pub fn requests_in_flight(mut self, requests: usize) -> Self {
+        self.requests_in_flight = requests.max(1);
+        self
+    }
+
+    /// Calls of one provider (by identity, across hot swaps) running at once; further calls wait.
     /// Defaults to 8; at least 1.
     pub fn concurrency_per_provider(mut self, calls: usize) -> Self {
         self.concurrency_per_provider = calls.max(1);
         self
     }
 
-    /// Instances alive at once across all providers: the size of the pooling allocator.
-    /// Defaults to 64; at least 1.
+    /// Instances alive at once across all providers: the size of the pooling allocator. Calls
+    /// beyond it wait their turn, first come first served, within their deadline. Defaults to 64;
+    /// at least 1.
     pub fn max_concurrent_instances(mut self, instances: u32) -> Self {
         self.max_concurrent_instances = instances.max(1);
         self
@@ -136,6 +248,54 @@ impl Limits {
     /// The deadline of `operation`.
     pub fn deadline_for(&self, operation: Operation) -> Duration {
         self.deadlines[operation as usize]
+    }
+
+    /// The CPU time `operation` may spend.
+    pub fn cpu_time_for(&self, operation: Operation) -> Duration {
+        self.cpu_times[operation as usize]
+    }
+
+    /// The bytes one transfer from the guest may carry (hostcall fuel).
+    pub fn transfer_bytes_limit(&self) -> usize {
+        self.transfer_bytes
+    }
+
+    /// The log lines per call.
+    pub fn log_lines_limit(&self) -> usize {
+        self.log_lines
+    }
+
+    /// The log bytes per call.
+    pub fn log_bytes_limit(&self) -> usize {
+        self.log_bytes
+    }
+
+    /// The host resources a call may hold at once.
+    pub fn resource_handles_limit(&self) -> usize {
+        self.resource_handles
+    }
+
+    /// The bytes of one guest-built header list.
+    pub fn header_bytes_limit(&self) -> usize {
+        self.header_bytes
+    }
+
+    /// The bytes of one outgoing body buffered in the host.
+    pub fn body_buffer_bytes_limit(&self) -> usize {
+        self.body_buffer_bytes
+    }
+
+    /// The outgoing requests a call may have in flight.
+    pub fn requests_in_flight_limit(&self) -> usize {
+        self.requests_in_flight
+    }
+
+    /// The most host memory one call can hold through its resources: every handle a header list
+    /// or an outgoing body at its cap (a body buffers at most two chunks). Results and host-call
+    /// arguments add at most one [`transfer_bytes`](Limits::transfer_bytes) at a time.
+    pub fn host_bytes_bound(&self) -> usize {
+        self.resource_handles
+            .saturating_mul(self.header_bytes.max(2 * self.body_buffer_bytes))
     }
 
     /// The per-provider concurrency.
@@ -190,6 +350,24 @@ mod tests {
         assert_eq!(limits.concurrency_per_provider_limit(), 8);
         assert_eq!(limits.max_concurrent_instances_limit(), 64);
         assert_eq!(limits.epoch_tick_interval(), Duration::from_millis(10));
+        assert_eq!(
+            limits.cpu_time_for(Operation::Create),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            limits.cpu_time_for(Operation::Delete),
+            Duration::from_secs(10)
+        );
+        assert_eq!(limits.cpu_time_for(Operation::Get), Duration::from_secs(5));
+        assert_eq!(limits.transfer_bytes_limit(), 8 << 20);
+        assert_eq!(limits.log_lines_limit(), 1_000);
+        assert_eq!(limits.log_bytes_limit(), 256 << 10);
+        assert_eq!(limits.resource_handles_limit(), 256);
+        assert_eq!(limits.header_bytes_limit(), 32 << 10);
+        assert_eq!(limits.body_buffer_bytes_limit(), 64 << 10);
+        assert_eq!(limits.requests_in_flight_limit(), 16);
+        // The documented bound: 256 handles of 128 KiB (a body's two 64 KiB chunks).
+        assert_eq!(limits.host_bytes_bound(), 32 << 20);
     }
 
     #[test]
@@ -201,7 +379,15 @@ mod tests {
             .deadline(Operation::Get, Duration::ZERO)
             .concurrency_per_provider(0)
             .max_concurrent_instances(0)
-            .epoch_tick(Duration::ZERO);
+            .epoch_tick(Duration::ZERO)
+            .cpu_time(Operation::Get, Duration::ZERO)
+            .transfer_bytes(0)
+            .log_lines(0)
+            .log_bytes(0)
+            .resource_handles(0)
+            .header_bytes(0)
+            .body_buffer_bytes(0)
+            .requests_in_flight(0);
         assert_eq!(limits.memory_bytes_limit(), MIN_MEMORY_BYTES);
         assert_eq!(limits.table_elements_limit(), MIN_TABLE_ELEMENTS);
         assert_eq!(limits.instances_per_store_limit(), MIN_INSTANCES);
@@ -209,6 +395,14 @@ mod tests {
         assert_eq!(limits.concurrency_per_provider_limit(), 1);
         assert_eq!(limits.max_concurrent_instances_limit(), 1);
         assert_eq!(limits.epoch_tick_interval(), MIN_EPOCH_TICK);
+        assert_eq!(limits.cpu_time_for(Operation::Get), MIN_CPU_TIME);
+        assert_eq!(limits.transfer_bytes_limit(), MIN_TRANSFER_BYTES);
+        assert_eq!(limits.log_lines_limit(), 1);
+        assert_eq!(limits.log_bytes_limit(), 4 << 10);
+        assert_eq!(limits.resource_handles_limit(), MIN_RESOURCE_HANDLES);
+        assert_eq!(limits.header_bytes_limit(), MIN_HEADER_BYTES);
+        assert_eq!(limits.body_buffer_bytes_limit(), MIN_BODY_BUFFER_BYTES);
+        assert_eq!(limits.requests_in_flight_limit(), 1);
         // Setting one operation's deadline leaves the others alone.
         assert_eq!(
             limits.deadline_for(Operation::Create),

@@ -2,17 +2,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
-use wasmtime::{Store, UpdateDeadline};
 
+use crate::call::{BENCHMARK_DEADLINE, CallEnv, new_store, run_call};
 use crate::egress::CallSite;
 use crate::error::{CallError, one_line};
-use crate::runtime::RuntimeInner;
+use crate::limits::Limits;
 use crate::state::HostState;
 use crate::types::{Description, Operation, Request, Response};
 use crate::wit::latest;
@@ -30,24 +30,32 @@ pub struct CallContext {
 /// calls and a misbehaving call cannot affect the next. A `Provider` is immutable; hot swap
 /// (see [`crate::Registry`]) publishes a new one, and calls holding the old `Arc<Provider>`
 /// finish on the old generation.
+///
+/// A provider is known by its **identity**, which the host assigns (the file it was loaded from,
+/// or the ProviderConfig that names it) and which grants, concurrency, metrics and logs follow.
+/// What the component says about itself ([`Provider::description`]) is for display and a
+/// consistency check only: a component cannot borrow another's grant by describing itself under
+/// its name.
 pub struct Provider {
-    runtime: Arc<RuntimeInner>,
+    env: Arc<CallEnv>,
     pre: latest::ProviderWorldPre<HostState>,
     component: Component,
     description: Description,
-    name: Arc<str>,
-    digest: String,
+    identity: Arc<str>,
+    digest: Arc<str>,
     path: PathBuf,
     generation: u64,
     from_cache: bool,
-    /// Shared by every generation of the provider with this name (kept by the runtime).
+    limits: Limits,
+    /// Shared by every generation of the provider with this identity (kept by the runtime).
     concurrency: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Provider")
-            .field("name", &self.name)
+            .field("identity", &self.identity)
+            .field("described_as", &self.description.name)
             .field("version", &self.description.version)
             .field("digest", &self.digest)
             .field("path", &self.path)
@@ -58,41 +66,45 @@ impl std::fmt::Debug for Provider {
 
 /// Everything [`Provider::new`] needs, produced by the runtime's loader.
 pub(crate) struct LoadedParts {
-    pub(crate) runtime: Arc<RuntimeInner>,
+    pub(crate) env: Arc<CallEnv>,
     pub(crate) pre: latest::ProviderWorldPre<HostState>,
     pub(crate) component: Component,
     pub(crate) description: Description,
+    pub(crate) identity: Arc<str>,
     pub(crate) digest: String,
     pub(crate) path: PathBuf,
     pub(crate) generation: u64,
     pub(crate) from_cache: bool,
+    pub(crate) limits: Limits,
     pub(crate) concurrency: Arc<Semaphore>,
 }
 
 impl Provider {
     pub(crate) fn new(parts: LoadedParts) -> Provider {
         Provider {
-            name: Arc::from(parts.description.name.as_str()),
-            runtime: parts.runtime,
+            env: parts.env,
             pre: parts.pre,
             component: parts.component,
             description: parts.description,
-            digest: parts.digest,
+            identity: parts.identity,
+            digest: Arc::from(parts.digest),
             path: parts.path,
             generation: parts.generation,
             from_cache: parts.from_cache,
+            limits: parts.limits,
             concurrency: parts.concurrency,
         }
     }
 
-    /// What the provider said about itself when it was loaded.
+    /// What the provider said about itself when it was loaded. Its `name` is the component's
+    /// claim, not its identity.
     pub fn description(&self) -> &Description {
         &self.description
     }
 
-    /// The provider's name (from its description).
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The host-assigned identity: grants, concurrency permits, metrics and logs follow it.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The sha256 of the component's bytes, lowercase hex.
@@ -113,6 +125,11 @@ impl Provider {
     /// Whether the compiled code came from the on-disk compile cache.
     pub fn from_cache(&self) -> bool {
         self.from_cache
+    }
+
+    /// The limits this provider's calls run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The component's import names (for example `wasi:http/outgoing-handler@0.2.12`).
@@ -145,17 +162,19 @@ impl Provider {
 
     /// Run one operation in a fresh instance.
     ///
-    /// Waits for one of the provider's concurrency permits (back-pressure), then instantiates and
-    /// calls, all within the operation's deadline (see [`crate::Limits::deadline`]). A guest that
-    /// computes without returning yields its thread every epoch tick and is stopped at the
-    /// deadline; host-side waits (HTTP, sleeps) are bounded by the same deadline. The host never
-    /// panics on guest behaviour: every failure is a [`CallError`].
+    /// Waits for one of the provider's concurrency permits, then for a slot of the shared
+    /// instance pool (back-pressure, first come first served), then instantiates and calls, all
+    /// within the operation's deadline (see [`crate::Limits::deadline`]). A guest that computes
+    /// without returning yields its thread every epoch tick and is stopped at its CPU budget or
+    /// its deadline, whichever comes first; host-side waits (HTTP, sleeps) are bounded by the
+    /// deadline. Every other per-call budget of [`crate::Limits`] applies. The host never panics
+    /// on guest behaviour: every failure is a [`CallError`].
     pub async fn call(&self, request: Request, ctx: &CallContext) -> Result<Response, CallError> {
         let operation = request.operation();
         let span = tracing::info_span!(
             "provider_call",
-            provider = %self.name,
-            version = %self.description.version,
+            provider = %self.identity,
+            version = %crate::log::escape(&self.description.version),
             operation = operation.as_str(),
             proxy = ctx.proxy.as_deref().unwrap_or("-"),
             generation = self.generation,
@@ -184,8 +203,7 @@ impl Provider {
         operation: Operation,
         started: Instant,
     ) -> Result<Response, CallError> {
-        let after = self.runtime.limits.deadline_for(operation);
-        let deadline = started + after;
+        let deadline = started + self.limits.deadline_for(operation);
         let _permit =
             match tokio::time::timeout_at(deadline.into(), self.concurrency.acquire()).await {
                 Ok(Ok(permit)) => permit,
@@ -193,26 +211,28 @@ impl Provider {
                 Ok(Err(_)) | Err(_) => {
                     return Err(CallError::Busy {
                         operation,
-                        waited: after,
+                        waited: started.elapsed(),
                     });
                 }
             };
         let site = CallSite {
-            provider: Arc::clone(&self.name),
+            provider: Arc::clone(&self.identity),
+            digest: Arc::clone(&self.digest),
             operation: operation.as_str(),
         };
-        run_call(&self.runtime, &self.pre, site, request, deadline, after).await
+        run_call(&self.env, &self.pre, site, &self.limits, request, started).await
     }
 
     /// Instantiate once in a fresh store and drop it: the fixed cost of every call.
     #[doc(hidden)]
     pub async fn instantiate_for_benchmark(&self) -> Result<(), CallError> {
         let site = CallSite {
-            provider: Arc::clone(&self.name),
+            provider: Arc::clone(&self.identity),
+            digest: Arc::clone(&self.digest),
             operation: "benchmark",
         };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut store = new_store(&self.runtime, site, deadline);
+        let deadline = Instant::now() + BENCHMARK_DEADLINE;
+        let mut store = new_store(&self.env, site, &self.limits, Operation::Describe, deadline);
         self.pre
             .instantiate_async(&mut store)
             .await
@@ -220,94 +240,5 @@ impl Provider {
             .map_err(|error| CallError::Instantiate {
                 message: one_line(&error),
             })
-    }
-}
-
-/// A fresh store for one call, with its limiter and epoch deadline behaviour set.
-fn new_store(runtime: &RuntimeInner, site: CallSite, deadline: Instant) -> Store<HostState> {
-    let state = HostState::new(site, Arc::clone(&runtime.egress), &runtime.limits, deadline);
-    let mut store = Store::new(&runtime.engine, state);
-    store.limiter(|state| &mut state.limiter);
-    // Check in at every epoch tick: yield the thread so a spinning guest never blocks an
-    // executor, and stop the guest once its wall-clock deadline has passed.
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut context| {
-        let state = context.data_mut();
-        if Instant::now() >= state.deadline {
-            state.deadline_passed = true;
-            Ok(UpdateDeadline::Interrupt)
-        } else {
-            Ok(UpdateDeadline::Yield(1))
-        }
-    });
-    store
-}
-
-/// Where a wasmtime error came from.
-enum Failure {
-    Instantiate(wasmtime::Error),
-    Call(wasmtime::Error),
-}
-
-/// Instantiate `pre` in a fresh store and run `request`, stopping at `deadline`.
-pub(crate) async fn run_call(
-    runtime: &RuntimeInner,
-    pre: &latest::ProviderWorldPre<HostState>,
-    site: CallSite,
-    request: Request,
-    deadline: Instant,
-    after: Duration,
-) -> Result<Response, CallError> {
-    let operation = request.operation();
-    let mut store = new_store(runtime, site, deadline);
-    let work = async {
-        let bindings = pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(Failure::Instantiate)?;
-        latest::call(&bindings, &mut store, request)
-            .await
-            .map_err(Failure::Call)
-    };
-    let outcome = tokio::time::timeout_at(deadline.into(), work).await;
-    let state = store.data();
-    let failure = match outcome {
-        Err(_elapsed) => return Err(CallError::Deadline { operation, after }),
-        Ok(Ok(Ok(response))) => return Ok(response),
-        Ok(Ok(Err(provider_error))) => return Err(CallError::Provider(provider_error)),
-        Ok(Err(failure)) => failure,
-    };
-    let stderr = state.stderr();
-    if !stderr.is_empty() {
-        tracing::debug!(stderr = %stderr, "provider stderr");
-    }
-    if state.limiter.memory_cap_hit {
-        return Err(CallError::MemoryCap {
-            limit: state.limiter.memory_bytes(),
-        });
-    }
-    if state.deadline_passed {
-        return Err(CallError::Deadline { operation, after });
-    }
-    match failure {
-        Failure::Instantiate(error) => Err(CallError::Instantiate {
-            message: one_line(&error),
-        }),
-        Failure::Call(error) => {
-            let trap = match error.downcast_ref::<wasmtime::Trap>() {
-                Some(trap) => trap.to_string(),
-                None => one_line(&error),
-            };
-            let message = if stderr.is_empty() {
-                trap
-            } else {
-                let stderr = stderr
-                    .lines()
-                    .map(str::trim)
-                    .filter(|line| !line.is_empty());
-                format!("{trap}; stderr: {}", stderr.collect::<Vec<_>>().join(" | "))
-            };
-            Err(CallError::Trap { message })
-        }
     }
 }

@@ -1,10 +1,16 @@
 //! [`Registry`]: the providers of one directory, hot-swapped as their files change.
 //!
-//! One `*.wasm` file is one provider, named by its `describe`. When a file is added, replaced or
-//! removed, the registry validates the new bytes off the call path (compile, link, describe) and
-//! publishes the new set atomically. Calls already running keep their `Arc<Provider>` and finish
-//! on the old generation; a file that fails to load is reported (a tracing error and a
-//! [`RegistryEvent::Rejected`]) and the provider it replaced keeps serving.
+//! One `*.wasm` file is one provider, whose identity is the file's name (`proxmox.wasm` serves as
+//! `proxmox`): the host's name for it, which grants follow. What the component calls itself in
+//! `describe` is only displayed; two files whose components describe themselves under one name
+//! both serve, each as its own identity, and the registry warns about it, so a component can
+//! neither replace another nor borrow its grant by claiming its name.
+//!
+//! When a file is added, replaced or removed, the registry validates the new bytes off the call
+//! path (compile, link, describe) and publishes the new set atomically. Calls already running
+//! keep their `Arc<Provider>` and finish on the old generation; a file that fails to load is
+//! reported (a tracing error and a [`RegistryEvent::Rejected`]) and the provider it replaced
+//! keeps serving.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -18,7 +24,7 @@ use tokio::sync::{Mutex, broadcast, mpsc};
 use crate::cache::sha256_hex;
 use crate::error::{CallError, RegistryError};
 use crate::provider::{CallContext, Provider};
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, identity_of};
 use crate::types::{Request, Response};
 
 /// Quiet time after the last file event before the directory is rescanned: editors and `cp`
@@ -32,8 +38,10 @@ const EVENT_CAPACITY: usize = 256;
 pub enum RegistryEvent {
     /// A file's provider now serves (first load or a new generation).
     Loaded {
-        /// The provider's name.
-        name: String,
+        /// The provider's identity (the file's name).
+        identity: String,
+        /// The name its component describes itself under.
+        described_as: String,
         /// The new generation.
         generation: u64,
         /// The sha256 of the component's bytes.
@@ -50,8 +58,8 @@ pub enum RegistryEvent {
     },
     /// A file was removed and its provider with it.
     Removed {
-        /// The provider's name.
-        name: String,
+        /// The provider's identity.
+        identity: String,
         /// The file.
         path: PathBuf,
     },
@@ -61,14 +69,12 @@ pub enum RegistryEvent {
 struct FileState {
     /// The sha256 of the bytes last examined; unchanged bytes are not reloaded.
     digest: String,
-    /// The provider name the file serves, or `None` if its bytes were rejected.
-    serves: Option<String>,
 }
 
 struct RegistryInner {
     runtime: Runtime,
     dir: PathBuf,
-    /// The published providers by name; swapped whole.
+    /// The published providers by identity; swapped whole.
     providers: ArcSwap<HashMap<String, Arc<Provider>>>,
     /// Per-file state; the lock also serializes rescans.
     files: Mutex<HashMap<PathBuf, FileState>>,
@@ -84,6 +90,7 @@ struct RegistryInner {
 ///
 /// let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(DenyAll))?;
 /// let registry = Registry::watch(runtime, "/var/lib/egress-operator/providers").await?;
+/// // Serves /var/lib/egress-operator/providers/proxmox.wasm:
 /// let response = registry.call("proxmox", Request::Describe, &CallContext::default()).await?;
 /// # Ok(()) }
 /// ```
@@ -112,10 +119,7 @@ impl Registry {
     /// failing watcher is.
     pub async fn watch(runtime: Runtime, dir: impl AsRef<Path>) -> Result<Registry, RegistryError> {
         let dir = dir.as_ref().to_owned();
-        std::fs::read_dir(&dir).map_err(|source| RegistryError::ReadDir {
-            path: dir.clone(),
-            source,
-        })?;
+        list_wasm_files(dir.clone()).await?;
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let inner = Arc::new(RegistryInner {
             runtime,
@@ -155,27 +159,27 @@ impl Registry {
         })
     }
 
-    /// The provider named `name`, if one serves.
-    pub fn get(&self, name: &str) -> Option<Arc<Provider>> {
-        self.inner.providers.load().get(name).cloned()
+    /// The provider with identity `identity` (the file `<identity>.wasm`), if one serves.
+    pub fn get(&self, identity: &str) -> Option<Arc<Provider>> {
+        self.inner.providers.load().get(identity).cloned()
     }
 
-    /// Every serving provider, sorted by name.
+    /// Every serving provider, sorted by identity.
     pub fn providers(&self) -> Vec<Arc<Provider>> {
         let mut providers: Vec<_> = self.inner.providers.load().values().cloned().collect();
-        providers.sort_by(|a, b| a.name().cmp(b.name()));
+        providers.sort_by(|a, b| a.identity().cmp(b.identity()));
         providers
     }
 
-    /// Run `request` on the provider named `name` (its current generation).
+    /// Run `request` on the provider `identity` (its current generation).
     pub async fn call(
         &self,
-        name: &str,
+        identity: &str,
         request: Request,
         ctx: &CallContext,
     ) -> Result<Response, CallError> {
-        let provider = self.get(name).ok_or_else(|| CallError::NotLoaded {
-            name: name.to_owned(),
+        let provider = self.get(identity).ok_or_else(|| CallError::NotLoaded {
+            name: identity.to_owned(),
         })?;
         provider.call(request, ctx).await
     }
@@ -220,7 +224,7 @@ impl RegistryInner {
     /// Bring the published providers in step with the directory's files.
     async fn rescan(&self) -> Result<(), RegistryError> {
         let mut files = self.files.lock().await;
-        let listing = self.list_wasm_files()?;
+        let listing = list_wasm_files(self.dir.clone()).await?;
         let mut providers = HashMap::clone(&self.providers.load());
         let mut events = Vec::new();
 
@@ -231,17 +235,17 @@ impl RegistryInner {
             .cloned()
             .collect();
         for path in gone {
-            let Some(state) = files.remove(&path) else {
+            files.remove(&path);
+            let Ok(identity) = identity_of(&path) else {
                 continue;
             };
-            if let Some(name) = state.serves
-                && providers
-                    .get(&name)
-                    .is_some_and(|provider| provider.path() == path)
+            if providers
+                .get(&identity)
+                .is_some_and(|provider| provider.path() == path)
             {
-                providers.remove(&name);
-                tracing::info!(provider = %name, path = %path.display(), "provider removed");
-                events.push(RegistryEvent::Removed { name, path });
+                providers.remove(&identity);
+                tracing::info!(provider = %identity, path = %path.display(), "provider removed");
+                events.push(RegistryEvent::Removed { identity, path });
             }
         }
 
@@ -257,67 +261,44 @@ impl RegistryInner {
                 }
             };
             let digest = sha256_hex(&bytes);
-            let previous = files.get(path);
-            if previous.is_some_and(|state| state.digest == digest) {
+            if files.get(path).is_some_and(|state| state.digest == digest) {
                 continue;
             }
-            let previously_served = previous.and_then(|state| state.serves.clone());
-            match self.runtime.load_bytes(&bytes, path).await {
-                Err(error) => {
-                    // Keep the old generation serving; remember the bad bytes so they are
-                    // reported once, not on every rescan.
-                    files.insert(
-                        path.clone(),
-                        FileState {
-                            digest,
-                            serves: previously_served,
-                        },
-                    );
-                    events.push(self.rejected(path, error.to_string()));
-                }
+            // Remember the bytes, good or bad, so they are examined (and reported) once.
+            files.insert(
+                path.clone(),
+                FileState {
+                    digest: digest.clone(),
+                },
+            );
+            let loaded = match identity_of(path) {
+                Ok(identity) => self.runtime.load_bytes(&identity, &bytes, path).await,
+                Err(error) => Err(error),
+            };
+            match loaded {
+                // The old generation, if any, keeps serving.
+                Err(error) => events.push(self.rejected(path, error.to_string())),
                 Ok(provider) => {
-                    let name = provider.name().to_owned();
-                    let claimed_by_other = providers
-                        .get(&name)
-                        .filter(|existing| existing.path() != path)
-                        .map(|existing| existing.path().to_owned());
-                    if let Some(other) = claimed_by_other {
-                        files.insert(
-                            path.clone(),
-                            FileState {
-                                digest,
-                                serves: previously_served,
-                            },
+                    let identity = provider.identity().to_owned();
+                    let described_as = provider.description().name.clone();
+                    if let Some(other) = providers.values().find(|other| {
+                        other.identity() != identity && other.description().name == described_as
+                    }) {
+                        tracing::warn!(
+                            provider = %identity,
+                            other = %other.identity(),
+                            described_as = %described_as,
+                            "two components describe themselves under one name; each serves, and is granted, only as its own identity"
                         );
-                        let error = format!(
-                            "{}: provider name `{name}` is already served by {}",
-                            path.display(),
-                            other.display()
-                        );
-                        events.push(self.rejected(path, error));
-                        continue;
-                    }
-                    if let Some(old_name) = previously_served.filter(|old| *old != name) {
-                        providers.remove(&old_name);
-                        events.push(RegistryEvent::Removed {
-                            name: old_name,
-                            path: path.clone(),
-                        });
                     }
                     events.push(RegistryEvent::Loaded {
-                        name: name.clone(),
+                        identity: identity.clone(),
+                        described_as,
                         generation: provider.generation(),
                         digest: provider.digest().to_owned(),
                         path: path.clone(),
                     });
-                    providers.insert(name.clone(), provider);
-                    files.insert(
-                        path.clone(),
-                        FileState {
-                            digest,
-                            serves: Some(name),
-                        },
-                    );
+                    providers.insert(identity, provider);
                 }
             }
         }
@@ -338,16 +319,17 @@ impl RegistryInner {
             error,
         }
     }
+}
 
-    /// The directory's `*.wasm` regular files, sorted (so the first of two files claiming one
-    /// name wins deterministically).
-    fn list_wasm_files(&self) -> Result<BTreeSet<PathBuf>, RegistryError> {
+/// The directory's `*.wasm` regular files, sorted, listed on a blocking thread.
+async fn list_wasm_files(dir: PathBuf) -> Result<BTreeSet<PathBuf>, RegistryError> {
+    let listed = tokio::task::spawn_blocking(move || {
         let read_dir = |source| RegistryError::ReadDir {
-            path: self.dir.clone(),
+            path: dir.clone(),
             source,
         };
         let mut files = BTreeSet::new();
-        for entry in std::fs::read_dir(&self.dir).map_err(read_dir)? {
+        for entry in std::fs::read_dir(&dir).map_err(read_dir)? {
             let entry = entry.map_err(read_dir)?;
             let path = entry.path();
             let is_wasm = path
@@ -359,5 +341,12 @@ impl RegistryInner {
             }
         }
         Ok(files)
-    }
+    })
+    .await;
+    listed.unwrap_or_else(|join_error| {
+        Err(RegistryError::ReadDir {
+            path: PathBuf::new(),
+            source: std::io::Error::other(join_error.to_string()),
+        })
+    })
 }

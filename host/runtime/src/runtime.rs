@@ -13,13 +13,14 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, MemoryCreator};
 
 use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
+use crate::call::{CallEnv, run_call};
 use crate::egress::{CallSite, Egress};
 use crate::engine::{EpochTicker, build_engine};
 use crate::error::{LoadError, RuntimeError, one_line};
 use crate::limits::Limits;
-use crate::provider::{LoadedParts, Provider, run_call};
+use crate::provider::{LoadedParts, Provider};
 use crate::state::HostState;
-use crate::types::{Operation, Request, Response};
+use crate::types::{Request, Response};
 use crate::wit::{self, latest};
 
 /// How the runtime is built.
@@ -28,7 +29,9 @@ pub struct RuntimeConfig {
     /// Limits applied to every call.
     pub limits: Limits,
     /// Where compiled components are cached; `None` disables the cache. Defaults to
-    /// `$XDG_CACHE_HOME/egress-operator` or `~/.cache/egress-operator`.
+    /// `$XDG_CACHE_HOME/egress-operator` or `~/.cache/egress-operator`. The directory must belong
+    /// to the user running the host and be writable by nobody else (whoever can write it can run
+    /// native code in the process holding every secret); otherwise the cache is not used.
     pub cache_dir: Option<PathBuf>,
     /// Replaces the pooling allocator with this creator of linear memories. **Tests and
     /// diagnostics only**: it lets a test read a guest's whole memory after a call; it gives up
@@ -79,21 +82,17 @@ impl RuntimeConfig {
     }
 }
 
-/// State shared by the runtime handle and every provider it loaded.
-pub(crate) struct RuntimeInner {
-    /// The one engine; also driven by `ticker`.
-    pub(crate) engine: Engine,
+/// State shared by the runtime handle and its loader.
+struct RuntimeInner {
+    /// What every call shares: the engine, the egress, the instance pool's slots.
+    env: Arc<CallEnv>,
     /// WASI p2 (granting nothing, see `state.rs`), wasi:http and the contract's `log`.
     linker: Linker<HostState>,
     /// Limits for every call.
-    pub(crate) limits: Limits,
-    /// Where every provider's outgoing HTTP goes.
-    pub(crate) egress: Arc<dyn Egress>,
+    limits: Limits,
     cache: Option<CompileCache>,
-    /// Concurrency permits per provider name; they outlive any one generation.
+    /// Concurrency permits per provider identity; they outlive any one generation.
     semaphores: Mutex<HashMap<String, Arc<Semaphore>>>,
-    /// Advances the engine's epoch for as long as anything holds this state.
-    _ticker: EpochTicker,
 }
 
 /// The provider host: one wasmtime engine, its linker, limits, compile cache and egress.
@@ -134,22 +133,26 @@ impl Runtime {
         let ticker = EpochTicker::start(engine.clone(), config.limits.epoch_tick_interval())
             .map_err(RuntimeError::Ticker)?;
         let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
+        let slots = config.limits.max_concurrent_instances_limit() as usize;
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
-                engine,
+                env: Arc::new(CallEnv {
+                    engine,
+                    egress,
+                    instance_slots: Arc::new(Semaphore::new(slots)),
+                    _ticker: ticker,
+                }),
                 linker,
                 limits: config.limits,
-                egress,
                 cache,
                 semaphores: Mutex::new(HashMap::new()),
-                _ticker: ticker,
             }),
         })
     }
 
     /// The engine every provider runs on.
     pub fn engine(&self) -> &Engine {
-        &self.inner.engine
+        &self.inner.env.engine
     }
 
     /// The limits applied to every call.
@@ -157,7 +160,8 @@ impl Runtime {
         &self.inner.limits
     }
 
-    /// Read, validate, compile and describe the component at `path`.
+    /// Read, validate, compile and describe the component at `path`, under the identity its file
+    /// name gives (`providers/proxmox.wasm` serves as `proxmox`).
     pub async fn load_file(&self, path: &Path) -> Result<Arc<Provider>, LoadError> {
         let bytes = tokio::fs::read(path)
             .await
@@ -165,12 +169,17 @@ impl Runtime {
                 path: path.to_owned(),
                 source,
             })?;
-        self.load_bytes(&bytes, path).await
+        // What the file is matters more than what it is called: say "a text file" first.
+        check_header(&bytes, path)?;
+        let identity = identity_of(path)?;
+        self.load_bytes(&identity, &bytes, path).await
     }
 
-    /// Validate, compile and describe a component; `origin` names it in errors and on the
-    /// provider.
+    /// Validate, compile and describe a component that will serve as `identity`; `origin` names
+    /// it in errors and on the provider.
     ///
+    /// The identity is the host's name for the provider: grants, concurrency permits, metrics
+    /// and logs follow it. It must be 1–63 characters of lowercase letters, digits and `-`.
     /// Before a component serves, the loader checks, in order: it is a wasm component (not
     /// empty, not text, not a core module); it compiles; it exports
     /// `egress:provider/provider@X` with `X` a [supported](crate::wit::SUPPORTED) version; every
@@ -179,14 +188,18 @@ impl Runtime {
     /// Compilation runs on a blocking thread, off the async executor.
     pub async fn load_bytes(
         &self,
+        identity: &str,
         bytes: &[u8],
         origin: &Path,
     ) -> Result<Arc<Provider>, LoadError> {
         let path = origin.to_owned();
+        if let Some(problem) = name_problem(identity) {
+            return Err(LoadError::InvalidIdentity { path, problem });
+        }
         check_header(bytes, &path)?;
         let digest = sha256_hex(bytes);
         let (component, from_cache) = self.compile(bytes.to_vec(), digest.clone(), &path).await?;
-        let engine = &self.inner.engine;
+        let engine = self.engine();
         let export = check_exports(&component, engine, &path)?;
         let instance_pre = self
             .inner
@@ -221,18 +234,28 @@ impl Runtime {
                 path,
                 problem: format!(
                     "contract-version is `{}` but the component exports {export}",
-                    description.contract_version
+                    crate::log::escape(&description.contract_version)
                 ),
             });
         }
         if let Some(problem) = name_problem(&description.name) {
             return Err(LoadError::InvalidDescription { path, problem });
         }
-        let concurrency = self.semaphore_for(&description.name);
+        if description.name != identity {
+            // Only a consistency note: the identity is the host's, the name the component's.
+            tracing::info!(
+                provider = identity,
+                described_as = %description.name,
+                path = %path.display(),
+                "provider describes itself under another name; it serves, and is granted, as its identity"
+            );
+        }
+        let concurrency = self.semaphore_for(identity);
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
-            provider = %description.name,
-            version = %description.version,
+            provider = identity,
+            described_as = %description.name,
+            version = %crate::log::escape(&description.version),
             path = %path.display(),
             digest = %digest,
             generation,
@@ -240,14 +263,16 @@ impl Runtime {
             "provider loaded"
         );
         Ok(Arc::new(Provider::new(LoadedParts {
-            runtime: Arc::clone(&self.inner),
+            env: Arc::clone(&self.inner.env),
             pre,
             component,
             description,
+            identity: Arc::from(identity),
             digest,
             path,
             generation,
             from_cache,
+            limits: self.inner.limits.clone(),
             concurrency,
         })))
     }
@@ -259,7 +284,7 @@ impl Runtime {
         digest: String,
         path: &Path,
     ) -> Result<(Component, bool), LoadError> {
-        let engine = self.inner.engine.clone();
+        let engine = self.engine().clone();
         let cache = self.inner.cache.clone();
         let task = tokio::task::spawn_blocking(move || {
             if let Some(component) = cache
@@ -293,20 +318,21 @@ impl Runtime {
         pre: &latest::ProviderWorldPre<HostState>,
         path: &Path,
     ) -> Result<crate::types::Description, LoadError> {
-        let after = self.inner.limits.deadline_for(Operation::Describe);
-        // Not yet named: grants are keyed by name, so the egress grants this call nothing.
+        // Not yet accepted: an empty identity, which no grant names, so the egress grants this
+        // call nothing (describe does no I/O).
         let site = CallSite {
             provider: Arc::from(""),
-            operation: Operation::Describe.as_str(),
+            digest: Arc::from(""),
+            operation: "describe",
         };
         let span = tracing::info_span!("provider_describe", path = %path.display());
         let call = run_call(
-            &self.inner,
+            &self.inner.env,
             pre,
             site,
+            &self.inner.limits,
             Request::Describe,
-            Instant::now() + after,
-            after,
+            Instant::now(),
         );
         match call.instrument(span).await {
             Ok(Response::Describe(description)) => Ok(description),
@@ -321,8 +347,8 @@ impl Runtime {
         }
     }
 
-    /// The concurrency permits of the provider named `name`, created on first use.
-    fn semaphore_for(&self, name: &str) -> Arc<Semaphore> {
+    /// The concurrency permits of the provider `identity`, created on first use.
+    fn semaphore_for(&self, identity: &str) -> Arc<Semaphore> {
         let mut semaphores = self
             .inner
             .semaphores
@@ -331,9 +357,24 @@ impl Runtime {
         let permits = self.inner.limits.concurrency_per_provider_limit();
         Arc::clone(
             semaphores
-                .entry(name.to_owned())
+                .entry(identity.to_owned())
                 .or_insert_with(|| Arc::new(Semaphore::new(permits))),
         )
+    }
+}
+
+/// The identity a file serves as: its name without `.wasm`.
+pub(crate) fn identity_of(path: &Path) -> Result<String, LoadError> {
+    let stem = path
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .unwrap_or_default();
+    match name_problem(stem) {
+        None => Ok(stem.to_owned()),
+        Some(problem) => Err(LoadError::InvalidIdentity {
+            path: path.to_owned(),
+            problem: format!("the file name gives the provider its identity: {problem}"),
+        }),
     }
 }
 
@@ -438,7 +479,7 @@ fn provided_by_host(import: &str) -> bool {
     CONTRACT_INTERFACES.contains(&interface) && wit::SUPPORTED.contains(&version)
 }
 
-/// Why `name` cannot name a provider, if it cannot.
+/// Why `name` cannot name a provider (an identity, or a described name), if it cannot.
 fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("the provider name is empty".to_owned());
@@ -449,7 +490,8 @@ fn name_problem(name: &str) -> Option<String> {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     {
         return Some(format!(
-            "the provider name {name:?} is not 1-63 characters of lowercase letters, digits and '-'"
+            "the provider name {:?} is not 1-63 characters of lowercase letters, digits and '-'",
+            crate::log::escape(crate::log::prefix(name, 80))
         ));
     }
     None

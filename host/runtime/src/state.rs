@@ -10,11 +10,24 @@
 //!
 //! Outgoing HTTP (`wasi:http/outgoing-handler`) goes through [`EgressHooks`] to the host's
 //! [`Egress`]; the guest never opens a connection itself. Clocks and randomness are the host's.
+//!
+//! # What a provider can make the host hold
+//!
+//! Every host resource a call can grow is bounded here, from its [`Limits`]: the resource table
+//! and the store's handle count (`resource_handles`), each header list the guest builds
+//! (`header_bytes`), each outgoing body's buffer (`body_buffer_bytes`), the requests in flight
+//! (`requests_in_flight`), the log (`log_lines`, `log_bytes`) and the stderr capture (8 KiB).
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use http::HeaderName;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -23,42 +36,60 @@ use wasmtime_wasi_http::{
     WasiHttpView,
 };
 
-use crate::egress::{CallSite, Egress};
+use crate::cpu::CpuMeter;
+use crate::egress::{CallSite, Egress, EgressError};
+use crate::error::Budget;
 use crate::limits::Limits;
-use crate::wit::latest::log;
+use crate::log::{LogBudget, LogView};
 
 /// How much of a guest's stderr is kept for error messages.
 pub(crate) const STDERR_CAPACITY: usize = 8 * 1024;
-/// Longest guest log message forwarded to tracing; longer ones are cut.
-const MAX_LOG_MESSAGE: usize = 4 * 1024;
+
+/// Why the host stopped a call before it returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// A budget was exceeded; the limit in the budget's unit.
+    Budget(Budget, u64),
+}
 
 /// Store data for one call: owned by that call's `Store`, shared with nothing else.
 pub(crate) struct HostState {
-    /// Resources (streams, HTTP requests) the guest holds handles to.
+    /// Resources (streams, HTTP requests) the guest holds handles to; capped at the call's
+    /// `resource_handles`.
     table: ResourceTable,
     /// WASI context granting nothing (see the module docs).
     wasi: WasiCtx,
-    /// wasi:http state (field size limits).
+    /// wasi:http state (the header list size limit).
     http: WasiHttpCtx,
     /// Where outgoing HTTP goes: the runtime's shared [`Egress`], tagged with this call's site.
     hooks: EgressHooks,
+    /// Lines and bytes this call has logged, against its budget.
+    log: LogBudget,
     /// Memory, table and instance caps for this store.
     pub(crate) limiter: CallLimiter,
     /// When the operation's wall-clock deadline passes.
     pub(crate) deadline: Instant,
-    /// Set by the epoch callback when it stopped the guest at `deadline`.
-    pub(crate) deadline_passed: bool,
+    /// CPU time the call has spent computing; shared with the future that polls the call.
+    pub(crate) cpu: Arc<CpuMeter>,
+    /// The CPU time the call may spend.
+    pub(crate) cpu_budget: Duration,
+    /// Set when the host stopped the guest (deadline or budget).
+    pub(crate) stop: Option<Stop>,
     /// The guest's captured stderr (bounded).
     stderr: MemoryOutputPipe,
 }
 
 impl HostState {
-    /// State for one call of `site` with `limits`, stopping at `deadline`.
+    /// State for one call of `site` with `limits`, stopping at `deadline` or after `cpu_budget`
+    /// of CPU time.
     pub(crate) fn new(
         site: CallSite,
         egress: Arc<dyn Egress>,
         limits: &Limits,
         deadline: Instant,
+        cpu_budget: Duration,
     ) -> HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let wasi = WasiCtx::builder()
@@ -70,14 +101,28 @@ impl HostState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limits.resource_handles_limit());
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(limits.header_bytes_limit());
         HostState {
-            table: ResourceTable::new(),
+            table,
             wasi,
-            http: WasiHttpCtx::new(),
-            hooks: EgressHooks { egress, site },
+            http,
+            log: LogBudget::new(site.clone(), limits),
+            hooks: EgressHooks {
+                egress,
+                site,
+                in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_limit())),
+                in_flight_limit: limits.requests_in_flight_limit(),
+                in_flight_exceeded: Arc::new(AtomicBool::new(false)),
+                body_buffer_bytes: limits.body_buffer_bytes_limit(),
+            },
             limiter: CallLimiter::new(limits),
             deadline,
-            deadline_passed: false,
+            cpu: Arc::new(CpuMeter::default()),
+            cpu_budget,
+            stop: None,
             stderr,
         }
     }
@@ -87,6 +132,18 @@ impl HostState {
         String::from_utf8_lossy(&self.stderr.contents())
             .trim()
             .to_owned()
+    }
+
+    /// Whether the guest was refused a request beyond its in-flight budget: the call fails for
+    /// it, whatever the guest answered, unless something else stopped it first.
+    pub(crate) fn in_flight_exceeded(&self) -> Option<Stop> {
+        self.hooks
+            .in_flight_exceeded
+            .load(Ordering::Relaxed)
+            .then_some(Stop::Budget(
+                Budget::RequestsInFlight,
+                self.hooks.in_flight_limit as u64,
+            ))
     }
 }
 
@@ -109,12 +166,31 @@ impl WasiHttpView for HostState {
     }
 }
 
+impl LogView for HostState {
+    fn log_budget(&mut self) -> &mut LogBudget {
+        &mut self.log
+    }
+
+    fn exceeded(&mut self, budget: Budget, limit: u64) {
+        self.stop.get_or_insert(Stop::Budget(budget, limit));
+    }
+}
+
 /// Adapts the runtime's [`Egress`] to wasmtime-wasi-http's hooks: the one place that knows the
-/// hook's shape.
+/// hook's shape. It also holds the call's in-flight budget: each request takes a permit, which
+/// its response body keeps until the guest drops it.
 struct EgressHooks {
     egress: Arc<dyn Egress>,
     site: CallSite,
+    /// Requests in flight for this call.
+    in_flight: Arc<Semaphore>,
+    in_flight_limit: usize,
+    /// Set when a request was refused for want of a permit.
+    in_flight_exceeded: Arc<AtomicBool>,
+    body_buffer_bytes: usize,
 }
+
+type IoFuture = Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
 
 impl WasiHttpHooks for EgressHooks {
     fn is_forbidden_header(&mut self, name: &HeaderName) -> bool {
@@ -126,27 +202,73 @@ impl WasiHttpHooks for EgressHooks {
         Arc::new(move |name| egress.is_forbidden_header(name))
     }
 
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.body_buffer_bytes
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-        _request_body_errors: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
+        _request_body_errors: IoFuture,
     ) -> Box<
-        dyn Future<
-                Output = wasmtime_wasi_http::Result<(
-                    http::Response<WasiBody>,
-                    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-                )>,
-            > + Send,
+        dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>>
+            + Send,
     > {
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            self.in_flight_exceeded.store(true, Ordering::Relaxed);
+            tracing::warn!(
+                provider = %self.site.provider,
+                operation = self.site.operation,
+                limit = self.in_flight_limit,
+                "outgoing HTTP refused: too many requests in flight"
+            );
+            return Box::new(async { Err(EgressError::ConnectionLimitReached) });
+        };
         let response = self.egress.send(&self.site, request, options);
         Box::new(async move {
             let response = response.await?;
             // The egress drives its own connection; there is no separate I/O task to report.
-            let io_done: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send> =
-                Box::new(async { Ok(()) });
+            let io_done: IoFuture = Box::new(async { Ok(()) });
+            let response = response.map(|body| {
+                PermitBody {
+                    body,
+                    _permit: permit,
+                }
+                .boxed_unsync()
+            });
             Ok((response, io_done))
         })
+    }
+}
+
+/// A response body that holds its request's in-flight permit until the guest drops it.
+struct PermitBody {
+    body: WasiBody,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Body for PermitBody {
+    type Data = bytes::Bytes;
+    type Error = EgressError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -212,94 +334,9 @@ impl wasmtime::ResourceLimiter for CallLimiter {
     }
 }
 
-impl log::Host for HostState {
-    fn emit(&mut self, level: log::Level, message: String, fields: Vec<log::Field>) {
-        let message = truncate(&message, MAX_LOG_MESSAGE);
-        let fields = render_fields(&fields);
-        // Emitted inside the call's `provider_call` span, which carries provider, version,
-        // operation and proxy.
-        match level {
-            log::Level::Trace => {
-                tracing::trace!(target: "egress_runtime::guest", fields = %fields, "{message}")
-            }
-            log::Level::Debug => {
-                tracing::debug!(target: "egress_runtime::guest", fields = %fields, "{message}")
-            }
-            log::Level::Info => {
-                tracing::info!(target: "egress_runtime::guest", fields = %fields, "{message}")
-            }
-            log::Level::Warn => {
-                tracing::warn!(target: "egress_runtime::guest", fields = %fields, "{message}")
-            }
-            log::Level::Error => {
-                tracing::error!(target: "egress_runtime::guest", fields = %fields, "{message}")
-            }
-        }
-    }
-}
-
-/// `k=v` pairs separated by spaces; values with spaces or quotes are quoted (Debug form).
-fn render_fields(fields: &[log::Field]) -> String {
-    let mut rendered = String::new();
-    for field in fields {
-        if !rendered.is_empty() {
-            rendered.push(' ');
-        }
-        rendered.push_str(truncate(&field.key, 128));
-        rendered.push('=');
-        let value = truncate(&field.value, 1024);
-        if value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '"' || c == '=') {
-            rendered.push_str(&format!("{value:?}"));
-        } else {
-            rendered.push_str(value);
-        }
-    }
-    rendered
-}
-
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn field(key: &str, value: &str) -> log::Field {
-        log::Field {
-            key: key.into(),
-            value: value.into(),
-        }
-    }
-
-    #[test]
-    fn fields_render_as_key_value_pairs_quoting_when_needed() {
-        let rendered = render_fields(&[
-            field("node", "pve1"),
-            field("vmid", "123"),
-            field("reason", "lock held"),
-            field("empty", ""),
-        ]);
-        assert_eq!(
-            rendered,
-            r#"node=pve1 vmid=123 reason="lock held" empty="""#
-        );
-    }
-
-    #[test]
-    fn truncate_respects_character_boundaries() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("abc", 10), "abc");
-    }
 
     #[test]
     fn limiter_refuses_growth_past_the_cap_and_remembers_it() {

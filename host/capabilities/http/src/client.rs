@@ -4,7 +4,8 @@
 //! The CA file is loaded on the first request, not at start-up (Proxmox entry 14): a missing
 //! file is a host that is not ready yet, so the request fails and the next one tries again; a
 //! file that holds no certificate is a wrong file, which retrying cannot fix. Once a CA loads it
-//! is cached, and a client (one pool) per origin is built from it and kept.
+//! is cached, and a client (one pool) per origin is built from it and kept. The file is read on a
+//! blocking thread, never on the async executor.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -20,6 +21,9 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
 use crate::policy::{Origin, Scheme};
+
+/// Idle pooled connections kept per origin.
+const MAX_IDLE_PER_ORIGIN: usize = 16;
 
 /// Why no client could be had for a request.
 #[derive(Debug, thiserror::Error)]
@@ -88,12 +92,12 @@ impl GrantClients {
     }
 
     /// The pooled client for `origin`, building it (and loading the CA) on first use.
-    pub fn client_for(&self, origin: &Origin) -> Result<reqwest::Client, ClientError> {
+    pub async fn client_for(&self, origin: &Origin) -> Result<reqwest::Client, ClientError> {
         if let Some(client) = lock(&self.clients).get(origin) {
             return Ok(client.clone());
         }
         let roots = match origin.scheme() {
-            Scheme::Https => Some(self.roots()?),
+            Scheme::Https => Some(self.roots().await?),
             Scheme::Http => None,
         };
         let client = self.build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
@@ -103,19 +107,26 @@ impl GrantClients {
             .clone())
     }
 
-    fn roots(&self) -> Result<Arc<Vec<reqwest::Certificate>>, ClientError> {
+    async fn roots(&self) -> Result<Arc<Vec<reqwest::Certificate>>, ClientError> {
         if let Some(roots) = lock(&self.roots).as_ref() {
             return Ok(roots.clone());
         }
         let path = self
             .settings
             .ca_file
-            .as_deref()
+            .clone()
             .ok_or_else(|| ClientError::CaUnusable {
                 path: PathBuf::new(),
                 reason: "no caFile for an https origin".into(),
             })?;
-        let roots = Arc::new(load_ca(path)?);
+        let loading = path.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_ca(&loading))
+            .await
+            .map_err(|join_error| ClientError::CaUnusable {
+                path,
+                reason: join_error.to_string(),
+            })?;
+        let roots = Arc::new(loaded?);
         *lock(&self.roots) = Some(roots.clone());
         Ok(roots)
     }
@@ -133,6 +144,9 @@ impl GrantClients {
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .referer(false)
+            // Idle connections kept per origin: a guest's burst of requests cannot leave more
+            // sockets open than its in-flight budget, and they are reused, not multiplied.
+            .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
             .connect_timeout(self.settings.connect_timeout)
             .dns_resolver(Arc::new(OriginResolver {
                 origin: origin.clone(),

@@ -1,9 +1,11 @@
 //! Where injected secrets come from. A source is read on every request, so a rotated secret is
 //! used from the next request on, with no restart (Proxmox entry 14: the token is read per
-//! request).
+//! request). Reading never blocks the async executor: a file is read on a blocking thread.
 
 use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 
 use zeroize::Zeroizing;
 
@@ -59,10 +61,14 @@ pub enum CredentialError {
     },
 }
 
+/// What [`CredentialSource::read`] returns.
+pub type SecretFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Secret, CredentialError>> + Send + 'a>>;
+
 /// A place the broker reads a secret from, once per request.
 pub trait CredentialSource: Send + Sync {
-    /// Reads the current secret.
-    fn read(&self) -> Result<Secret, CredentialError>;
+    /// Reads the current secret, without blocking the async executor.
+    fn read(&self) -> SecretFuture<'_>;
 }
 
 /// A secret in a file (for example a mounted Kubernetes Secret), read and trimmed on every call.
@@ -83,9 +89,9 @@ impl FileSource {
     }
 }
 
-impl CredentialSource for FileSource {
-    fn read(&self) -> Result<Secret, CredentialError> {
-        // Small, and read once per request: a blocking read is cheaper than a hop to a thread.
+impl FileSource {
+    /// Read and check the file now, blocking the calling thread.
+    pub fn read_blocking(&self) -> Result<Secret, CredentialError> {
         let bytes = Zeroizing::new(std::fs::read(&self.path).map_err(|source| {
             CredentialError::Unreadable {
                 path: self.path.clone(),
@@ -110,19 +116,36 @@ impl CredentialSource for FileSource {
     }
 }
 
+impl CredentialSource for FileSource {
+    fn read(&self) -> SecretFuture<'_> {
+        let source = self.clone();
+        Box::pin(async move {
+            let path = source.path.clone();
+            tokio::task::spawn_blocking(move || source.read_blocking())
+                .await
+                .unwrap_or_else(|join_error| {
+                    Err(CredentialError::Unreadable {
+                        path,
+                        source: std::io::Error::other(join_error.to_string()),
+                    })
+                })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn file_source_trims_and_rereads_every_call() {
+    #[tokio::test]
+    async fn file_source_trims_and_rereads_every_call() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "  first-secret\n").unwrap();
         let source = FileSource::new(&path);
-        assert_eq!(source.read().unwrap().expose(), "first-secret");
+        assert_eq!(source.read().await.unwrap().expose(), "first-secret");
         std::fs::write(&path, "second-secret\r\n").unwrap();
-        assert_eq!(source.read().unwrap().expose(), "second-secret");
+        assert_eq!(source.read().await.unwrap().expose(), "second-secret");
     }
 
     #[test]
@@ -130,18 +153,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "abc\u{7}def").unwrap();
-        let error = FileSource::new(&path).read().unwrap_err();
+        let error = FileSource::new(&path).read_blocking().unwrap_err();
         assert!(matches!(error, CredentialError::Unusable { .. }));
         assert!(!error.to_string().contains("abc"), "{error}");
 
         std::fs::write(&path, " \n").unwrap();
         assert!(matches!(
-            FileSource::new(&path).read(),
+            FileSource::new(&path).read_blocking(),
             Err(CredentialError::Empty { .. })
         ));
 
         let missing = FileSource::new(dir.path().join("missing"))
-            .read()
+            .read_blocking()
             .unwrap_err();
         assert!(matches!(missing, CredentialError::Unreadable { .. }));
 

@@ -5,7 +5,8 @@
 //!
 //! ```yaml
 //! grants:
-//!   proxmox:                                   # provider name, as its describe says
+//!   proxmox:                                   # provider identity: its file's name (proxmox.wasm)
+//!     digest: "sha256:9f86d0…"                 # optional: only this component gets the grant
 //!     origins: ["https://127.0.0.1:8006"]      # scheme, host, port; anything else is denied
 //!     credential:
 //!       header: Authorization
@@ -40,11 +41,17 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 16 * 1024 * 1024;
 /// The placeholder in [`Credential::format`] that the secret replaces.
 pub const SECRET_PLACEHOLDER: &str = "{secret}";
 
-/// Every provider's grant, keyed by provider name. A provider without a grant reaches nothing.
+/// Every provider's grant, keyed by provider identity. A provider without a grant reaches
+/// nothing.
+///
+/// The identity is the host's name for a provider (the file it was loaded from, or the
+/// ProviderConfig that names it), never the name a component gives itself in `describe`: a
+/// component that describes itself as `proxmox` gets nothing of the `proxmox` grant unless the
+/// host loaded it as `proxmox`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Grants {
-    /// Grants by provider name (the name the provider's `describe` returns).
+    /// Grants by provider identity.
     pub grants: BTreeMap<String, Grant>,
 }
 
@@ -64,6 +71,10 @@ impl Grants {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Grant {
+    /// Pins the grant to one component: `sha256:<hex>` of its bytes (or the bare hex). A
+    /// provider with this identity but other bytes is denied everything.
+    #[serde(default)]
+    pub digest: Option<String>,
     /// Allowed origins, each `scheme://host[:port]` with no path. Default deny.
     pub origins: Vec<String>,
     /// The credential the host injects into every request of this grant, if any.
@@ -213,6 +224,7 @@ mod tests {
             r#"
 grants:
   proxmox:
+    digest: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
     origins: ["https://127.0.0.1:8006"]
     credential:
       header: Authorization

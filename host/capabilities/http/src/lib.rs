@@ -4,19 +4,27 @@
 //! runtime hands every such request to an [`Egress`]; [`Broker`] is the one that lets requests
 //! out. For each request, in order:
 //!
-//! 1. find the provider's grant (none: denied);
-//! 2. parse the URL's origin once — scheme, host, port with the scheme's default
+//! 1. find the grant of the provider's **host-assigned identity** (none: denied; a grant pinned
+//!    to a component digest denies a component with other bytes). The identity is the file the
+//!    host loaded, or the ProviderConfig naming it, never the name a component gives itself;
+//! 2. refuse methods that reflect or tunnel the request (`TRACE`, `TRACK`, `CONNECT`);
+//! 3. parse the URL's origin once — scheme, host, port with the scheme's default
 //!    ([`policy::Origin`]) — and check it against the grant's origins (default deny);
-//! 3. screen the guest's headers: a `Host` naming another authority, or a credential header
+//! 4. screen the guest's headers: a `Host` naming another authority, or a credential header
 //!    (`Authorization`, `Proxy-Authorization`, `Cookie`, the grant's own header) is denied. Guests
-//!    cannot even set those headers ([`Egress::is_forbidden_header`]); this is the second check;
-//! 4. read the secret ([`credentials::CredentialSource`], on every request) and inject it;
-//! 5. connect to the origin's host with the grant's client: the grant's CA only, optional
+//!    cannot even set those headers ([`Egress::is_forbidden_header`]); this is the second check.
+//!    On a credentialed request, `Range`/`If-Range` are denied and `Accept-Encoding` becomes
+//!    `identity`: a server that reflects the credential must reflect it where redaction sees it;
+//! 5. read the secret ([`credentials::CredentialSource`], on every request, off the executor) and
+//!    inject it;
+//! 6. connect to the origin's host with the grant's client: the grant's CA only, optional
 //!    `serverName` for verification, HTTP/1.1 only if asked, no proxy, no redirects
 //!    ([`client`]), within the connect and first-byte timeouts;
-//! 6. hand the response back with every echo of the secret replaced by `[redacted]`
-//!    ([`redact`]), its body capped and bounded by the total timeout ([`body`]);
-//! 7. count it ([`metrics`]) and log one `debug!` line: method, origin, path, status, duration.
+//! 7. on a credentialed request, refuse a response in a content or transfer coding it did not ask
+//!    for, or a partial one, then hand the response back with every reversible form of the
+//!    secret replaced by `[redacted]` ([`redact`]), its body capped and bounded by the total
+//!    timeout ([`body`]);
+//! 8. count it ([`metrics`]) and log one `debug!` line: method, origin, path, status, duration.
 //!
 //! Failures reach the guest as `wasi:http/types.error-code`s, never with host detail; the host
 //! logs the detail (without secrets). See `docs/egress.md` for the table.
@@ -79,7 +87,9 @@ use crate::credentials::{CredentialSource, FileSource};
 pub use crate::grant::{Grant, GrantError, Grants};
 use crate::grant::{SECRET_PLACEHOLDER, Timeouts};
 pub use crate::metrics::Metrics;
-use crate::policy::{Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, screen_headers};
+use crate::policy::{
+    Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, refused_method, screen_headers,
+};
 use crate::redact::{Redactor, redact_headers};
 
 /// The detail of `internal-error` when the secret could not be read: transient, and a provider's
@@ -106,6 +116,8 @@ struct Inner {
 }
 
 struct ActiveGrant {
+    /// The component digest (lowercase hex) the grant is pinned to, if any.
+    digest: Option<String>,
     allowlist: Allowlist,
     injection: Option<Injection>,
     clients: GrantClients,
@@ -170,6 +182,22 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
             provider: provider.to_owned(),
         });
     }
+    let digest = match &grant.digest {
+        None => None,
+        Some(pin) => {
+            let hex = pin
+                .strip_prefix("sha256:")
+                .unwrap_or(pin)
+                .to_ascii_lowercase();
+            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(invalid(
+                    "digest",
+                    format!("{pin:?} is not sha256:<64 hex digits>"),
+                ));
+            }
+            Some(hex)
+        }
+    };
     let origins = grant
         .origins
         .iter()
@@ -259,6 +287,7 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
         return Err(invalid("maxResponseBytes", "must be above zero".into()));
     }
     Ok(ActiveGrant {
+        digest,
         allowlist: Allowlist::new(origins),
         injection,
         clients: GrantClients::new(ClientSettings {
@@ -291,7 +320,49 @@ impl Egress for Broker {
     }
 }
 
+/// A request the grant allows, ready to send.
+struct Authorized<'a> {
+    grant: &'a ActiveGrant,
+    origin: Origin,
+}
+
 impl Inner {
+    /// The policy half of the pipeline (steps 1–4): which grant, whether this component may use
+    /// it, whether the method, origin and headers pass. Touches no file and no socket.
+    fn authorize<'a>(
+        &'a self,
+        site: &CallSite,
+        parts: &mut http::request::Parts,
+    ) -> Result<Authorized<'a>, Denied> {
+        let grant = self.grants.get(&*site.provider).ok_or(Denied::NoGrant)?;
+        if grant
+            .digest
+            .as_deref()
+            .is_some_and(|pinned| pinned != &*site.digest)
+        {
+            return Err(Denied::DigestMismatch);
+        }
+        if refused_method(&parts.method) {
+            return Err(Denied::Method(parts.method.clone()));
+        }
+        // The one parse of the URL: it drives the check, the connection and the injection.
+        let origin = Origin::of_uri(&parts.uri).map_err(Denied::MalformedUrl)?;
+        if !grant.allowlist.allows(&origin) {
+            return Err(Denied::OriginNotAllowed);
+        }
+        let host_only = grant
+            .injection
+            .as_ref()
+            .map(|injection| injection.header.clone());
+        screen_headers(
+            &mut parts.headers,
+            &origin,
+            host_only.as_slice(),
+            grant.injection.is_some(),
+        )?;
+        Ok(Authorized { grant, origin })
+    }
+
     async fn send(
         &self,
         site: &CallSite,
@@ -301,25 +372,8 @@ impl Inner {
         let started = Instant::now();
         let (mut parts, body) = request.into_parts();
         let provider = &*site.provider;
-        // The one parse of the URL: it drives the check, the connection and the injection.
-        let checked = self
-            .grants
-            .get(provider)
-            .ok_or(Denied::NoGrant)
-            .and_then(|grant| {
-                let origin = Origin::of_uri(&parts.uri).map_err(Denied::MalformedUrl)?;
-                if !grant.allowlist.allows(&origin) {
-                    return Err(Denied::OriginNotAllowed);
-                }
-                let host_only = grant
-                    .injection
-                    .as_ref()
-                    .map(|injection| injection.header.clone());
-                screen_headers(&mut parts.headers, &origin, host_only.as_slice())?;
-                Ok((grant, origin))
-            });
-        let (grant, origin) = match checked {
-            Ok(found) => found,
+        let Authorized { grant, origin } = match self.authorize(site, &mut parts) {
+            Ok(authorized) => authorized,
             Err(denied) => {
                 // The URL's authority only: its path or query could carry anything.
                 let target = parts
@@ -346,32 +400,31 @@ impl Inner {
 
         let mut injected = None;
         if let Some(injection) = &grant.injection {
-            let secret = injection.source.read().map_err(|error| {
+            let secret = injection.source.read().await.map_err(|error| {
                 tracing::warn!(provider, origin = %origin_label, %error, "credentials unavailable");
                 fail(
                     EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
                     "credentials",
                 )
             })?;
-            let value = format!(
+            let value = zeroize::Zeroizing::new(format!(
                 "{}{}{}",
                 injection.prefix,
                 secret.expose(),
                 injection.suffix
-            );
+            ));
             let redactor = Redactor::new(secret.expose(), &value);
-            let mut value = HeaderValue::try_from(zeroize::Zeroizing::new(value).as_str())
-                .map_err(|_| {
-                    fail(
-                        EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
-                        "credentials",
-                    )
-                })?;
+            let mut value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+                fail(
+                    EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
+                    "credentials",
+                )
+            })?;
             value.set_sensitive(true);
             injected = Some((injection.header.clone(), value, redactor));
         }
 
-        let client = grant.clients.client_for(&origin).map_err(|error| {
+        let client = grant.clients.client_for(&origin).await.map_err(|error| {
             tracing::warn!(provider, origin = %origin_label, %error, "no HTTP client for the grant");
             match error {
                 ClientError::CaMissing { .. } => fail(EgressError::InternalError(Some(CA_UNAVAILABLE.into())), "ca_missing"),
@@ -431,6 +484,10 @@ impl Inner {
             ));
         }
         if let Some(redactor) = &redactor {
+            if let Err((error, kind)) = only_identity_and_whole(&response) {
+                tracing::warn!(provider, origin = %origin_label, error.type = kind, "credentialed response refused: redaction could not see it");
+                return Err(fail(error, kind));
+            }
             redact_headers(redactor, response.headers_mut());
             // Redaction can change the body's length.
             response.headers_mut().remove(http::header::CONTENT_LENGTH);
@@ -450,4 +507,44 @@ impl Inner {
             ResponseBody::guard(body, grant.max_response_bytes, deadline, redactor),
         ))
     }
+}
+
+/// A credentialed response must arrive as the broker asked: in the identity encoding (a
+/// compressed echo of the credential would pass redaction and be decompressed by the guest),
+/// chunked at most, and whole (a part could hold a piece of the credential too short to
+/// recognise).
+fn only_identity_and_whole<B>(
+    response: &http::Response<B>,
+) -> Result<(), (EgressError, &'static str)> {
+    let headers = response.headers();
+    for value in headers.get_all(http::header::CONTENT_ENCODING) {
+        let coding = String::from_utf8_lossy(value.as_bytes())
+            .trim()
+            .to_ascii_lowercase();
+        if !coding.is_empty() && coding != "identity" {
+            return Err((
+                EgressError::HttpResponseContentCoding(Some(coding)),
+                "content_coding",
+            ));
+        }
+    }
+    for value in headers.get_all(http::header::TRANSFER_ENCODING) {
+        let codings = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
+        if let Some(other) = codings
+            .split(',')
+            .map(str::trim)
+            .find(|coding| !coding.is_empty() && *coding != "chunked")
+        {
+            return Err((
+                EgressError::HttpResponseTransferCoding(Some(other.to_owned())),
+                "transfer_coding",
+            ));
+        }
+    }
+    if response.status() == http::StatusCode::PARTIAL_CONTENT
+        || headers.contains_key(http::header::CONTENT_RANGE)
+    {
+        return Err((EgressError::HttpProtocolError, "partial_content"));
+    }
+    Ok(())
 }

@@ -48,6 +48,14 @@ pub struct Origin {
 pub enum Denied {
     /// No grant for this provider.
     NoGrant,
+    /// The grant is pinned to a component digest and this component has another.
+    DigestMismatch,
+    /// A method that reflects the request back by design (`TRACE`, `TRACK`) or tunnels
+    /// (`CONNECT`).
+    Method(http::Method),
+    /// A header that asks for part of a response (`Range`, `If-Range`) on a credentialed
+    /// request: parts of a reflected secret could be reassembled past redaction.
+    PartialResponse(HeaderName),
     /// The URL has no usable scheme or authority.
     MalformedUrl(&'static str),
     /// The origin is not in the provider's grant.
@@ -62,6 +70,13 @@ impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Denied::NoGrant => f.write_str("no grant for this provider"),
+            Denied::DigestMismatch => {
+                f.write_str("the grant is pinned to another component digest")
+            }
+            Denied::Method(method) => write!(f, "method {method} reflects or tunnels the request"),
+            Denied::PartialResponse(name) => {
+                write!(f, "header {name} asks for part of a credentialed response")
+            }
             Denied::MalformedUrl(reason) => write!(f, "malformed URL: {reason}"),
             Denied::OriginNotAllowed => f.write_str("origin not in the grant"),
             Denied::HostMismatch => f.write_str("Host header differs from the URL's authority"),
@@ -184,6 +199,21 @@ pub const CREDENTIAL_HEADERS: [HeaderName; 3] = [
     header::COOKIE,
 ];
 
+/// Methods never sent: `TRACE` and `TRACK` echo the request (with the injected credential) by
+/// design, `CONNECT` would tunnel past the broker.
+pub const REFUSED_METHODS: [&str; 3] = ["TRACE", "TRACK", "CONNECT"];
+
+/// Whether `method` is one of [`REFUSED_METHODS`] (compared without case, as servers do).
+pub fn refused_method(method: &http::Method) -> bool {
+    REFUSED_METHODS
+        .iter()
+        .any(|refused| method.as_str().eq_ignore_ascii_case(refused))
+}
+
+/// Headers a guest may not send with a credentialed request: they ask for part of a response,
+/// and parts of a reflected secret, each too short to recognise, could be put back together.
+pub const PARTIAL_RESPONSE_HEADERS: [HeaderName; 2] = [header::RANGE, header::IF_RANGE];
+
 /// Hop-by-hop headers the connection manages itself; wasi:http already forbids them, and the
 /// broker drops any that get through rather than forward them.
 const HOP_BY_HOP_HEADERS: [&str; 6] = [
@@ -197,11 +227,15 @@ const HOP_BY_HOP_HEADERS: [&str; 6] = [
 
 /// Screens the guest's headers for a request to `origin`. Refuses a `Host` that names another
 /// authority and any header in [`CREDENTIAL_HEADERS`] or `host_only` (the grant's injected
-/// header). Removes `Host` (the client sets it from the URL it connects to) and hop-by-hop headers.
+/// header); on a credentialed request, also [`PARTIAL_RESPONSE_HEADERS`], and it replaces any
+/// `Accept-Encoding` with `identity` (a compressed echo of the credential would pass redaction and
+/// be decompressed by the guest). Removes `Host` (the client sets it from the URL it connects to)
+/// and hop-by-hop headers.
 pub fn screen_headers(
     headers: &mut HeaderMap,
     origin: &Origin,
     host_only: &[HeaderName],
+    credentialed: bool,
 ) -> Result<(), Denied> {
     for value in headers.get_all(header::HOST) {
         let authority: Authority = value
@@ -220,6 +254,18 @@ pub fn screen_headers(
         .find(|name| headers.contains_key(*name))
     {
         return Err(Denied::ForbiddenHeader(name.clone()));
+    }
+    if credentialed {
+        if let Some(name) = PARTIAL_RESPONSE_HEADERS
+            .iter()
+            .find(|name| headers.contains_key(*name))
+        {
+            return Err(Denied::PartialResponse(name.clone()));
+        }
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
     }
     headers.remove(header::HOST);
     for name in HOP_BY_HOP_HEADERS {
@@ -266,7 +312,7 @@ mod tests {
         let target = origin("https://127.0.0.1:8006/");
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8006"));
-        assert_eq!(screen_headers(&mut headers, &target, &[]), Ok(()));
+        assert_eq!(screen_headers(&mut headers, &target, &[], false), Ok(()));
         assert!(
             headers.get(header::HOST).is_none(),
             "Host is left to the client"
@@ -282,7 +328,7 @@ mod tests {
             let mut headers = HeaderMap::new();
             headers.insert(header::HOST, HeaderValue::from_str(smuggled).unwrap());
             assert_eq!(
-                screen_headers(&mut headers, &target, &[]),
+                screen_headers(&mut headers, &target, &[], false),
                 Err(Denied::HostMismatch),
                 "{smuggled:?}"
             );
@@ -304,11 +350,50 @@ mod tests {
                 &mut headers,
                 &target,
                 &[HeaderName::from_static("x-api-key")],
+                false,
             );
             assert_eq!(
                 denied,
                 Err(Denied::ForbiddenHeader(HeaderName::from_static(name)))
             );
+        }
+    }
+
+    #[test]
+    fn credentialed_requests_get_identity_encoding_and_no_ranges() {
+        let target = origin("https://h/");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip, br"),
+        );
+        assert_eq!(screen_headers(&mut headers, &target, &[], true), Ok(()));
+        assert_eq!(headers[header::ACCEPT_ENCODING], "identity");
+        // Without a credential the guest's choice stands.
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        assert_eq!(screen_headers(&mut headers, &target, &[], false), Ok(()));
+        assert_eq!(headers[header::ACCEPT_ENCODING], "gzip");
+
+        for name in PARTIAL_RESPONSE_HEADERS {
+            let mut headers = HeaderMap::new();
+            headers.insert(name.clone(), HeaderValue::from_static("bytes=0-9"));
+            assert_eq!(
+                screen_headers(&mut headers, &target, &[], true),
+                Err(Denied::PartialResponse(name.clone()))
+            );
+            assert_eq!(screen_headers(&mut headers, &target, &[], false), Ok(()));
+        }
+    }
+
+    #[test]
+    fn reflecting_and_tunnelling_methods_are_refused_in_any_case() {
+        for method in ["TRACE", "trace", "TRACK", "CONNECT"] {
+            let method = http::Method::from_bytes(method.as_bytes()).unwrap();
+            assert!(refused_method(&method), "{method}");
+        }
+        for method in [http::Method::GET, http::Method::POST, http::Method::DELETE] {
+            assert!(!refused_method(&method), "{method}");
         }
     }
 }

@@ -1,39 +1,56 @@
 //! Removing an injected secret from a response before the guest sees it.
 //!
-//! A server may echo what it received (an error page quoting the request, a debug header). The
-//! broker replaces every occurrence of the secret, of the injected header value, and of their
-//! base64 forms (standard and URL-safe alphabets, unpadded) with `[redacted]`, in header values,
-//! body and trailers.
+//! A server may echo what it received: an error page quoting the request, a debug endpoint
+//! reflecting headers. The broker replaces every occurrence of the secret and of the injected
+//! header value with `[redacted]`, in header values, body and trailers, in the reversible forms a
+//! standard server produces when it reflects a header:
+//!
+//! - as is;
+//! - base64, standard and URL-safe alphabets, of the value alone **and inside a longer string**:
+//!   for each of the three byte alignments the value can start at, the characters that depend only
+//!   on the value's bytes (so `base64("Authorization: PVEAPIToken=…")` is caught too);
+//! - hex (either case);
+//! - percent-encoded, as URLs and forms encode it (either case of hex digits);
+//! - JSON-escaped (`\/`, and the `\u00XX` escapes of HTML-safe encoders and of encoders that
+//!   escape every non-alphanumeric character);
+//! - HTML-escaped (named and numeric entities, as Python's and Go's escapers write them).
+//!
+//! Matching ignores ASCII case (hex and percent-encoding come in both cases); a false positive
+//! only hides bytes that were not secret. Compressed bodies are not scanned at all: the broker
+//! asks for and accepts only the identity encoding on credentialed requests (see the crate docs).
 //!
 //! The body is redacted while it streams: each chunk is scanned together with the last
 //! `longest pattern - 1` bytes held back from the previous chunk, so an occurrence split across
 //! chunk boundaries is still found. Memory stays one chunk plus that tail, whatever the body size.
-//!
-//! Limits: base64 of a longer string that merely contains the secret (for example
-//! `base64("user:secret")`) is not recognised unless aligned; percent-encoded echoes are not
-//! recognised.
+//! All patterns are found in one pass (Aho-Corasick, leftmost-longest).
 
 use std::fmt;
+use std::fmt::Write as _;
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine;
-use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
-use memchr::memmem;
 use zeroize::Zeroizing;
 
 /// What an echoed secret is replaced with.
 pub const REDACTED: &[u8] = b"[redacted]";
 
-/// The byte patterns to remove for one request's secret.
+/// The shortest base64 fragment used as a pattern: shorter ones would hide innocent text and
+/// reveal little anyway.
+const MIN_FRAGMENT: usize = 8;
+
+/// The patterns to remove for one request's secret.
 pub struct Redactor {
-    /// Longest first, so that a longer pattern wins over a shorter one starting at the same byte.
-    patterns: Vec<Zeroizing<Vec<u8>>>,
+    /// Every form of the secret and of the header value, found in one leftmost-longest pass.
+    matcher: AhoCorasick,
+    longest: usize,
 }
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Redactor({} patterns)", self.patterns.len())
+        write!(f, "Redactor({} patterns)", self.matcher.patterns_len())
     }
 }
 
@@ -42,43 +59,40 @@ impl Redactor {
     pub fn new(secret: &str, header_value: &str) -> Self {
         let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for plain in [secret, header_value] {
-            patterns.push(Zeroizing::new(plain.as_bytes().to_vec()));
-            patterns.push(Zeroizing::new(STANDARD_NO_PAD.encode(plain).into_bytes()));
-            patterns.push(Zeroizing::new(URL_SAFE_NO_PAD.encode(plain).into_bytes()));
+            forms(plain.as_bytes(), &mut patterns);
         }
         patterns.retain(|pattern| !pattern.is_empty());
-        patterns.sort_by(|a, b| {
-            b.len()
-                .cmp(&a.len())
-                .then_with(|| a.as_slice().cmp(b.as_slice()))
-        });
+        patterns.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
         patterns.dedup_by(|a, b| a.as_slice() == b.as_slice());
-        Self { patterns }
+        let longest = patterns
+            .iter()
+            .map(|pattern| pattern.len())
+            .max()
+            .unwrap_or(0);
+        // Built from a fixed set of non-empty byte strings: it cannot fail, and if it ever did,
+        // a redactor matching nothing would leak, so match the secret alone as a last resort.
+        let matcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(true)
+            .build(patterns.iter().map(|pattern| pattern.as_slice()))
+            .unwrap_or_else(|_| {
+                AhoCorasick::new([secret]).expect("a single non-empty literal always builds")
+            });
+        Self { matcher, longest }
     }
 
     fn longest(&self) -> usize {
-        self.patterns.first().map_or(0, |pattern| pattern.len())
-    }
-
-    /// The earliest occurrence of any pattern in `haystack` at or after `from`: (start, length).
-    fn next_match(&self, haystack: &[u8], from: usize) -> Option<(usize, usize)> {
-        self.patterns
-            .iter()
-            .filter_map(|pattern| {
-                memmem::find(&haystack[from..], pattern).map(|at| (from + at, pattern.len()))
-            })
-            // Earliest start; at equal starts the longer pattern (listed first) wins.
-            .min_by_key(|&(start, len)| (start, usize::MAX - len))
+        self.longest
     }
 
     /// `data` with every occurrence replaced, or `None` when there is none.
     pub fn redact(&self, data: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         let mut done = 0;
-        while let Some((start, len)) = self.next_match(data, done) {
-            out.extend_from_slice(&data[done..start]);
+        for found in self.matcher.find_iter(data) {
+            out.extend_from_slice(&data[done..found.start()]);
             out.extend_from_slice(REDACTED);
-            done = start + len;
+            done = found.end();
         }
         if done == 0 {
             return None;
@@ -96,6 +110,105 @@ impl Redactor {
     }
 }
 
+/// Every reversible form of `plain` a standard server writes when it reflects it.
+fn forms(plain: &[u8], out: &mut Vec<Zeroizing<Vec<u8>>>) {
+    out.push(Zeroizing::new(plain.to_vec()));
+    for engine in [&STANDARD, &URL_SAFE] {
+        out.push(Zeroizing::new(engine.encode(plain).into_bytes()));
+    }
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        out.push(Zeroizing::new(engine.encode(plain).into_bytes()));
+        for fragment in base64_fragments(engine, plain) {
+            out.push(fragment);
+        }
+    }
+    out.push(Zeroizing::new(hex::encode(plain).into_bytes()));
+    out.push(Zeroizing::new(percent_encoded(plain, false)));
+    out.push(Zeroizing::new(percent_encoded(plain, true)));
+    out.push(Zeroizing::new(escaped(plain, |c| match c {
+        b'/' => Some("\\/".into()),
+        _ => None,
+    })));
+    out.push(Zeroizing::new(escaped(plain, |c| match c {
+        b'<' | b'>' | b'&' | b'\'' | b'"' | b'=' | b'+' | b'/' => {
+            Some(format!("\\u{:04x}", u32::from(c)))
+        }
+        _ => None,
+    })));
+    out.push(Zeroizing::new(escaped(plain, |c| {
+        (!c.is_ascii_alphanumeric()).then(|| format!("\\u{:04x}", u32::from(c)))
+    })));
+    // Python's html.escape and Go's html.EscapeString / html/template.
+    out.push(Zeroizing::new(escaped(plain, |c| match c {
+        b'&' => Some("&amp;".into()),
+        b'<' => Some("&lt;".into()),
+        b'>' => Some("&gt;".into()),
+        b'"' => Some("&quot;".into()),
+        b'\'' => Some("&#x27;".into()),
+        _ => None,
+    })));
+    out.push(Zeroizing::new(escaped(plain, |c| match c {
+        b'&' => Some("&amp;".into()),
+        b'<' => Some("&lt;".into()),
+        b'>' => Some("&gt;".into()),
+        b'"' => Some("&#34;".into()),
+        b'\'' => Some("&#39;".into()),
+        b'+' => Some("&#43;".into()),
+        b'=' => Some("&#61;".into()),
+        _ => None,
+    })));
+}
+
+/// The base64 characters that depend only on `plain`'s bytes, for each of the three alignments
+/// `plain` can have inside a longer encoded string.
+fn base64_fragments(
+    engine: &base64::engine::GeneralPurpose,
+    plain: &[u8],
+) -> Vec<Zeroizing<Vec<u8>>> {
+    let mut fragments = Vec::new();
+    for offset in 0..3usize {
+        let mut shifted = Zeroizing::new(vec![0u8; offset]);
+        shifted.extend_from_slice(plain);
+        let encoded = Zeroizing::new(engine.encode(shifted.as_slice()).into_bytes());
+        // Character i covers bits 6i..6i+6 of the shifted input; it depends on `plain` alone when
+        // those bits lie inside bytes offset..offset+len.
+        let first = (8 * offset).div_ceil(6);
+        let end = (8 * (offset + plain.len())) / 6;
+        if end > first && end - first >= MIN_FRAGMENT {
+            fragments.push(Zeroizing::new(encoded[first..end].to_vec()));
+        }
+    }
+    fragments
+}
+
+/// Percent-encoding of everything but RFC 3986's unreserved characters (`encodeURIComponent`
+/// also keeps `!*'()`), with `+` for a space in the form variant.
+fn percent_encoded(plain: &[u8], form: bool) -> Vec<u8> {
+    let mut out = String::with_capacity(plain.len() * 3);
+    for &byte in plain {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else if form && byte == b' ' {
+            out.push('+');
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out.into_bytes()
+}
+
+/// `plain` with each byte `escape` names replaced by its escape.
+fn escaped(plain: &[u8], escape: impl Fn(u8) -> Option<String>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plain.len());
+    for &byte in plain {
+        match escape(byte) {
+            Some(replacement) => out.extend_from_slice(replacement.as_bytes()),
+            None => out.push(byte),
+        }
+    }
+    out
+}
+
 /// Redacts a body chunk by chunk, holding back just enough bytes to catch a split occurrence.
 #[derive(Debug)]
 pub struct StreamRedactor {
@@ -111,10 +224,10 @@ impl StreamRedactor {
         let data = &self.held[..];
         let mut out = BytesMut::with_capacity(data.len());
         let mut done = 0;
-        while let Some((start, len)) = self.redactor.next_match(data, done) {
-            out.extend_from_slice(&data[done..start]);
+        for found in self.redactor.matcher.find_iter(data) {
+            out.extend_from_slice(&data[done..found.start()]);
             out.extend_from_slice(REDACTED);
-            done = start + len;
+            done = found.end();
         }
         // Whatever is left holds no whole occurrence; its last `longest - 1` bytes may begin one.
         let keep = self.redactor.longest().saturating_sub(1);
@@ -157,23 +270,31 @@ mod tests {
 
     const SECRET: &str = "root@pam!op=0f1e2d3c-aaaa-bbbb-cccc-1234567890ab";
 
+    fn header() -> String {
+        format!("PVEAPIToken={SECRET}")
+    }
+
     fn redactor() -> Redactor {
-        Redactor::new(SECRET, &format!("PVEAPIToken={SECRET}"))
+        Redactor::new(SECRET, &header())
+    }
+
+    fn clean(text: &str) -> String {
+        let out = redactor().redact(text.as_bytes());
+        String::from_utf8(out.unwrap_or_else(|| text.as_bytes().to_vec())).unwrap()
     }
 
     #[test]
     fn replaces_plain_and_base64_forms() {
         let b64 = STANDARD_NO_PAD.encode(SECRET);
-        let text = format!("a {SECRET} b {b64} c PVEAPIToken={SECRET}");
-        let out = String::from_utf8(redactor().redact(text.as_bytes()).unwrap()).unwrap();
-        assert_eq!(out, "a [redacted] b [redacted] c [redacted]");
+        let text = format!("a {SECRET} b {b64} c {}", header());
+        assert_eq!(clean(&text), "a [redacted] b [redacted] c [redacted]");
         assert_eq!(redactor().redact(b"nothing here"), None);
     }
 
     #[test]
     fn both_base64_alphabets_are_replaced() {
         // This secret's standard and URL-safe encodings differ ('+' and '/' against '-' and '_').
-        let secret = "k??>?>~~";
+        let secret = "k??>?>~~k??>?>~~";
         let standard = STANDARD_NO_PAD.encode(secret);
         let url_safe = URL_SAFE_NO_PAD.encode(secret);
         assert_ne!(standard, url_safe);
@@ -188,9 +309,74 @@ mod tests {
     }
 
     #[test]
+    fn base64_of_a_longer_string_is_caught_at_every_alignment() {
+        for prefix in [
+            "",
+            "A",
+            "Au",
+            "Authorization: ",
+            "Authorization: x",
+            "x: yz",
+        ] {
+            for suffix in ["", "\r\n", "\r\nAccept: */*\r\n"] {
+                let reflected = format!("{prefix}{}{suffix}", header());
+                for engine in [&STANDARD, &URL_SAFE, &STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                    let encoded = engine.encode(&reflected);
+                    let out = clean(&encoded);
+                    assert!(out.contains("[redacted]"), "{prefix:?} {suffix:?}: {out}");
+                    // What is left cannot be decoded back into the secret: all but at most three
+                    // base64 characters of the header value's encoding are gone.
+                    let left = out.replace("[redacted]", "");
+                    let core = 4 * header().len() / 3 - 3;
+                    assert!(left.len() + core <= encoded.len(), "{out}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hex_percent_json_and_html_echoes_are_caught() {
+        let reflected = [
+            hex::encode(SECRET),
+            hex::encode(SECRET).to_uppercase(),
+            "root%40pam%21op%3D0f1e2d3c-aaaa-bbbb-cccc-1234567890ab".to_owned(),
+            "root%40pam%21op%3d0f1e2d3c-aaaa-bbbb-cccc-1234567890ab".to_owned(),
+            "PVEAPIToken%3Droot%40pam%21op%3D0f1e2d3c-aaaa-bbbb-cccc-1234567890ab".to_owned(),
+            "root@pam!op\\u003d0f1e2d3c-aaaa-bbbb-cccc-1234567890ab".to_owned(),
+            "root\\u0040pam\\u0021op\\u003d0f1e2d3c\\u002daaaa\\u002dbbbb\\u002dcccc\\u002d1234567890ab"
+                .to_owned(),
+            "root@pam!op&#61;0f1e2d3c-aaaa-bbbb-cccc-1234567890ab".to_owned(),
+        ];
+        for form in reflected {
+            let out = clean(&format!("{{\"echo\":\"{form}\"}}"));
+            assert_eq!(out, "{\"echo\":\"[redacted]\"}", "{form}");
+        }
+        // JSON's escaped slash and HTML entities, for a secret that has those characters.
+        let secret = "a/b<c>&d\"e'f+g=h1234";
+        let redactor = Redactor::new(secret, secret);
+        for form in [
+            "a\\/b<c>&d\"e'f+g=h1234",
+            "a/b&lt;c&gt;&amp;d&quot;e&#x27;f+g=h1234",
+            "a/b&lt;c&gt;&amp;d&#34;e&#39;f&#43;g&#61;h1234",
+            "a\\u002fb\\u003cc\\u003e\\u0026d\\u0022e\\u0027f\\u002bg\\u003dh1234",
+        ] {
+            assert_eq!(
+                redactor.redact(form.as_bytes()).unwrap(),
+                REDACTED,
+                "{form}"
+            );
+        }
+    }
+
+    #[test]
     fn streaming_catches_occurrences_split_at_every_boundary() {
-        let body = format!("{{\"echo\":\"PVEAPIToken={SECRET}\",\"again\":\"{SECRET}\"}}");
-        let expected = String::from_utf8(redactor().redact(body.as_bytes()).unwrap()).unwrap();
+        let body = format!(
+            "{{\"echo\":\"{}\",\"again\":\"{SECRET}\",\"b64\":\"{}\"}}",
+            header(),
+            STANDARD.encode(format!("Authorization: {}", header()))
+        );
+        let expected = clean(&body);
+        assert_eq!(expected.matches("[redacted]").count(), 3, "{expected}");
         for chunk_size in 1..body.len() {
             let mut stream = redactor().stream();
             let mut out = Vec::new();

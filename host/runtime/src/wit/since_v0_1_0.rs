@@ -18,14 +18,19 @@ wasmtime::component::bindgen!({
     },
 });
 
-pub(crate) use egress::provider::log;
 use egress::provider::types as wit;
 
+/// The name this version gives the contract's `log` interface.
+const LOG_INTERFACE: &str = "egress:provider/log@0.1.0";
+
 /// Add this version's own host interface (`log`) to `linker`. WASI comes from wasmtime-wasi.
+///
+/// `log` is defined by hand (`crate::log`) rather than through the bindings: the bindings would
+/// lift a guest's whole message into the host before the host could cut it.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<crate::state::HostState>,
 ) -> wasmtime::Result<()> {
-    log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(linker, |state| state)
+    crate::log::add_to_linker(linker, LOG_INTERFACE)
 }
 
 /// Run `request` on an instance of this version's bindings.

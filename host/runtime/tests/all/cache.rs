@@ -17,9 +17,15 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     let path = component_path("reference");
     let bytes = component_bytes("reference");
 
-    let cold = runtime.load_bytes(&bytes, &path).await.unwrap();
+    let cold = runtime
+        .load_bytes("reference", &bytes, &path)
+        .await
+        .unwrap();
     assert!(!cold.from_cache());
-    let warm = runtime.load_bytes(&bytes, &path).await.unwrap();
+    let warm = runtime
+        .load_bytes("reference", &bytes, &path)
+        .await
+        .unwrap();
     assert!(warm.from_cache());
     assert_eq!(warm.description(), cold.description());
 
@@ -42,7 +48,10 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     }
     assert_eq!(corrupted, 1, "one entry for one component");
 
-    let recompiled = runtime.load_bytes(&bytes, &path).await.unwrap();
+    let recompiled = runtime
+        .load_bytes("reference", &bytes, &path)
+        .await
+        .unwrap();
     assert!(
         !recompiled.from_cache(),
         "a corrupt entry must not be loaded"
@@ -53,7 +62,7 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     assert!(call.is_ok(), "{call:?}");
     assert!(
         runtime
-            .load_bytes(&bytes, &path)
+            .load_bytes("reference", &bytes, &path)
             .await
             .unwrap()
             .from_cache(),
@@ -69,18 +78,50 @@ async fn no_cache_dir_means_no_cache() {
     let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
     let path = component_path("misbehave");
     let bytes = component_bytes("misbehave");
-    assert!(
-        !runtime
-            .load_bytes(&bytes, &path)
-            .await
-            .unwrap()
-            .from_cache()
+    for _ in 0..2 {
+        let provider = runtime.load_bytes("misbehave", &bytes, &path).await;
+        assert!(!provider.unwrap().from_cache());
+    }
+}
+
+/// Whoever can write the cache can run native code in the host: a directory or an entry others
+/// can write is not trusted.
+#[tokio::test]
+async fn a_cache_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::default()
+        .limits(test_limits())
+        .cache_dir(Some(cache.path().to_owned()));
+    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let path = component_path("reference");
+    let bytes = component_bytes("reference");
+    let load = || runtime.load_bytes("reference", &bytes, &path);
+
+    // A world-writable directory: nothing is read from it or written to it.
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(!load().await.unwrap().from_cache());
+    assert!(!load().await.unwrap().from_cache());
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "nothing written"
     );
-    assert!(
-        !runtime
-            .load_bytes(&bytes, &path)
-            .await
-            .unwrap()
-            .from_cache()
-    );
+
+    // Once the directory is ours alone, the cache works.
+    std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(!load().await.unwrap().from_cache());
+    assert!(load().await.unwrap().from_cache());
+
+    // An entry others could have rewritten is not loaded, though its checksum matches.
+    for entry in std::fs::read_dir(cache.path()).unwrap() {
+        let entry = entry.unwrap().path();
+        if entry
+            .extension()
+            .is_some_and(|extension| extension == "cwasm")
+        {
+            std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+        }
+    }
+    assert!(!load().await.unwrap().from_cache());
 }

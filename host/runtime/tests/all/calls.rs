@@ -23,7 +23,7 @@ async fn reference_loads_and_describes_itself() {
     let description = provider.description();
     assert_eq!(description.name, "reference");
     assert_eq!(description.contract_version, "0.1.0");
-    assert_eq!(provider.name(), "reference");
+    assert_eq!(provider.identity(), "reference");
     assert_eq!(provider.path(), component_path("reference"));
     assert_eq!(provider.digest().len(), 64);
     assert!(

@@ -219,7 +219,7 @@ async fn removing_a_file_removes_its_provider() {
     assert_eq!(
         removed,
         RegistryEvent::Removed {
-            name: "reference".into(),
+            identity: "reference".into(),
             path
         }
     );
@@ -235,30 +235,73 @@ async fn removing_a_file_removes_its_provider() {
 }
 
 #[tokio::test]
-async fn a_second_file_claiming_a_name_is_rejected_naming_both() {
+async fn two_files_claiming_one_name_each_serve_as_their_own_identity() {
     let dir = tempfile::tempdir().unwrap();
     let original = component_bytes("reference");
     let first = dir.path().join("a-reference.wasm");
     std::fs::write(&first, &original).unwrap();
     let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
     let mut events = registry.subscribe();
+    let serving = registry.get("a-reference").expect("the first file serves");
 
+    // A second component describing itself as `reference` too: it neither replaces the first
+    // nor is refused; it serves as its own file's identity.
     let second = dir.path().join("b-reference.wasm");
-    std::fs::write(
-        &second,
-        with_custom_section(&original, "egress-test-copy", b"2"),
-    )
-    .unwrap();
+    let copy = with_custom_section(&original, "egress-test-copy", b"2");
+    std::fs::write(&second, &copy).unwrap();
     registry.reload_now().await.unwrap();
-    let rejected = wait_for(&mut events, "the second file is rejected", |event| {
-        matches!(event, RegistryEvent::Rejected { .. })
-    })
+    let loaded = wait_for(
+        &mut events,
+        "the second file loads",
+        loaded_with(sha256_hex(&copy)),
+    )
     .await;
-    let RegistryEvent::Rejected { path, error } = rejected else {
+    let RegistryEvent::Loaded {
+        identity,
+        described_as,
+        path,
+        ..
+    } = loaded
+    else {
         unreachable!()
     };
+    assert_eq!(
+        (identity.as_str(), described_as.as_str()),
+        ("b-reference", "reference")
+    );
     assert_eq!(path, second);
-    assert!(error.contains(&second.display().to_string()), "{error}");
-    assert!(error.contains(&first.display().to_string()), "{error}");
-    assert_eq!(registry.get("reference").unwrap().path(), first);
+
+    let first_now = registry.get("a-reference").unwrap();
+    assert_eq!(
+        first_now.generation(),
+        serving.generation(),
+        "the first was not replaced"
+    );
+    assert_eq!(registry.get("b-reference").unwrap().path(), second);
+    assert!(
+        registry.get("reference").is_none(),
+        "no provider serves under the claimed name"
+    );
+    let identities: Vec<String> = registry
+        .providers()
+        .iter()
+        .map(|provider| provider.identity().to_owned())
+        .collect();
+    assert_eq!(identities, ["a-reference", "b-reference"]);
+}
+
+#[tokio::test]
+async fn a_file_whose_name_is_no_identity_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("Bad_Name.wasm");
+    std::fs::write(&path, component_bytes("reference")).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    assert!(registry.providers().is_empty());
+    let error = crate::common::runtime().load_file(&path).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the file name gives the provider its identity"),
+        "{error}"
+    );
 }

@@ -8,7 +8,7 @@ use crate::common::{component_bytes, component_path, runtime};
 
 async fn load_error(bytes: &[u8], path: &Path) -> LoadError {
     let error = runtime()
-        .load_bytes(bytes, path)
+        .load_bytes("under-test", bytes, path)
         .await
         .expect_err("the load must fail");
     let message = error.to_string();

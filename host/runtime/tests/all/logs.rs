@@ -1,7 +1,8 @@
-//! Guest log lines reach the host's tracing inside the call's span.
+//! Guest log lines reach the host's tracing inside the call's span, attributed to the provider's
+//! identity at any level, with nothing a guest writes able to start a line or reach a terminal.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use egress_runtime::{CallContext, CreateRequest, Request};
 
@@ -22,38 +23,56 @@ impl Write for Buffer {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn guest_log_lines_carry_the_call_span_fields() {
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    // Global, not `set_default`: tracing caches per-callsite interest process-wide, and with
-    // other tests running on other threads a thread-local subscriber can miss the span.
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+/// Everything logged in this test binary, as the operator's text format writes it. Global, not
+/// `set_default`: tracing caches per-callsite interest process-wide, and with other tests running
+/// on other threads a thread-local subscriber can miss the span.
+fn captured() -> &'static Buffer {
+    static BUFFER: OnceLock<Buffer> = OnceLock::new();
+    BUFFER.get_or_init(|| {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+        buffer
+    })
+}
 
-    let provider = runtime()
-        .load_file(&component_path("reference"))
-        .await
-        .unwrap();
-    let request = Request::Create {
+fn output() -> String {
+    String::from_utf8(captured().0.lock().unwrap().clone()).unwrap()
+}
+
+fn create(config: serde_json::Value) -> Request {
+    Request::Create {
         request: CreateRequest {
             name: "web".into(),
             uid: "uid-7".into(),
             tags: Vec::new(),
             user_data: String::new(),
-            config: "{}".into(),
+            config: config.to_string(),
         },
-    };
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn guest_log_lines_carry_the_call_span_fields() {
+    captured();
+    let provider = runtime()
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
     let context = CallContext {
         proxy: Some("team-a/egress".into()),
     };
-    provider.call(request, &context).await.unwrap();
+    provider
+        .call(create(serde_json::json!({})), &context)
+        .await
+        .unwrap();
 
-    let output = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let output = output();
     let line = output
         .lines()
         .find(|line| line.contains("egress_runtime::guest") && line.contains("team-a/egress"))
@@ -68,4 +87,85 @@ async fn guest_log_lines_carry_the_call_span_fields() {
     ] {
         assert!(line.contains(expected), "missing {expected:?} in {line}");
     }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_guest_cannot_forge_a_line_or_reach_the_terminal() {
+    captured();
+    let provider = runtime()
+        .load_file(&component_path("hostile"))
+        .await
+        .unwrap();
+    let context = CallContext {
+        proxy: Some("team-b/injected".into()),
+    };
+    provider
+        .call(
+            create(serde_json::json!({"attack": "log-inject"})),
+            &context,
+        )
+        .await
+        .unwrap();
+
+    let output = output();
+    let ours: Vec<&str> = output
+        .lines()
+        .filter(|line| line.contains("innocent") || line.contains("FORGED"))
+        .collect();
+    // One line, which says who wrote it (the identity, not the `reference` it claims to be).
+    assert_eq!(ours.len(), 1, "{ours:#?}");
+    let line = ours[0];
+    assert!(
+        line.contains("provider=\"hostile\"") || line.contains("provider=hostile"),
+        "{line}"
+    );
+    assert!(
+        line.contains(r"innocent\n2026-11-30T00:00:00.000000Z"),
+        "{line}"
+    );
+    assert!(
+        line.contains(r#"k\nFORGED=1="\u{1b}[31mred\u{1b}[0m""#)
+            || line.contains(r"k\nFORGED=1=\u{1b}[31mred\u{1b}[0m"),
+        "{line}"
+    );
+    assert!(line.contains(r"\u{1b}]0;retitled\u{7}"), "{line}");
+    assert!(
+        !output.contains('\u{1b}') && !output.contains('\u{7}'),
+        "a raw escape reached the sink"
+    );
+    assert!(
+        !output
+            .lines()
+            .any(|line| line.starts_with("2026-11-30T00:00:00.000000Z")),
+        "a forged line starts at the left margin"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_huge_message_is_cut_to_what_is_kept() {
+    captured();
+    let provider = runtime()
+        .load_file(&component_path("hostile"))
+        .await
+        .unwrap();
+    let context = CallContext {
+        proxy: Some("team-c/huge".into()),
+    };
+    provider
+        .call(
+            create(serde_json::json!({"attack": "log-huge", "mib": 2})),
+            &context,
+        )
+        .await
+        .unwrap();
+    let output = output();
+    let line = output
+        .lines()
+        .find(|line| line.contains("egress_runtime::guest") && line.contains("team-c/huge"))
+        .unwrap_or_else(|| panic!("no guest log line in:\n{output}"));
+    let run = line.matches('h').count();
+    assert!(
+        (4096..4096 + 64).contains(&run),
+        "{run} bytes of the message kept"
+    );
 }

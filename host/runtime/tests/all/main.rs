@@ -1,6 +1,7 @@
 //! Integration tests: real provider components (built by `just build-components`) on the real
 //! runtime.
 
+mod budgets;
 mod cache;
 mod calls;
 mod common;

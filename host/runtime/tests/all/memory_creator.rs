@@ -39,7 +39,11 @@ async fn every_guest_memory_comes_from_the_configured_creator() {
         .memory_creator(creator.clone());
     let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
     let error = runtime
-        .load_bytes(&component_bytes("reference"), &component_path("reference"))
+        .load_bytes(
+            "reference",
+            &component_bytes("reference"),
+            &component_path("reference"),
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, LoadError::Describe { .. }), "{error:?}");

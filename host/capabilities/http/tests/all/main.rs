@@ -2,5 +2,8 @@
 //! components through the runtime.
 
 mod broker;
+mod hostile;
+mod memory;
+mod reflection;
 mod support;
 mod through_runtime;

@@ -317,6 +317,7 @@ pub fn broker(provider: &str, grant: serde_json::Value) -> Broker {
 pub fn site(provider: &str) -> CallSite {
     CallSite {
         provider: Arc::from(provider),
+        digest: Arc::from(""),
         operation: "get",
     }
 }
@@ -375,4 +376,85 @@ pub async fn send(
 
 pub fn handler(f: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Handler {
     Arc::new(f)
+}
+
+/// A TLS server that answers every request with the same raw bytes (status line, headers and
+/// body as written), for answers a well-behaved HTTP library would not produce, such as a
+/// transfer coding other than chunked. It counts the requests it read.
+pub struct RawServer {
+    pub addr: SocketAddr,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RawServer {
+    pub async fn start(ca: &Ca, raw: Vec<u8>) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (chain, key) = ca.leaf(&["127.0.0.1"]);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = requests.clone();
+        let raw = Arc::new(raw);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, counted, raw) = (acceptor.clone(), counted.clone(), raw.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match tls.read(&mut byte).await {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let _ = tls.write_all(&raw).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Self {
+            addr,
+            requests,
+            task,
+        }
+    }
+
+    pub fn origin(&self) -> String {
+        format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    pub fn requests(&self) -> usize {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `bytes` gzip-compressed, as a server answering `Accept-Encoding: gzip` sends them.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
 }

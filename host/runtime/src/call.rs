@@ -1,0 +1,399 @@
+//! How one call runs: a fresh store and instance, the deadline, the CPU budget and every other
+//! per-call bound, and the classification of whatever stopped it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use wasmtime::{Engine, Store, UpdateDeadline};
+
+use crate::cpu::Metered;
+use crate::egress::{CallSite, Egress};
+use crate::engine::EpochTicker;
+use crate::error::{Budget, CallError, one_line};
+use crate::limits::Limits;
+use crate::state::{HostState, Stop};
+use crate::types::{Operation, ProviderError, Request, Response};
+use crate::wit::latest;
+
+/// What every call of every provider shares: the engine, the egress, the instance pool's slots.
+pub(crate) struct CallEnv {
+    /// The one engine; also driven by `_ticker`.
+    pub(crate) engine: Engine,
+    /// Where every provider's outgoing HTTP goes.
+    pub(crate) egress: Arc<dyn Egress>,
+    /// One permit per slot of the pooling allocator: a call takes one before it instantiates, so
+    /// a burst across many providers waits its turn (first come, first served) instead of
+    /// failing to instantiate.
+    pub(crate) instance_slots: Arc<Semaphore>,
+    /// Advances the engine's epoch for as long as anything holds this state.
+    pub(crate) _ticker: EpochTicker,
+}
+
+/// A fresh store for one call, with its limiter, budgets and epoch behaviour set.
+pub(crate) fn new_store(
+    env: &CallEnv,
+    site: CallSite,
+    limits: &Limits,
+    operation: Operation,
+    deadline: Instant,
+) -> Store<HostState> {
+    let state = HostState::new(
+        site,
+        Arc::clone(&env.egress),
+        limits,
+        deadline,
+        limits.cpu_time_for(operation),
+    );
+    let mut store = Store::new(&env.engine, state);
+    store.limiter(|state| &mut state.limiter);
+    // wasmtime's own bounds on what a guest can make it allocate: bytes lifted out of the guest
+    // in one transfer (a result, a host call's arguments) and handles alive at once.
+    store.set_hostcall_fuel(limits.transfer_bytes_limit());
+    store.set_max_component_handles(limits.resource_handles_limit());
+    // Check in at every epoch tick: yield the thread so a spinning guest never blocks an
+    // executor, and stop the guest once its wall-clock deadline or its CPU budget has passed.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut context| {
+        let state = context.data_mut();
+        if Instant::now() >= state.deadline {
+            state.stop = Some(Stop::Deadline);
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        if state.cpu.used() > state.cpu_budget {
+            let limit = u64::try_from(state.cpu_budget.as_millis()).unwrap_or(u64::MAX);
+            state.stop = Some(Stop::Budget(Budget::CpuTime, limit));
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    store
+}
+
+/// Where a wasmtime error came from.
+enum Failure {
+    Instantiate(wasmtime::Error),
+    Call(wasmtime::Error),
+}
+
+/// Take an instance slot, instantiate `pre` in a fresh store and run `request`, all before
+/// `started + deadline`.
+pub(crate) async fn run_call(
+    env: &CallEnv,
+    pre: &latest::ProviderWorldPre<HostState>,
+    site: CallSite,
+    limits: &Limits,
+    request: Request,
+    started: Instant,
+) -> Result<Response, CallError> {
+    let operation = request.operation();
+    let after = limits.deadline_for(operation);
+    let deadline = started + after;
+    let _slot = match tokio::time::timeout_at(deadline.into(), env.instance_slots.acquire()).await {
+        Ok(Ok(slot)) => slot,
+        // The semaphore is never closed.
+        Ok(Err(_)) | Err(_) => {
+            return Err(CallError::PoolFull {
+                operation,
+                waited: started.elapsed(),
+            });
+        }
+    };
+    let mut store = new_store(env, site, limits, operation, deadline);
+    let meter = Arc::clone(&store.data().cpu);
+    let work = Metered::new(
+        async {
+            let bindings = pre
+                .instantiate_async(&mut store)
+                .await
+                .map_err(Failure::Instantiate)?;
+            latest::call(&bindings, &mut store, request)
+                .await
+                .map_err(Failure::Call)
+        },
+        meter,
+    );
+    let outcome = tokio::time::timeout_at(deadline.into(), work).await;
+    let state = store.data();
+    let budget_error = |budget, limit| CallError::Budget {
+        operation,
+        budget,
+        limit,
+    };
+    let failure = match outcome {
+        Err(_elapsed) => return Err(CallError::Deadline { operation, after }),
+        Ok(Ok(answer)) => {
+            // A guest stopped for a budget it could observe (a refused request) fails even if
+            // it went on to answer.
+            if let Some(Stop::Budget(budget, limit)) = state.in_flight_exceeded() {
+                return Err(budget_error(budget, limit));
+            }
+            return bound(operation, answer);
+        }
+        Ok(Err(failure)) => failure,
+    };
+    let stderr = state.stderr();
+    if !stderr.is_empty() {
+        tracing::debug!(stderr = %crate::log::escape(&stderr), "provider stderr");
+    }
+    if state.limiter.memory_cap_hit {
+        return Err(CallError::MemoryCap {
+            limit: state.limiter.memory_bytes(),
+        });
+    }
+    // What stopped the guest, most specific first: the host's own stop (deadline, CPU, log),
+    // then a bound wasmtime enforced, then a refused request the guest carried on after.
+    match state.stop {
+        Some(Stop::Deadline) => return Err(CallError::Deadline { operation, after }),
+        Some(Stop::Budget(budget, limit)) => return Err(budget_error(budget, limit)),
+        None => {}
+    }
+    let error = match &failure {
+        Failure::Instantiate(error) | Failure::Call(error) => error,
+    };
+    if let Some(budget) = wasmtime_budget(error) {
+        let limit = match budget {
+            Budget::TransferBytes => limits.transfer_bytes_limit(),
+            Budget::HeaderBytes => limits.header_bytes_limit(),
+            _ => limits.resource_handles_limit(),
+        };
+        return Err(budget_error(budget, limit as u64));
+    }
+    if let Some(Stop::Budget(budget, limit)) = state.in_flight_exceeded() {
+        return Err(budget_error(budget, limit));
+    }
+    match failure {
+        Failure::Instantiate(error) => Err(CallError::Instantiate {
+            message: one_line(&error),
+        }),
+        Failure::Call(error) => {
+            let trap = match error.downcast_ref::<wasmtime::Trap>() {
+                Some(trap) => trap.to_string(),
+                None => one_line(&error),
+            };
+            let message = if stderr.is_empty() {
+                trap
+            } else {
+                let stderr = stderr
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty());
+                format!("{trap}; stderr: {}", stderr.collect::<Vec<_>>().join(" | "))
+            };
+            Err(CallError::Trap {
+                message: crate::log::escape(&message).into_owned(),
+            })
+        }
+    }
+}
+
+/// The budget a wasmtime-enforced bound reports, recognised by its error: the hostcall fuel, the
+/// resource table's capacity, the store's handle limit and wasi-http's header list limit.
+fn wasmtime_budget(error: &wasmtime::Error) -> Option<Budget> {
+    for cause in error.chain() {
+        if matches!(
+            cause.downcast_ref(),
+            Some(wasmtime::component::ResourceTableError::Full)
+        ) {
+            return Some(Budget::ResourceHandles);
+        }
+        if matches!(
+            cause.downcast_ref(),
+            Some(wasmtime_wasi_http::FieldMapError::TotalSizeTooBig)
+        ) {
+            return Some(Budget::HeaderBytes);
+        }
+    }
+    let text = format!("{error:#}");
+    if text.contains("fuel allocated for hostcalls has been exhausted") {
+        return Some(Budget::TransferBytes);
+    }
+    if text.contains("store handle limit exceeded") {
+        return Some(Budget::ResourceHandles);
+    }
+    None
+}
+
+/// Longest message kept from a provider's error or check result; the rest is cut and counted.
+const MAX_MESSAGE: usize = 4 * 1024;
+/// Longest identifier (provider ID, name, UID, version) accepted from a provider.
+const MAX_IDENTIFIER: usize = 256;
+/// Most addresses accepted for one VM.
+const MAX_ADDRESSES: usize = 64;
+/// Longest JSON Schema accepted from `describe`.
+const MAX_SCHEMA: usize = 256 * 1024;
+
+/// Check and bound what a provider answered: messages are cut to [`MAX_MESSAGE`] and escaped
+/// (they reach logs, terminals and status fields); an identifier past its bound is refused, as
+/// cutting it would make it name something else.
+fn bound(
+    operation: Operation,
+    answer: Result<Response, ProviderError>,
+) -> Result<Response, CallError> {
+    let invalid = |problem: String| CallError::InvalidResult { operation, problem };
+    let mut response = match answer {
+        Ok(response) => response,
+        Err(error) => {
+            let message = bounded_message(error.message());
+            return Err(CallError::Provider(match error {
+                ProviderError::Transient(_) => ProviderError::Transient(message),
+                ProviderError::Permanent(_) => ProviderError::Permanent(message),
+                ProviderError::NotFound(_) => ProviderError::NotFound(message),
+                ProviderError::QuotaExceeded(_) => ProviderError::QuotaExceeded(message),
+            }));
+        }
+    };
+    match &mut response {
+        Response::Describe(description) => {
+            for (field, value) in [
+                ("version", &description.version),
+                ("contract-version", &description.contract_version),
+            ] {
+                check_identifier(field, value).map_err(invalid)?;
+            }
+            if description.config_schema.len() > MAX_SCHEMA {
+                return Err(invalid(format!(
+                    "config-schema is {} bytes; at most {MAX_SCHEMA}",
+                    description.config_schema.len()
+                )));
+            }
+        }
+        Response::Create(vm) | Response::Get(vm) => check_vm(vm).map_err(invalid)?,
+        Response::ListByTag(vms) => {
+            for vm in vms.iter() {
+                check_vm(vm).map_err(invalid)?;
+            }
+        }
+        Response::Check(result) => result.message = bounded_message(&result.message),
+        Response::ValidateConfig | Response::Delete => {}
+    }
+    Ok(response)
+}
+
+fn check_vm(vm: &crate::types::Instance) -> Result<(), String> {
+    for (field, value) in [
+        ("provider-id", &vm.provider_id),
+        ("name", &vm.name),
+        ("uid", &vm.uid),
+    ] {
+        check_identifier(field, value)?;
+    }
+    if let Some(created_at) = &vm.created_at {
+        check_identifier("created-at", created_at)?;
+    }
+    if vm.addresses.len() > MAX_ADDRESSES {
+        return Err(format!(
+            "{} addresses for {:?}; at most {MAX_ADDRESSES}",
+            vm.addresses.len(),
+            vm.provider_id
+        ));
+    }
+    for address in &vm.addresses {
+        check_identifier("addresses", address)?;
+    }
+    Ok(())
+}
+
+fn check_identifier(field: &str, value: &str) -> Result<(), String> {
+    if value.len() > MAX_IDENTIFIER {
+        return Err(format!(
+            "{field} is {} bytes; at most {MAX_IDENTIFIER}",
+            value.len()
+        ));
+    }
+    if value.contains(|c: char| c.is_control()) {
+        return Err(format!(
+            "{field} {:?} holds control characters",
+            crate::log::escape(crate::log::prefix(value, 64))
+        ));
+    }
+    Ok(())
+}
+
+fn bounded_message(message: &str) -> String {
+    let kept = crate::log::prefix(message, MAX_MESSAGE);
+    let mut bounded = crate::log::escape(kept).into_owned();
+    if kept.len() < message.len() {
+        bounded.push_str(&format!(
+            " … ({} more bytes cut)",
+            message.len() - kept.len()
+        ));
+    }
+    bounded
+}
+
+/// A deadline for a call that waits for nothing: long enough for any instantiation.
+pub(crate) const BENCHMARK_DEADLINE: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{CheckReason, CheckResult, Instance, InstanceState};
+
+    fn vm(provider_id: &str, name: &str) -> Instance {
+        Instance {
+            provider_id: provider_id.into(),
+            name: name.into(),
+            state: InstanceState::Running,
+            addresses: vec!["192.0.2.1".into()],
+            created_at: None,
+            uid: "uid-1".into(),
+        }
+    }
+
+    #[test]
+    fn long_messages_are_cut_escaped_and_counted() {
+        let long = format!("line one\nline two {}", "x".repeat(10_000));
+        let Err(CallError::Provider(error)) =
+            bound(Operation::Get, Err(ProviderError::Transient(long.clone())))
+        else {
+            panic!("a provider error stays a provider error")
+        };
+        assert!(
+            error.message().starts_with("line one\\nline two x"),
+            "{error}"
+        );
+        assert!(
+            error.message().len() < MAX_MESSAGE + 64,
+            "{}",
+            error.message().len()
+        );
+        assert!(
+            error
+                .message()
+                .ends_with(&format!("({} more bytes cut)", long.len() - MAX_MESSAGE)),
+            "{error}"
+        );
+        let Ok(Response::Check(check)) = bound(
+            Operation::Check,
+            Ok(Response::Check(CheckResult {
+                reason: CheckReason::Other,
+                message: "é".repeat(5_000),
+            })),
+        ) else {
+            panic!("a check answer passes")
+        };
+        assert!(check.message.len() < MAX_MESSAGE + 64);
+    }
+
+    #[test]
+    fn oversized_or_control_identifiers_are_refused_not_cut() {
+        let ok = bound(Operation::Get, Ok(Response::Get(vm("pve/100", "proxy-a"))));
+        assert!(ok.is_ok(), "{ok:?}");
+        for bad in [vm(&"p".repeat(300), "a"), vm("pve/100", "a\nb")] {
+            let error = bound(Operation::Get, Ok(Response::Get(bad))).unwrap_err();
+            assert!(matches!(error, CallError::InvalidResult { .. }), "{error}");
+            assert_eq!(error.class(), crate::types::ErrorClass::Permanent);
+        }
+        let mut many = vm("pve/100", "a");
+        many.addresses = vec!["192.0.2.1".into(); MAX_ADDRESSES + 1];
+        let listed = bound(
+            Operation::ListByTag,
+            Ok(Response::ListByTag(vec![vm("pve/1", "a"), many])),
+        );
+        assert!(
+            matches!(listed, Err(CallError::InvalidResult { .. })),
+            "{listed:?}"
+        );
+    }
+}
