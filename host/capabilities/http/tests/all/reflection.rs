@@ -297,34 +297,37 @@ fn reading_the_secret_and_the_ca_never_blocks_the_executor() {
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
+    let outcome = runtime.block_on(async {
         let server = setup.server(compressing_echo(false)).await;
         let broker = broker(
             "proxmox",
             proxmox_grant(&server.origin(), &token_fifo, &ca_fifo),
         );
         let ca_pem = setup.ca.pem();
-        let writers = async {
-            // Runs only if the executor is free while the broker waits on the FIFOs.
-            tokio::fs::write(&token_fifo, SECRET).await.unwrap();
-            tokio::fs::write(&ca_fifo, ca_pem).await.unwrap();
-        };
-        let request = send(
-            &broker,
-            "proxmox",
-            get(&format!("{}/", server.origin()), &[]),
-        );
-        let (received, ()) = tokio::join!(request, writers);
-        assert_eq!(received.unwrap().status, 200);
-        assert_eq!(
-            server.seen()[0].headers["authorization"],
-            format!("PVEAPIToken={SECRET}").as_str()
-        );
+        // Runs only if the executor is free while the broker waits on the FIFOs. Not awaited:
+        // when the watchdog fed a FIFO instead, its writer would wait for a reader forever.
+        let (token_writer, ca_writer) = (token_fifo.clone(), ca_fifo.clone());
+        tokio::spawn(async move {
+            let _ = tokio::fs::write(&token_writer, SECRET).await;
+            let _ = tokio::fs::write(&ca_writer, ca_pem).await;
+        });
+        let received = send(&broker, "proxmox", get(&format!("{}/", server.origin()), &[])).await;
+        let injected = server
+            .seen()
+            .first()
+            .and_then(|seen| seen.headers.get("authorization").cloned());
+        (received.map(|received| received.status), injected)
     });
+    // A writer still blocked on a FIFO must not keep the test waiting (nor may a panic inside
+    // the runtime, whose drop would wait for that writer: the checks come after).
+    runtime.shutdown_background();
     let _ = done_tx.send(());
     watchdog.join().unwrap();
     assert!(
         !watchdog_fired.load(std::sync::atomic::Ordering::SeqCst),
         "the executor was blocked on a file read"
     );
+    let (status, injected) = outcome;
+    assert_eq!(status.unwrap(), 200);
+    assert_eq!(injected.unwrap(), format!("PVEAPIToken={SECRET}").as_str());
 }
