@@ -26,8 +26,30 @@ pub(crate) struct CallEnv {
     /// a burst across many providers waits its turn (first come, first served) instead of
     /// failing to instantiate.
     pub(crate) instance_slots: Arc<Semaphore>,
+    /// The most linear memory any one call may be given: the pool's slot size.
+    pub(crate) slot_memory_bytes: usize,
+    /// Concurrency permits per provider identity and permit count; they outlive any one
+    /// generation or binding, so a hot swap does not reset them.
+    pub(crate) semaphores:
+        std::sync::Mutex<std::collections::HashMap<(String, usize), Arc<Semaphore>>>,
     /// Advances the engine's epoch for as long as anything holds this state.
     pub(crate) _ticker: EpochTicker,
+}
+
+impl CallEnv {
+    /// The concurrency permits of the provider `identity` allowed `permits` calls at once,
+    /// created on first use.
+    pub(crate) fn semaphore_for(&self, identity: &str, permits: usize) -> Arc<Semaphore> {
+        let mut semaphores = self
+            .semaphores
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        Arc::clone(
+            semaphores
+                .entry((identity.to_owned(), permits))
+                .or_insert_with(|| Arc::new(Semaphore::new(permits))),
+        )
+    }
 }
 
 /// A fresh store for one call, with its limiter, budgets and epoch behaviour set.

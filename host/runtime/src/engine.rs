@@ -22,9 +22,11 @@ const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
 
 /// Build the engine: component model, async, epoch interruption, and either the pooling
-/// allocator sized from `limits` or (tests and diagnostics only) `memory_creator`.
+/// allocator sized from `limits` with slots of `slot_memory_bytes` of linear memory, or (tests
+/// and diagnostics only) `memory_creator`.
 pub(crate) fn build_engine(
     limits: &Limits,
+    slot_memory_bytes: usize,
     memory_creator: Option<Arc<dyn MemoryCreator>>,
 ) -> wasmtime::Result<Engine> {
     let mut config = Config::new();
@@ -53,7 +55,7 @@ pub(crate) fn build_engine(
                 .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
                 .max_tables_per_component(TABLES_PER_COMPONENT)
                 .total_stacks(instances)
-                .max_memory_size(limits.memory_bytes_limit())
+                .max_memory_size(slot_memory_bytes)
                 .table_elements(limits.table_elements_limit())
                 // Reset a freed slot's touched pages in place instead of `madvise`-ing them away,
                 // so the next instance takes no page faults on them: `PAGEMAP_SCAN` (Linux ≥ 6.7)

@@ -11,7 +11,7 @@ use wasmtime::component::types::ComponentItem;
 
 use crate::call::{BENCHMARK_DEADLINE, CallEnv, new_store, run_call};
 use crate::egress::CallSite;
-use crate::error::{CallError, one_line};
+use crate::error::{CallError, LoadError, one_line};
 use crate::limits::Limits;
 use crate::state::HostState;
 use crate::types::{Description, Operation, Request, Response};
@@ -130,6 +130,38 @@ impl Provider {
     /// The limits this provider's calls run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// This component serving as `identity` under `limits`: how the operator gives each
+    /// ProviderConfig its own grant, permits, metrics, logs and limits over one loaded file. The
+    /// compiled code is shared; the memory cap is clamped to the instance pool's slot (see
+    /// [`crate::RuntimeConfig::slot_memory_bytes`]), and the pool-wide settings of `limits` (the
+    /// pool size, the epoch tick) are the runtime's, whatever `limits` says.
+    pub fn bind(&self, identity: &str, limits: Limits) -> Result<Arc<Provider>, LoadError> {
+        if let Some(problem) = crate::runtime::name_problem(identity) {
+            return Err(LoadError::InvalidIdentity {
+                path: self.path.clone(),
+                problem,
+            });
+        }
+        let memory = limits.memory_bytes_limit().min(self.env.slot_memory_bytes);
+        let limits = limits.memory_bytes(memory);
+        let concurrency = self
+            .env
+            .semaphore_for(identity, limits.concurrency_per_provider_limit());
+        Ok(Arc::new(Provider {
+            env: Arc::clone(&self.env),
+            pre: self.pre.clone(),
+            component: self.component.clone(),
+            description: self.description.clone(),
+            identity: Arc::from(identity),
+            digest: Arc::clone(&self.digest),
+            path: self.path.clone(),
+            generation: self.generation,
+            from_cache: self.from_cache,
+            limits,
+            concurrency,
+        }))
     }
 
     /// The component's import names (for example `wasi:http/outgoing-handler@0.2.12`).

@@ -37,6 +37,10 @@ pub struct RuntimeConfig {
     /// diagnostics only**: it lets a test read a guest's whole memory after a call; it gives up
     /// the pooling allocator's fast, copy-on-write instantiation.
     pub memory_creator: Option<Arc<dyn MemoryCreator>>,
+    /// The linear memory of each slot of the instance pool: the most any one provider's calls
+    /// may be given ([`Provider::bind`]). Defaults to the limits' memory cap; reserved address
+    /// space, not memory, until a call touches it.
+    pub slot_memory_bytes: Option<usize>,
 }
 
 impl Default for RuntimeConfig {
@@ -45,6 +49,7 @@ impl Default for RuntimeConfig {
             limits: Limits::default(),
             cache_dir: default_cache_dir(),
             memory_creator: None,
+            slot_memory_bytes: None,
         }
     }
 }
@@ -75,6 +80,13 @@ impl RuntimeConfig {
         self
     }
 
+    /// Let a provider's calls be given up to `bytes` of linear memory (see
+    /// [`RuntimeConfig::slot_memory_bytes`](Self#structfield.slot_memory_bytes)).
+    pub fn slot_memory_bytes(mut self, bytes: usize) -> Self {
+        self.slot_memory_bytes = Some(bytes);
+        self
+    }
+
     /// Tests and diagnostics only: see [`RuntimeConfig::memory_creator`](Self#structfield.memory_creator).
     pub fn memory_creator(mut self, creator: Arc<dyn MemoryCreator>) -> Self {
         self.memory_creator = Some(creator);
@@ -91,8 +103,6 @@ struct RuntimeInner {
     /// Limits for every call.
     limits: Limits,
     cache: Option<CompileCache>,
-    /// Concurrency permits per provider identity; they outlive any one generation.
-    semaphores: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// The provider host: one wasmtime engine, its linker, limits, compile cache and egress.
@@ -116,11 +126,14 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 impl Runtime {
     /// Build the engine and linker and start the epoch ticker.
     pub fn new(config: RuntimeConfig, egress: Arc<dyn Egress>) -> Result<Runtime, RuntimeError> {
-        let engine = build_engine(&config.limits, config.memory_creator).map_err(|error| {
-            RuntimeError::Engine {
+        let slot_memory_bytes = config
+            .slot_memory_bytes
+            .unwrap_or(0)
+            .max(config.limits.memory_bytes_limit());
+        let engine = build_engine(&config.limits, slot_memory_bytes, config.memory_creator)
+            .map_err(|error| RuntimeError::Engine {
                 message: one_line(&error),
-            }
-        })?;
+            })?;
         let mut linker = Linker::new(&engine);
         let link = |linker: &mut Linker<HostState>| -> wasmtime::Result<()> {
             wasmtime_wasi::p2::add_to_linker_async(linker)?;
@@ -140,12 +153,13 @@ impl Runtime {
                     engine,
                     egress,
                     instance_slots: Arc::new(Semaphore::new(slots)),
+                    slot_memory_bytes,
+                    semaphores: Mutex::new(HashMap::new()),
                     _ticker: ticker,
                 }),
                 linker,
                 limits: config.limits,
                 cache,
-                semaphores: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -158,6 +172,11 @@ impl Runtime {
     /// The limits applied to every call.
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    /// The most linear memory one call can be given (the instance pool's slot size).
+    pub fn slot_memory_bytes(&self) -> usize {
+        self.inner.env.slot_memory_bytes
     }
 
     /// Read, validate, compile and describe the component at `path`, under the identity its file
@@ -250,7 +269,10 @@ impl Runtime {
                 "provider describes itself under another name; it serves, and is granted, as its identity"
             );
         }
-        let concurrency = self.semaphore_for(identity);
+        let concurrency = self
+            .inner
+            .env
+            .semaphore_for(identity, self.inner.limits.concurrency_per_provider_limit());
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             provider = identity,
@@ -345,21 +367,6 @@ impl Runtime {
                 error,
             }),
         }
-    }
-
-    /// The concurrency permits of the provider `identity`, created on first use.
-    fn semaphore_for(&self, identity: &str) -> Arc<Semaphore> {
-        let mut semaphores = self
-            .inner
-            .semaphores
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let permits = self.inner.limits.concurrency_per_provider_limit();
-        Arc::clone(
-            semaphores
-                .entry(identity.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(permits))),
-        )
     }
 }
 
@@ -480,7 +487,7 @@ fn provided_by_host(import: &str) -> bool {
 }
 
 /// Why `name` cannot name a provider (an identity, or a described name), if it cannot.
-fn name_problem(name: &str) -> Option<String> {
+pub(crate) fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("the provider name is empty".to_owned());
     }

@@ -52,8 +52,10 @@ pub enum ClientError {
 /// What every client of a grant shares.
 #[derive(Clone, Debug)]
 pub struct ClientSettings {
-    /// Trusted roots for `https` origins.
+    /// Trusted roots for `https` origins, from a file.
     pub ca_file: Option<PathBuf>,
+    /// Trusted roots given in memory (a PEM bundle), in place of `ca_file`.
+    pub ca_pem: Option<Arc<str>>,
     /// Name to verify certificates for (and to send as SNI), instead of the origin's host.
     pub server_name: Option<String>,
     /// Never negotiate HTTP/2.
@@ -111,21 +113,25 @@ impl GrantClients {
         if let Some(roots) = lock(&self.roots).as_ref() {
             return Ok(roots.clone());
         }
-        let path = self
-            .settings
-            .ca_file
-            .clone()
-            .ok_or_else(|| ClientError::CaUnusable {
-                path: PathBuf::new(),
-                reason: "no caFile for an https origin".into(),
-            })?;
-        let loading = path.clone();
-        let loaded = tokio::task::spawn_blocking(move || load_ca(&loading))
-            .await
-            .map_err(|join_error| ClientError::CaUnusable {
-                path,
-                reason: join_error.to_string(),
-            })?;
+        let loaded = if let Some(pem) = &self.settings.ca_pem {
+            parse_ca(pem.as_bytes(), Path::new("(in memory)"))
+        } else {
+            let path = self
+                .settings
+                .ca_file
+                .clone()
+                .ok_or_else(|| ClientError::CaUnusable {
+                    path: PathBuf::new(),
+                    reason: "no CA for an https origin".into(),
+                })?;
+            let loading = path.clone();
+            tokio::task::spawn_blocking(move || load_ca(&loading))
+                .await
+                .map_err(|join_error| ClientError::CaUnusable {
+                    path,
+                    reason: join_error.to_string(),
+                })?
+        };
         let roots = Arc::new(loaded?);
         *lock(&self.roots) = Some(roots.clone());
         Ok(roots)
@@ -169,6 +175,25 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Every certificate of a PEM bundle held in memory; `path` names it in errors.
+fn parse_ca(pem: &[u8], path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let unusable = |reason: String| ClientError::CaUnusable {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut roots = Vec::new();
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        let certificate = certificate.map_err(|error| unusable(error.to_string()))?;
+        let root = reqwest::Certificate::from_der(&certificate)
+            .map_err(|error| unusable(error.to_string()))?;
+        roots.push(root);
+    }
+    if roots.is_empty() {
+        return Err(unusable("no certificate in the bundle".into()));
+    }
+    Ok(roots)
 }
 
 /// Loads every certificate of a PEM file.
@@ -360,6 +385,7 @@ mod tests {
     fn server_name_replaces_the_host_only_for_https() {
         let clients = GrantClients::new(ClientSettings {
             ca_file: None,
+            ca_pem: None,
             server_name: Some("pv1-1.home.lab".into()),
             http1_only: true,
             connect_timeout: Duration::from_secs(1),

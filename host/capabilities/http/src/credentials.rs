@@ -133,6 +133,69 @@ impl CredentialSource for FileSource {
     }
 }
 
+/// A secret the host holds in memory (for example from a Kubernetes Secret it watches), replaced
+/// when it rotates: the next request reads the new one. Never written to disk.
+#[derive(Default)]
+pub struct MemorySource {
+    value: std::sync::RwLock<Option<Zeroizing<String>>>,
+    /// Names where the secret comes from, for error messages (never the value).
+    origin: String,
+}
+
+impl fmt::Debug for MemorySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemorySource")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemorySource {
+    /// An empty source; `origin` (for example `Secret ops/proxmox-token key token`) names it in
+    /// errors.
+    pub fn new(origin: impl Into<String>) -> Self {
+        Self {
+            value: std::sync::RwLock::new(None),
+            origin: origin.into(),
+        }
+    }
+
+    /// Hold `value` (trimmed) from now on; `None` when it is gone.
+    pub fn set(&self, value: Option<&str>) {
+        let value = value.map(|value| Zeroizing::new(value.trim().to_owned()));
+        *self
+            .value
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = value;
+    }
+
+    fn current(&self) -> Result<Secret, CredentialError> {
+        let path = PathBuf::from(&self.origin);
+        let guard = self
+            .value
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match guard.as_ref().map(|value| value.as_str()) {
+            None => Err(CredentialError::Unreadable {
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not present"),
+            }),
+            Some("") => Err(CredentialError::Empty { path }),
+            Some(value) if value.chars().any(|c| c.is_control()) => {
+                Err(CredentialError::Unusable { path })
+            }
+            Some(value) => Ok(Secret::new(value.to_owned())),
+        }
+    }
+}
+
+impl CredentialSource for MemorySource {
+    fn read(&self) -> SecretFuture<'_> {
+        // In memory: nothing to wait for.
+        Box::pin(std::future::ready(self.current()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +230,18 @@ mod tests {
             .read_blocking()
             .unwrap_err();
         assert!(matches!(missing, CredentialError::Unreadable { .. }));
+
+        let memory = MemorySource::new("Secret ops/token key token");
+        assert!(matches!(
+            memory.current(),
+            Err(CredentialError::Unreadable { .. })
+        ));
+        memory.set(Some(" rotated\n"));
+        assert_eq!(memory.current().unwrap().expose(), "rotated");
+        memory.set(Some("bad\u{1b}"));
+        let error = memory.current().unwrap_err();
+        assert!(!error.to_string().contains("bad"), "{error}");
+        assert!(format!("{memory:?}").contains("Secret ops/token"));
 
         let secret = Secret::new("hunter2".into());
         assert_eq!(

@@ -100,7 +100,10 @@ pub struct Credential {
     /// The header value, with `{secret}` where the secret goes, for example `PVEAPIToken={secret}`.
     pub format: String,
     /// File holding the secret, read and trimmed on every request so rotation needs no restart.
-    pub secret_file: PathBuf,
+    /// Required unless the host supplies the secret another way (`GrantSources::credential`,
+    /// for example from a Kubernetes Secret).
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
 }
 
 /// How the broker verifies the server.

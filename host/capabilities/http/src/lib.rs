@@ -91,6 +91,7 @@ use crate::policy::{
     Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, refused_method, screen_headers,
 };
 use crate::redact::{Redactor, redact_headers};
+use arc_swap::ArcSwap;
 
 /// The detail of `internal-error` when the secret could not be read: transient, and a provider's
 /// `check` reports it as `credentials-unavailable`.
@@ -108,16 +109,43 @@ pub struct Broker {
 }
 
 struct Inner {
-    /// By provider name; shared by every call of every provider.
-    grants: HashMap<String, ActiveGrant>,
+    /// By provider identity; shared by every call of every provider, replaced whole when a grant
+    /// changes (a request in flight keeps the grant it started with).
+    grants: ArcSwap<HashMap<String, Arc<ActiveGrant>>>,
     /// Headers injected by some grant: no guest may set them.
-    injected_headers: Vec<HeaderName>,
+    injected_headers: ArcSwap<Vec<HeaderName>>,
+    /// Serialises grant changes (readers never wait).
+    changes: std::sync::Mutex<()>,
     metrics: Metrics,
 }
 
+/// What the host supplies for a grant beyond its document: sources of secrets held in memory
+/// rather than files, and the component digests it is pinned to. The operator fills these from
+/// Kubernetes Secrets and from the components it loaded.
+#[derive(Clone, Default)]
+pub struct GrantSources {
+    /// Where the credential comes from, in place of the grant's `secretFile`.
+    pub credential: Option<Arc<dyn CredentialSource>>,
+    /// The trusted CA bundle (PEM) itself, in place of the grant's `caFile`.
+    pub ca_pem: Option<String>,
+    /// Component digests (hex) the grant is pinned to, beside the grant's own `digest`. Empty and
+    /// no `digest`: any component with this identity.
+    pub digests: Vec<String>,
+}
+
+impl fmt::Debug for GrantSources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GrantSources")
+            .field("credential", &self.credential.as_ref().map(|_| "host-held"))
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "in memory"))
+            .field("digests", &self.digests)
+            .finish()
+    }
+}
+
 struct ActiveGrant {
-    /// The component digest (lowercase hex) the grant is pinned to, if any.
-    digest: Option<String>,
+    /// The component digests (lowercase hex) the grant is pinned to; empty: any.
+    digests: Vec<String>,
     allowlist: Allowlist,
     injection: Option<Injection>,
     clients: GrantClients,
@@ -135,10 +163,8 @@ struct Injection {
 
 impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut providers: Vec<&str> = self.inner.grants.keys().map(String::as_str).collect();
-        providers.sort_unstable();
         f.debug_struct("Broker")
-            .field("providers", &providers)
+            .field("providers", &self.identities())
             .finish_non_exhaustive()
     }
 }
@@ -148,21 +174,66 @@ impl Broker {
     /// when requests need them).
     pub fn new(grants: &Grants) -> Result<Self, GrantError> {
         let mut active = HashMap::new();
-        let mut injected_headers = Vec::new();
         for (provider, grant) in &grants.grants {
-            let grant = activate(provider, grant)?;
-            if let Some(injection) = &grant.injection {
-                injected_headers.push(injection.header.clone());
-            }
-            active.insert(provider.clone(), grant);
+            active.insert(
+                provider.clone(),
+                Arc::new(activate(provider, grant, GrantSources::default())?),
+            );
         }
+        let injected = injected_headers(&active);
         Ok(Self {
             inner: Arc::new(Inner {
-                grants: active,
-                injected_headers,
+                grants: ArcSwap::from_pointee(active),
+                injected_headers: ArcSwap::from_pointee(injected),
+                changes: std::sync::Mutex::new(()),
                 metrics: Metrics::default(),
             }),
         })
+    }
+
+    /// Add or replace the grant of `identity`, with `sources` for what the document leaves to
+    /// the host. Requests already in flight finish under the grant they started with; the next
+    /// one uses this one. An invalid grant is refused and the previous one, if any, stays.
+    pub fn set_grant(
+        &self,
+        identity: &str,
+        grant: &Grant,
+        sources: GrantSources,
+    ) -> Result<(), GrantError> {
+        let active = Arc::new(activate(identity, grant, sources)?);
+        self.change(|grants| {
+            grants.insert(identity.to_owned(), active);
+        });
+        Ok(())
+    }
+
+    /// Remove the grant of `identity`: its next request is denied.
+    pub fn remove_grant(&self, identity: &str) {
+        self.change(|grants| {
+            grants.remove(identity);
+        });
+    }
+
+    /// The identities that have a grant, sorted.
+    pub fn identities(&self) -> Vec<String> {
+        let mut identities: Vec<String> = self.inner.grants.load().keys().cloned().collect();
+        identities.sort_unstable();
+        identities
+    }
+
+    fn change(&self, edit: impl FnOnce(&mut HashMap<String, Arc<ActiveGrant>>)) {
+        let _serialised = self
+            .inner
+            .changes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut grants = HashMap::clone(&self.inner.grants.load());
+        edit(&mut grants);
+        // Headers first: a guest may never set a header some grant injects.
+        self.inner
+            .injected_headers
+            .store(Arc::new(injected_headers(&grants)));
+        self.inner.grants.store(Arc::new(grants));
     }
 
     /// The broker's metrics, to register with the process's registry.
@@ -171,7 +242,27 @@ impl Broker {
     }
 }
 
-fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
+/// Every header some grant injects.
+fn injected_headers(grants: &HashMap<String, Arc<ActiveGrant>>) -> Vec<HeaderName> {
+    let mut headers: Vec<HeaderName> = grants
+        .values()
+        .filter_map(|grant| {
+            grant
+                .injection
+                .as_ref()
+                .map(|injection| injection.header.clone())
+        })
+        .collect();
+    headers.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    headers.dedup();
+    headers
+}
+
+fn activate(
+    provider: &str,
+    grant: &Grant,
+    sources: GrantSources,
+) -> Result<ActiveGrant, GrantError> {
     let invalid = |field: &'static str, reason: String| GrantError::Invalid {
         provider: provider.to_owned(),
         field,
@@ -182,22 +273,20 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
             provider: provider.to_owned(),
         });
     }
-    let digest = match &grant.digest {
-        None => None,
-        Some(pin) => {
-            let hex = pin
-                .strip_prefix("sha256:")
-                .unwrap_or(pin)
-                .to_ascii_lowercase();
-            if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(invalid(
-                    "digest",
-                    format!("{pin:?} is not sha256:<64 hex digits>"),
-                ));
-            }
-            Some(hex)
+    let mut digests = Vec::new();
+    for pin in grant.digest.iter().chain(&sources.digests) {
+        let hex = pin
+            .strip_prefix("sha256:")
+            .unwrap_or(pin)
+            .to_ascii_lowercase();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(
+                "digest",
+                format!("{pin:?} is not sha256:<64 hex digits>"),
+            ));
         }
-    };
+        digests.push(hex);
+    }
     let origins = grant
         .origins
         .iter()
@@ -213,7 +302,7 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
     let any_https = origins
         .iter()
         .any(|origin| origin.scheme() == Scheme::Https);
-    if any_https && grant.tls.ca_file.is_none() {
+    if any_https && grant.tls.ca_file.is_none() && sources.ca_pem.is_none() {
         return Err(invalid(
             "tls.caFile",
             "required for https origins: the broker trusts no system roots".into(),
@@ -268,11 +357,22 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
                     "holds characters a header cannot carry".into(),
                 ));
             }
+            let source: Arc<dyn CredentialSource> =
+                match (&sources.credential, &credential.secret_file) {
+                    (Some(source), _) => Arc::clone(source),
+                    (None, Some(file)) => Arc::new(FileSource::new(file)),
+                    (None, None) => {
+                        return Err(invalid(
+                            "credential.secretFile",
+                            "required: where the host reads the secret".into(),
+                        ));
+                    }
+                };
             Some(Injection {
                 header,
                 prefix: prefix.to_owned(),
                 suffix: suffix.to_owned(),
-                source: Arc::new(FileSource::new(&credential.secret_file)),
+                source,
             })
         }
     };
@@ -287,11 +387,12 @@ fn activate(provider: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
         return Err(invalid("maxResponseBytes", "must be above zero".into()));
     }
     Ok(ActiveGrant {
-        digest,
+        digests,
         allowlist: Allowlist::new(origins),
         injection,
         clients: GrantClients::new(ClientSettings {
             ca_file: grant.tls.ca_file.clone(),
+            ca_pem: sources.ca_pem.map(Arc::from),
             server_name: grant.tls.server_name.clone(),
             http1_only: grant.tls.http1_only,
             connect_timeout: timeouts.connect(),
@@ -305,7 +406,7 @@ impl Egress for Broker {
     fn is_forbidden_header(&self, name: &HeaderName) -> bool {
         default_forbidden_header(name)
             || CREDENTIAL_HEADERS.contains(name)
-            || self.inner.injected_headers.contains(name)
+            || self.inner.injected_headers.load().contains(name)
     }
 
     fn send(
@@ -321,24 +422,26 @@ impl Egress for Broker {
 }
 
 /// A request the grant allows, ready to send.
-struct Authorized<'a> {
-    grant: &'a ActiveGrant,
+struct Authorized {
+    grant: Arc<ActiveGrant>,
     origin: Origin,
 }
 
 impl Inner {
     /// The policy half of the pipeline (steps 1–4): which grant, whether this component may use
     /// it, whether the method, origin and headers pass. Touches no file and no socket.
-    fn authorize<'a>(
-        &'a self,
+    fn authorize(
+        &self,
         site: &CallSite,
         parts: &mut http::request::Parts,
-    ) -> Result<Authorized<'a>, Denied> {
-        let grant = self.grants.get(&*site.provider).ok_or(Denied::NoGrant)?;
-        if grant
-            .digest
-            .as_deref()
-            .is_some_and(|pinned| pinned != &*site.digest)
+    ) -> Result<Authorized, Denied> {
+        let grant = self
+            .grants
+            .load()
+            .get(&*site.provider)
+            .cloned()
+            .ok_or(Denied::NoGrant)?;
+        if !grant.digests.is_empty() && !grant.digests.iter().any(|pinned| **pinned == *site.digest)
         {
             return Err(Denied::DigestMismatch);
         }

@@ -194,3 +194,40 @@ async fn each_error_class_reaches_the_host_with_its_class() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_component_bound_to_another_identity_serves_under_it_with_its_own_limits() {
+    use std::time::Duration;
+    let runtime = crate::common::runtime();
+    let file = runtime
+        .load_file(&component_path("reference"))
+        .await
+        .unwrap();
+    let limits = crate::common::test_limits()
+        .memory_bytes(1 << 40)
+        .deadline(egress_runtime::Operation::Get, Duration::from_secs(2));
+    let bound = file.bind("tenant-a", limits).unwrap();
+    assert_eq!(bound.identity(), "tenant-a");
+    assert_eq!(file.identity(), "reference");
+    assert_eq!(bound.digest(), file.digest());
+    assert_eq!(bound.generation(), file.generation());
+    // The memory cap is clamped to the pool's slot; the deadline is the binding's own.
+    assert_eq!(
+        bound.limits().memory_bytes_limit(),
+        runtime.slot_memory_bytes()
+    );
+    assert_eq!(
+        bound.limits().deadline_for(egress_runtime::Operation::Get),
+        Duration::from_secs(2)
+    );
+    let request = Request::Get {
+        config: "{}".into(),
+        provider_id: "ref/web".into(),
+    };
+    let answer = bound.call(request, &CallContext::default()).await;
+    assert!(matches!(answer, Ok(Response::Get(_))), "{answer:?}");
+    let error = file
+        .bind("Tenant A", crate::common::test_limits())
+        .unwrap_err();
+    assert!(error.to_string().contains("not 1-63 characters"), "{error}");
+}

@@ -2,6 +2,7 @@
 //! components through the runtime.
 
 mod broker;
+mod grants;
 mod hostile;
 mod memory;
 mod reflection;

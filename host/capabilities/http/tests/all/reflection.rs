@@ -311,7 +311,12 @@ fn reading_the_secret_and_the_ca_never_blocks_the_executor() {
             let _ = tokio::fs::write(&token_writer, SECRET).await;
             let _ = tokio::fs::write(&ca_writer, ca_pem).await;
         });
-        let received = send(&broker, "proxmox", get(&format!("{}/", server.origin()), &[])).await;
+        let received = send(
+            &broker,
+            "proxmox",
+            get(&format!("{}/", server.origin()), &[]),
+        )
+        .await;
         let injected = server
             .seen()
             .first()
