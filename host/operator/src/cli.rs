@@ -1,8 +1,15 @@
-//! The command line: `egress-operator provider inspect|call`.
+//! The command line.
 //!
-//! Exit status: 0 on success, 1 when a provider operation answered a (classified) error, 2 when the
-//! command could not run at all (bad arguments, a file that is not a provider, a bad config).
-//! Errors are one line on stderr, never a backtrace.
+//! - `egress-operator run --local DIR`: the operator over a folder of manifests (local mode).
+//! - `egress-operator run`: the operator in a Kubernetes cluster (in-cluster config or kubeconfig).
+//! - `egress-operator get proxies --local DIR`: what local mode knows of its Proxies.
+//! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
+//! - `egress-operator provider inspect|call FILE`: one provider component, one operation.
+//!
+//! Exit status: 0 on success, 1 when a provider operation answered a (classified) error (or, with
+//! `run --exit-when-settled`, when a Proxy failed), 2 when the command could not run at all (bad
+//! arguments, a file that is not a provider, a bad config). Errors are one line on stderr, never a
+//! backtrace.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -39,9 +46,69 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the operator: over a folder of manifests with --local, else in a Kubernetes cluster.
+    Run(RunArgs),
+    /// Show what local mode knows of its resources.
+    #[command(subcommand)]
+    Get(GetCommand),
+    /// Print the CustomResourceDefinitions of Proxy and ProviderConfig as YAML.
+    Crdgen {
+        /// Write one file per CRD into this folder instead of printing them.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
     /// Work with one provider component file.
     #[command(subcommand)]
     Provider(ProviderCommand),
+}
+
+/// `run`'s options.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Local mode: reconcile the Proxy, ProviderConfig, Secret and ConfigMap manifests of this
+    /// folder (state in DIR/.egress-operator/state.db) instead of a cluster's.
+    #[arg(long, value_name = "DIR")]
+    pub local: Option<PathBuf>,
+    /// The provider components directory (`*.wasm`, hot-swapped). Defaults to DIR/components in
+    /// local mode, /var/lib/egress-operator/components in a cluster.
+    #[arg(long, value_name = "DIR")]
+    pub components: Option<PathBuf>,
+    /// Serve /healthz, /readyz and /metrics on this address (for example 0.0.0.0:8080).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The operator's namespace, where Secret references without a namespace point. Defaults to
+    /// $POD_NAMESPACE, else `default`.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Seconds between looks at a Proxy that is fine (drift), and at each ProviderConfig.
+    #[arg(long, default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Local mode: exit once every Proxy is Ready or failed (status 0 if all are Ready, 1 if not).
+    #[arg(long)]
+    pub exit_when_settled: bool,
+    /// Local mode: print log lines only, no live table on stdout.
+    #[arg(long)]
+    pub no_table: bool,
+    /// Where compiled components are cached; `none` for no cache.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Kubernetes mode: this Pod's name, the holder of the leader lease. Defaults to $POD_NAME,
+    /// else the host name.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum GetCommand {
+    /// The Proxies of a local-mode folder.
+    Proxies {
+        /// The folder `run --local` reconciles.
+        #[arg(long, value_name = "DIR")]
+        local: PathBuf,
+        /// `table`, `yaml` or `json`.
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -121,6 +188,14 @@ fn init_tracing(format: LogFormat) {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => match args.local.clone() {
+            Some(dir) => crate::local::run(&dir, &args).await,
+            None => crate::kube_mode::run(&args).await,
+        },
+        Command::Get(GetCommand::Proxies { local, output }) => {
+            crate::local::get_proxies(&local, &output)
+        }
+        Command::Crdgen { out_dir } => crdgen(out_dir.as_deref()),
         Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
         Command::Provider(ProviderCommand::Call {
             file,
@@ -267,6 +342,33 @@ async fn call(
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// The CRDs, one YAML document each, by file name.
+pub fn crds() -> anyhow::Result<Vec<(&'static str, String)>> {
+    use kube::CustomResourceExt;
+    Ok(vec![
+        (
+            "proxies.egress-operator.io.yaml",
+            serde_norway::to_string(&crate::crd::Proxy::crd())?,
+        ),
+        (
+            "providerconfigs.egress-operator.io.yaml",
+            serde_norway::to_string(&crate::crd::ProviderConfig::crd())?,
+        ),
+    ])
+}
+
+fn crdgen(out_dir: Option<&Path>) -> anyhow::Result<ExitCode> {
+    const HEADER: &str = "# Generated by `egress-operator crdgen`; do not edit.\n";
+    for (file, yaml) in crds()? {
+        match out_dir {
+            Some(dir) => std::fs::write(dir.join(file), format!("{HEADER}{yaml}"))
+                .with_context(|| format!("writing {}", dir.join(file).display()))?,
+            None => print!("---\n{HEADER}{yaml}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn read_config(path: &Path) -> anyhow::Result<String> {

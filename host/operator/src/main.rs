@@ -1,9 +1,7 @@
 //! `egress-operator`: the operator binary and its command line.
 
-mod cli;
-
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    cli::main()
+    egress_operator::cli::main()
 }

@@ -1,0 +1,528 @@
+//! The operator's resources: `Proxy` (namespaced: an egress proxy a user wants) and
+//! `ProviderConfig` (cluster-scoped: which provider component serves Proxies, its configuration,
+//! what it may reach, and its limits). `egress-operator crdgen` prints their CRDs; the committed
+//! copies are in `deploy/crds/`.
+//!
+//! The same YAML is read from a Kubernetes API server and, in local mode, from a folder.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of both resources.
+pub const GROUP: &str = "egress-operator.io";
+/// Their API version.
+pub const VERSION: &str = "v1alpha1";
+/// The finalizer the operator puts on every Proxy it manages.
+pub const FINALIZER: &str = "egress-operator.io/vm";
+/// The field manager of every status the operator writes (server-side apply).
+pub const FIELD_MANAGER: &str = "egress-operator";
+
+/// An egress proxy: a VM that a provider makes and keeps running, reachable at its addresses.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "egress-operator.io",
+    version = "v1alpha1",
+    kind = "Proxy",
+    plural = "proxies",
+    namespaced,
+    status = "ProxyStatus",
+    shortname = "px",
+    category = "egress",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.providerConfigRef"}"#,
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0]"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","priority":1}"#,
+    printcolumn = r#"{"name":"VM","type":"string","jsonPath":".status.providerId","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySpec {
+    /// The ProviderConfig (cluster-scoped) whose provider makes this Proxy's VM.
+    pub provider_config_ref: String,
+    /// Cloud-init user-data for the VM's first boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<UserData>,
+    /// Labels stored on the VM (beside the operator's own), for finding it again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Where a Proxy's user-data comes from: exactly one of the three.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UserData {
+    /// The user-data itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// A key of a Secret in the Proxy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRef>,
+    /// A key of a ConfigMap in the Proxy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+}
+
+/// A key of an object in the referring object's namespace.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    /// The object's name.
+    pub name: String,
+    /// The key in its data.
+    pub key: String,
+}
+
+/// Where a Proxy is in its life.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Accepted; no VM asked for yet (waiting for its ProviderConfig or user-data).
+    Pending,
+    /// The VM is being made or has no address yet.
+    Provisioning,
+    /// The VM runs and answers at its addresses.
+    Running,
+    /// The VM exists but is stopped or paused.
+    Stopped,
+    /// A person must act: the provider refused for a reason retrying cannot fix.
+    Failed,
+    /// The Proxy is being deleted; its VM is being removed.
+    Deleting,
+}
+
+/// What the operator last observed of a Proxy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyStatus {
+    /// Where the Proxy is in its life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// `Ready`, `Synced` and `Provisioned`, in Kubernetes form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The VM's ID at its provider (for example `pv1-1/123`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// The VM's name at its provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_name: Option<String>,
+    /// Where the proxy answers, most preferred first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// When the provider made the VM (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// The provider that last handled this Proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<HandledBy>,
+    /// The Proxy generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The provider that last handled a Proxy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HandledBy {
+    /// The ProviderConfig.
+    pub provider_config: String,
+    /// Its generation at the time.
+    pub provider_config_generation: i64,
+    /// The name the component describes itself under.
+    pub name: String,
+    /// The component's own version.
+    pub version: String,
+    /// The sha256 of the component's bytes.
+    pub digest: String,
+}
+
+/// How an operator reaches one kind of hypervisor: a provider component, its configuration, what
+/// it may reach (its grant) and its limits.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "egress-operator.io",
+    version = "v1alpha1",
+    kind = "ProviderConfig",
+    status = "ProviderConfigStatus",
+    shortname = "pc",
+    category = "egress",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Component","type":"string","jsonPath":".spec.component.file"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.loaded.version"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigSpec {
+    /// Which component serves this ProviderConfig.
+    pub component: ComponentRef,
+    /// The provider's own configuration (JSON), checked against the JSON Schema the component
+    /// describes and with its `validate-config` before any call. Never holds credentials.
+    #[serde(default = "empty_object")]
+    #[schemars(schema_with = "free_form_object")]
+    pub config: serde_json::Value,
+    /// What the provider may reach. Without it, every request it makes is denied.
+    #[serde(default)]
+    pub grant: GrantSpec,
+    /// Limits on each call, in place of the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+    /// How VMs marked as this ProviderConfig's, whose Proxy is gone, are found and removed.
+    #[serde(default)]
+    pub orphan_sweep: OrphanSweep,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// A provider component.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentRef {
+    /// A file of the operator's components directory, such as `proxmox.wasm`.
+    pub file: String,
+    /// Serve only the component with this digest (`sha256:<hex>`): a replaced file with other
+    /// bytes is refused and the pinned one keeps serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// What a provider may reach.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantSpec {
+    /// Outgoing HTTP through the egress broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpGrant>,
+}
+
+/// The HTTP origins a provider may reach, and the credential the host injects there.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpGrant {
+    /// `scheme://host[:port]` each; everything else is denied.
+    pub origins: Vec<String>,
+    /// The credential the host adds to every request; the provider never sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<CredentialSpec>,
+    /// How the server is verified.
+    #[serde(default)]
+    pub tls: TlsSpec,
+    /// Connect, first-byte and total timeouts in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<TimeoutsSpec>,
+    /// Largest response body passed to the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
+}
+
+/// A credential injected as one header: `format` with `{secret}` replaced by the Secret's key.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialSpec {
+    /// The header, for example `Authorization`.
+    pub header: String,
+    /// The value, for example `PVEAPIToken={secret}`.
+    pub format: String,
+    /// Where the secret is.
+    pub secret_ref: SecretKeyRef,
+}
+
+/// A key of a Secret (or, for a CA, a ConfigMap) in a namespace.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The object's name.
+    pub name: String,
+    /// The key in its data.
+    pub key: String,
+    /// Its namespace; defaults to the operator's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// How the broker verifies the server: the CA it trusts (and only it) and an optional name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// A PEM bundle in a Secret key (required for https origins: no system roots are trusted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+    /// The same, in a ConfigMap key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_ref: Option<SecretKeyRef>,
+    /// Verify the certificate for this DNS name instead of the origin's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// Speak HTTP/1.1 only (Proxmox's API is HTTP/1.1, F18).
+    #[serde(default)]
+    pub http1_only: bool,
+}
+
+/// Timeouts in milliseconds; the broker's defaults where unset.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeoutsSpec {
+    /// TCP connect and TLS handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<u64>,
+    /// Until the response headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_byte_ms: Option<u64>,
+    /// The whole exchange.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ms: Option<u64>,
+}
+
+/// Per-call limits for one ProviderConfig's provider.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// Wall-clock deadline per operation, in seconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deadline_seconds: BTreeMap<String, u64>,
+    /// CPU time per operation, in milliseconds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cpu_millis: BTreeMap<String, u64>,
+    /// Linear memory per call, in MiB (at most the operator's pool slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// Calls running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+}
+
+/// How VMs marked as this ProviderConfig's whose Proxy is gone are handled.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanSweep {
+    /// `Delete` them, only `Report` them (status and events), or `Off`.
+    #[serde(default = "OrphanSweep::default_mode")]
+    pub mode: SweepMode,
+    /// Seconds between sweeps.
+    #[serde(default = "OrphanSweep::default_interval")]
+    pub interval_seconds: u64,
+}
+
+impl OrphanSweep {
+    fn default_mode() -> SweepMode {
+        SweepMode::Delete
+    }
+
+    fn default_interval() -> u64 {
+        300
+    }
+}
+
+impl Default for OrphanSweep {
+    fn default() -> Self {
+        OrphanSweep {
+            mode: Self::default_mode(),
+            interval_seconds: Self::default_interval(),
+        }
+    }
+}
+
+/// What the orphan sweep does with an orphan.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum SweepMode {
+    /// Delete it.
+    Delete,
+    /// Report it in the ProviderConfig's status and an event; leave it.
+    Report,
+    /// Do not sweep.
+    Off,
+}
+
+/// What the operator last observed of a ProviderConfig.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigStatus {
+    /// The component serving it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded: Option<LoadedComponent>,
+    /// What the provider may reach, as enforced, without secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_grant: Option<EffectiveGrant>,
+    /// `Ready` (from the provider's `check`) and `Degraded` (a replacement that failed to load,
+    /// or a configuration refused, while the last good one keeps serving).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The last orphan sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphans: Option<OrphanReport>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The component that serves a ProviderConfig.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadedComponent {
+    /// The file.
+    pub file: String,
+    /// The name it describes itself under.
+    pub name: String,
+    /// Its own version.
+    pub version: String,
+    /// The contract version it implements.
+    pub contract_version: String,
+    /// The sha256 of its bytes (`sha256:<hex>`).
+    pub digest: String,
+    /// The operator's load generation (increases with every hot swap).
+    pub generation: u64,
+}
+
+/// What a provider may reach, as the broker enforces it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveGrant {
+    /// The identity the grant belongs to (the ProviderConfig's name).
+    pub identity: String,
+    /// The component digest it is pinned to.
+    pub digest: String,
+    /// HTTP, if granted: origins, TLS, and the credential's header, format and Secret (never its
+    /// value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpGrant>,
+}
+
+/// The last orphan sweep's findings.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanReport {
+    /// When it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sweep: Option<Time>,
+    /// Provider IDs of VMs marked as ours whose Proxy no longer exists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<String>,
+    /// How many of them were deleted.
+    #[serde(default)]
+    pub deleted: u32,
+}
+
+/// Condition types and reasons, as constants so tests and code agree.
+pub mod conditions {
+    /// The Proxy's VM runs with an address; the ProviderConfig's `check` passed.
+    pub const READY: &str = "Ready";
+    /// The last reconcile reached the provider without error.
+    pub const SYNCED: &str = "Synced";
+    /// The VM exists and is running; its reason names what is waited for otherwise.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The ProviderConfig serves an older generation than it asks for (a replacement failed).
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Set condition `kind` in `conditions`, keeping its transition time when its status is
+/// unchanged. Returns whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    kind: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let status = if status { "True" } else { "False" };
+    let message = message.to_owned();
+    match conditions.iter_mut().find(|c| c.type_ == kind) {
+        Some(existing) => {
+            let changed = existing.status != status
+                || existing.reason != reason
+                || existing.message != message
+                || existing.observed_generation != generation;
+            if existing.status != status {
+                existing.last_transition_time = now.clone();
+            }
+            existing.status = status.to_owned();
+            existing.reason = reason.to_owned();
+            existing.message = message;
+            existing.observed_generation = generation;
+            changed
+        }
+        None => {
+            conditions.push(Condition {
+                type_: kind.to_owned(),
+                status: status.to_owned(),
+                reason: reason.to_owned(),
+                message,
+                observed_generation: generation,
+                last_transition_time: now.clone(),
+            });
+            true
+        }
+    }
+}
+
+/// The condition `kind`, if set.
+pub fn condition<'a>(conditions: &'a [Condition], kind: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let mut conditions = Vec::new();
+        assert!(set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "Provisioning",
+            "booting",
+            Some(1),
+            &time(10)
+        ));
+        assert!(set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "Provisioning",
+            "no address yet",
+            Some(1),
+            &time(20)
+        ));
+        assert_eq!(conditions[0].last_transition_time, time(10));
+        assert!(!set_condition(
+            &mut conditions,
+            "Ready",
+            false,
+            "Provisioning",
+            "no address yet",
+            Some(1),
+            &time(25)
+        ));
+        assert!(set_condition(
+            &mut conditions,
+            "Ready",
+            true,
+            "Running",
+            "at 192.0.2.7",
+            Some(1),
+            &time(30)
+        ));
+        assert_eq!(conditions[0].last_transition_time, time(30));
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(condition(&conditions, "Ready").unwrap().reason, "Running");
+    }
+}

@@ -1,0 +1,123 @@
+//! # egress-operator
+//!
+//! The operator that provisions egress-proxy VMs through sandboxed provider components.
+//!
+//! Users declare [`crd::Proxy`] resources; each names a [`crd::ProviderConfig`], which names a
+//! provider component (a WebAssembly file of the components directory), its configuration, what
+//! it may reach (its grant) and its limits. The operator:
+//!
+//! 1. loads and hot-swaps the components ([`egress_runtime::Registry`]) and binds each
+//!    ProviderConfig to its component under the ProviderConfig's name ([`providers`]), with its
+//!    grant in the egress broker;
+//! 2. reconciles each Proxy with **one reconciler core** ([`reconciler`]), whatever holds the
+//!    resources: a Kubernetes API server ([`kube_mode`]) or a folder of manifests on a laptop
+//!    ([`local`], the default for a newcomer);
+//! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]);
+//! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
+//!
+//! The command line is in [`cli`]; `egress-operator crdgen` prints the CRDs.
+
+pub mod cli;
+pub mod crd;
+pub mod kube_mode;
+pub mod local;
+pub mod metrics;
+pub mod operator;
+pub mod providers;
+pub mod reconciler;
+pub mod server;
+pub mod sweep;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::crd::ProxySpec;
+use crate::providers::NotReady;
+
+/// An event to record on a resource: Kubernetes Events in Kubernetes mode, log lines and the
+/// live table in local mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// A CamelCase reason (`VMCreated`, `PermanentError`, …).
+    pub reason: String,
+    /// For people; never a secret.
+    pub message: String,
+}
+
+impl Note {
+    /// A `Normal` event.
+    pub fn normal(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A `Warning` event.
+    pub fn warning(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The objects the reconcilers read by reference: Secrets and ConfigMaps. Implemented by each
+/// adapter over what it watches.
+pub trait Objects: Send + Sync {
+    /// The value of `key` of Secret `namespace/name`, if there is one.
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>>;
+    /// The value of `key` of ConfigMap `namespace/name`, if there is one.
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
+}
+
+/// Now, as a Kubernetes timestamp (whole seconds, as the API server writes them).
+pub fn now() -> Time {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// A Proxy's user-data, resolved from its spec in `namespace`.
+pub fn user_data(
+    spec: &ProxySpec,
+    namespace: &str,
+    objects: &dyn Objects,
+) -> Result<String, NotReady> {
+    let Some(source) = &spec.user_data else {
+        return Ok(String::new());
+    };
+    let missing = |kind: &str, name: &str, key: &str| NotReady {
+        reason: "UserDataNotFound",
+        message: format!("{kind} {namespace}/{name} has no key {key} (the Proxy's user-data)"),
+    };
+    match (
+        &source.inline,
+        &source.secret_key_ref,
+        &source.config_map_key_ref,
+    ) {
+        (Some(inline), None, None) => Ok(inline.clone()),
+        (None, Some(secret), None) => {
+            let bytes = objects
+                .secret_value(namespace, &secret.name, &secret.key)
+                .ok_or_else(|| missing("Secret", &secret.name, &secret.key))?;
+            String::from_utf8(bytes).map_err(|_| NotReady {
+                reason: "InvalidUserData",
+                message: format!(
+                    "Secret {namespace}/{} key {} is not UTF-8",
+                    secret.name, secret.key
+                ),
+            })
+        }
+        (None, None, Some(map)) => objects
+            .config_map_value(namespace, &map.name, &map.key)
+            .ok_or_else(|| missing("ConfigMap", &map.name, &map.key)),
+        _ => Err(NotReady {
+            reason: "InvalidUserData",
+            message: "userData must set exactly one of inline, secretKeyRef, configMapKeyRef"
+                .into(),
+        }),
+    }
+}

@@ -1,0 +1,191 @@
+//! The operator's metrics (prometheus-client), served on `/metrics`.
+//!
+//! Reconciles use controller-runtime's names, so dashboards written for Go operators work:
+//! `controller_runtime_reconcile_total{controller,result}`,
+//! `controller_runtime_reconcile_errors_total{controller}` and
+//! `controller_runtime_reconcile_time_seconds{controller}`. Provider calls are counted by
+//! provider (the ProviderConfig), operation and outcome (`ok` or an error class) in
+//! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. The egress
+//! broker's own series (`egress_http_requests_total`, …) are registered beside them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: String,
+    operation: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    provider: String,
+    operation: String,
+}
+
+/// Every series the operator exports. Cloning shares them.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    reconcile_time: Family<ControllerLabels, Histogram>,
+    calls: Family<CallLabels, Counter>,
+    call_time: Family<LatencyLabels, Histogram>,
+    registry: Arc<std::sync::Mutex<Registry>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Metrics {
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
+            calls: Family::default(),
+            call_time: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 18))
+            }),
+            registry: Arc::new(std::sync::Mutex::new(Registry::default())),
+        };
+        {
+            let mut registry = metrics.lock();
+            registry.register(
+                "controller_runtime_reconcile",
+                "Reconciliations per controller and result",
+                metrics.reconciles.clone(),
+            );
+            registry.register(
+                "controller_runtime_reconcile_errors",
+                "Reconciliations that ended in an error, per controller",
+                metrics.reconcile_errors.clone(),
+            );
+            registry.register(
+                "controller_runtime_reconcile_time_seconds",
+                "Time per reconciliation",
+                metrics.reconcile_time.clone(),
+            );
+            registry.register(
+                "egress_provider_calls",
+                "Provider calls by provider, operation and outcome (ok or the error class)",
+                metrics.calls.clone(),
+            );
+            registry.register(
+                "egress_provider_call_duration_seconds",
+                "Provider call latency by provider and operation",
+                metrics.call_time.clone(),
+            );
+        }
+        metrics
+    }
+}
+
+impl Metrics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Register more series (the broker's) in the same registry.
+    pub fn register_with(&self, register: impl FnOnce(&mut Registry)) {
+        register(&mut self.lock());
+    }
+
+    /// Count one reconcile of `controller` (`proxy`, `providerconfig`) ending in `result`.
+    pub fn reconciled(&self, controller: &str, result: &str, elapsed: Duration) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: controller.into(),
+                result: result.into(),
+            })
+            .inc();
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
+        if result == "error" {
+            self.reconcile_errors.get_or_create(&labels).inc();
+        }
+        self.reconcile_time
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Count and time one provider call.
+    pub fn provider_call(&self, provider: &str, operation: &str, outcome: &str, elapsed: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                provider: provider.into(),
+                operation: operation.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.call_time
+            .get_or_create(&LatencyLabels {
+                provider: provider.into(),
+                operation: operation.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The text exposition of every series.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.lock());
+        text
+    }
+
+    /// The number of calls counted with these labels (tests).
+    pub fn calls(&self, provider: &str, operation: &str, outcome: &str) -> u64 {
+        self.calls
+            .get_or_create(&CallLabels {
+                provider: provider.into(),
+                operation: operation.into(),
+                outcome: outcome.into(),
+            })
+            .get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_use_controller_runtime_names() {
+        let metrics = Metrics::default();
+        metrics.reconciled("proxy", "success", Duration::from_millis(3));
+        metrics.reconciled("proxy", "error", Duration::from_millis(3));
+        metrics.provider_call("proxmox-lab", "get", "ok", Duration::from_millis(2));
+        let text = metrics.encode();
+        for expected in [
+            r#"controller_runtime_reconcile_total{controller="proxy",result="success"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="proxy"} 1"#,
+            "controller_runtime_reconcile_time_seconds_count{controller=\"proxy\"} 2",
+            r#"egress_provider_calls_total{provider="proxmox-lab",operation="get",outcome="ok"} 1"#,
+            "egress_provider_call_duration_seconds_bucket",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        assert_eq!(metrics.calls("proxmox-lab", "get", "ok"), 1);
+    }
+}

@@ -1,0 +1,745 @@
+//! ProviderConfigs bound to loaded components: [`ProviderSet`].
+//!
+//! A ProviderConfig names a component file of the components directory (served and hot-swapped
+//! by the runtime's [`Registry`]). Applying it:
+//!
+//! 1. finds the file's current generation (or the digest the spec pins);
+//! 2. checks the provider's configuration against the JSON Schema its `describe` published, then
+//!    with its own `validate-config`;
+//! 3. binds the component under the ProviderConfig's **name** as its identity, with the limits the
+//!    spec asks for ([`Provider::bind`]): grants, permits, metrics and logs follow that name,
+//!    never the name the component gives itself;
+//! 4. sets the broker's grant for that identity, pinned to the digest just bound (and to older
+//!    generations still finishing calls), with the credential and CA held in memory from the
+//!    Secrets the spec references;
+//! 5. runs the provider's `check`.
+//!
+//! A step that fails leaves the last good binding serving, with a `Degraded` condition naming the
+//! problem. [`ProviderSet::binding`] is what the Proxy reconciler calls through.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use egress_capability_http::credentials::MemorySource;
+use egress_capability_http::{Broker, Grant, GrantSources};
+use egress_runtime::types::{CheckReason, Operation, Request, Response};
+use egress_runtime::{CallContext, Limits, Provider, Registry, RegistryEvent};
+
+use crate::crd::{
+    EffectiveGrant, HttpGrant, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec,
+    ProviderConfigStatus, SecretKeyRef, conditions, set_condition,
+};
+use crate::{Note, Objects, now};
+
+/// A ProviderConfig's provider, ready to serve Proxies.
+#[derive(Debug)]
+pub struct Binding {
+    /// The ProviderConfig, which is the provider's identity.
+    pub provider_config: String,
+    /// The ProviderConfig's generation this binding was made from.
+    pub generation: i64,
+    /// The component bound under that identity with the spec's limits.
+    pub provider: Arc<Provider>,
+    /// The provider's configuration (JSON), passed to every call.
+    pub config: String,
+    /// The orphan sweep settings.
+    pub sweep: OrphanSweep,
+}
+
+impl Binding {
+    /// What a Proxy records of the provider that handled it.
+    pub fn handled_by(&self) -> crate::crd::HandledBy {
+        let description = self.provider.description();
+        crate::crd::HandledBy {
+            provider_config: self.provider_config.clone(),
+            provider_config_generation: self.generation,
+            name: description.name.clone(),
+            version: description.version.clone(),
+            digest: format!("sha256:{}", self.provider.digest()),
+        }
+    }
+}
+
+/// Why a ProviderConfig cannot serve a Proxy now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotReady {
+    /// A condition reason (`ProviderConfigNotFound`, `ComponentNotLoaded`, …).
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+/// What applying a ProviderConfig produced.
+#[derive(Debug)]
+pub struct Applied {
+    /// Its new status.
+    pub status: ProviderConfigStatus,
+    /// Events to record on it.
+    pub notes: Vec<Note>,
+    /// Whether the binding Proxies call through changed (Proxies should reconcile).
+    pub rebound: bool,
+}
+
+/// Per ProviderConfig: the last good binding and what it holds in memory.
+struct Entry {
+    binding: Option<Arc<Binding>>,
+    /// Earlier bindings, kept until their calls finish so their digest stays granted.
+    retired: Vec<Arc<Binding>>,
+    credential: Arc<MemorySource>,
+}
+
+/// Every ProviderConfig's binding, over one registry and one broker.
+pub struct ProviderSet {
+    registry: Registry,
+    broker: Broker,
+    /// The operator's namespace: where a Secret reference without one points.
+    namespace: String,
+    /// Limits for providers whose spec sets none.
+    defaults: Limits,
+    entries: Mutex<HashMap<String, Entry>>,
+    /// The last load error of each component file, from the registry's events.
+    load_errors: Arc<Mutex<BTreeMap<PathBuf, String>>>,
+}
+
+impl std::fmt::Debug for ProviderSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSet")
+            .field("components", &self.registry.dir())
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderSet {
+    /// Bindings over the components `registry` serves, with grants in `broker`. `namespace` is
+    /// where a Secret reference without a namespace points; `defaults` the limits of a spec that
+    /// sets none.
+    pub fn new(registry: Registry, broker: Broker, namespace: &str, defaults: Limits) -> Self {
+        let load_errors = Arc::new(Mutex::new(BTreeMap::new()));
+        let mut events = registry.subscribe();
+        let errors = Arc::clone(&load_errors);
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(RegistryEvent::Rejected { path, error }) => {
+                        lock(&errors).insert(path, error);
+                    }
+                    Ok(
+                        RegistryEvent::Loaded { path, .. } | RegistryEvent::Removed { path, .. },
+                    ) => {
+                        lock(&errors).remove(&path);
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        ProviderSet {
+            registry,
+            broker,
+            namespace: namespace.to_owned(),
+            defaults,
+            entries: Mutex::new(HashMap::new()),
+            load_errors,
+        }
+    }
+
+    /// The registry serving the components directory.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The binding Proxies of ProviderConfig `name` call through.
+    pub fn binding(&self, name: &str) -> Result<Arc<Binding>, NotReady> {
+        lock(&self.entries)
+            .get(name)
+            .and_then(|entry| entry.binding.clone())
+            .ok_or_else(|| NotReady {
+                reason: "ProviderNotReady",
+                message: format!("ProviderConfig {name} has no loaded provider yet"),
+            })
+    }
+
+    /// Every ProviderConfig with a binding, and the component file it binds.
+    pub fn bound(&self) -> Vec<Arc<Binding>> {
+        lock(&self.entries)
+            .values()
+            .filter_map(|entry| entry.binding.clone())
+            .collect()
+    }
+
+    /// Forget ProviderConfig `name`: its grant goes, its Proxies can no longer be served.
+    pub fn remove(&self, name: &str) {
+        lock(&self.entries).remove(name);
+        self.broker.remove_grant(name);
+    }
+
+    /// Bring ProviderConfig `name` (at `generation`) in step with `spec`; `previous` is its
+    /// last status, whose condition times are kept.
+    pub async fn apply(
+        &self,
+        name: &str,
+        generation: i64,
+        spec: &ProviderConfigSpec,
+        previous: &ProviderConfigStatus,
+        objects: &dyn Objects,
+    ) -> Applied {
+        let now = now();
+        let mut status = previous.clone();
+        status.observed_generation = Some(generation);
+        let mut notes = Vec::new();
+        let attempt = self.attempt(name, generation, spec).await;
+        let mut rebound = false;
+        let current = {
+            let mut entries = lock(&self.entries);
+            let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
+                binding: None,
+                retired: Vec::new(),
+                credential: Arc::new(MemorySource::new(credential_origin(spec, &self.namespace))),
+            });
+            match &attempt {
+                Ok(fresh) => {
+                    let changed = entry.binding.as_ref().is_none_or(|old| {
+                        old.provider.generation() != fresh.binding.provider.generation()
+                            || old.generation != fresh.binding.generation
+                    });
+                    if changed {
+                        rebound = true;
+                        if let Some(old) = entry.binding.replace(Arc::clone(&fresh.binding)) {
+                            entry.retired.push(old);
+                        }
+                    }
+                }
+                Err(_) => {}
+            }
+            // Older bindings stay granted while a call still holds them.
+            entry.retired.retain(|old| Arc::strong_count(old) > 1);
+            entry.binding.clone().map(|binding| {
+                let digests: Vec<String> = std::iter::once(&binding)
+                    .chain(&entry.retired)
+                    .map(|bound| bound.provider.digest().to_owned())
+                    .collect();
+                (binding, digests, Arc::clone(&entry.credential))
+            })
+        };
+
+        match &attempt {
+            Ok(fresh) => {
+                set_condition(
+                    &mut status.conditions,
+                    conditions::DEGRADED,
+                    false,
+                    "AsSpecified",
+                    "the provider serves the current spec",
+                    Some(generation),
+                    &now,
+                );
+                if rebound {
+                    let description = fresh.binding.provider.description();
+                    notes.push(Note::normal(
+                        "ProviderLoaded",
+                        format!(
+                            "{} {} (sha256:{}, generation {}) serves",
+                            description.name,
+                            description.version,
+                            fresh.binding.provider.digest(),
+                            fresh.binding.provider.generation()
+                        ),
+                    ));
+                }
+            }
+            Err(failure) => {
+                set_condition(
+                    &mut status.conditions,
+                    conditions::DEGRADED,
+                    true,
+                    failure.reason,
+                    &failure.message,
+                    Some(generation),
+                    &now,
+                );
+                notes.push(Note::warning(failure.reason, failure.message.clone()));
+            }
+        }
+
+        let Some((binding, digests, credential)) = current else {
+            let failure = attempt.err().unwrap_or(NotReady {
+                reason: "ProviderNotReady",
+                message: "no provider loaded".into(),
+            });
+            set_condition(
+                &mut status.conditions,
+                conditions::READY,
+                false,
+                failure.reason,
+                &failure.message,
+                Some(generation),
+                &now,
+            );
+            status.loaded = None;
+            status.effective_grant = None;
+            self.broker.remove_grant(name);
+            return Applied {
+                status,
+                notes,
+                rebound,
+            };
+        };
+
+        // The grant follows the binding that serves, whatever the attempt gave.
+        let grant_spec = if binding.generation == generation {
+            spec.grant.http.clone()
+        } else {
+            status
+                .effective_grant
+                .as_ref()
+                .and_then(|grant| grant.http.clone())
+        };
+        match self.set_grant(name, grant_spec.as_ref(), &digests, &credential, objects) {
+            Ok(()) => {
+                status.effective_grant = Some(EffectiveGrant {
+                    identity: name.to_owned(),
+                    digest: format!("sha256:{}", binding.provider.digest()),
+                    http: grant_spec,
+                });
+            }
+            Err(message) => {
+                self.broker.remove_grant(name);
+                status.effective_grant = None;
+                set_condition(
+                    &mut status.conditions,
+                    conditions::READY,
+                    false,
+                    "InvalidGrant",
+                    &message,
+                    Some(generation),
+                    &now,
+                );
+                notes.push(Note::warning("InvalidGrant", message));
+                return Applied {
+                    status,
+                    notes,
+                    rebound,
+                };
+            }
+        }
+        let description = binding.provider.description();
+        status.loaded = Some(LoadedComponent {
+            file: spec.component.file.clone(),
+            name: description.name.clone(),
+            version: description.version.clone(),
+            contract_version: description.contract_version.clone(),
+            digest: format!("sha256:{}", binding.provider.digest()),
+            generation: binding.provider.generation(),
+        });
+
+        let check = binding
+            .provider
+            .call(
+                Request::Check {
+                    config: binding.config.clone(),
+                },
+                &CallContext {
+                    proxy: Some(format!("providerconfig/{name}")),
+                },
+            )
+            .await;
+        let (ready, reason, message) = match check {
+            Ok(Response::Check(result)) => (
+                result.reason == CheckReason::Ok,
+                check_reason(result.reason),
+                result.message,
+            ),
+            Ok(other) => (
+                false,
+                "CheckFailed",
+                format!("check answered {}", other.operation()),
+            ),
+            Err(error) => (false, "CheckFailed", error.to_string()),
+        };
+        let was_ready = crate::crd::condition(&status.conditions, conditions::READY)
+            .is_some_and(|condition| condition.status == "True");
+        set_condition(
+            &mut status.conditions,
+            conditions::READY,
+            ready,
+            reason,
+            &message,
+            Some(generation),
+            &now,
+        );
+        if !ready && was_ready {
+            notes.push(Note::warning(reason, message));
+        }
+        Applied {
+            status,
+            notes,
+            rebound,
+        }
+    }
+
+    /// Steps 1–3: a binding of the current spec, or why not.
+    async fn attempt(
+        &self,
+        name: &str,
+        generation: i64,
+        spec: &ProviderConfigSpec,
+    ) -> Result<Fresh, NotReady> {
+        let file = component_file(&spec.component.file)?;
+        let identity = file.trim_end_matches(".wasm");
+        let path = self.registry.dir().join(&file);
+        let Some(loaded) = self.registry.get(identity) else {
+            let message = match lock(&self.load_errors).get(&path) {
+                Some(error) => format!("component {file} does not load: {error}"),
+                None => format!("component {file} is not in the components directory"),
+            };
+            return Err(NotReady {
+                reason: "ComponentNotLoaded",
+                message,
+            });
+        };
+        if let Some(error) = lock(&self.load_errors).get(&path) {
+            // A replacement was refused: the old generation serves, and the spec is not met.
+            return Err(NotReady {
+                reason: "ComponentRejected",
+                message: format!("the new {file} does not load, the previous one serves: {error}"),
+            });
+        }
+        if let Some(pin) = &spec.component.digest {
+            let pinned = pin
+                .strip_prefix("sha256:")
+                .unwrap_or(pin)
+                .to_ascii_lowercase();
+            if pinned != loaded.digest() {
+                return Err(NotReady {
+                    reason: "DigestMismatch",
+                    message: format!(
+                        "{file} is sha256:{}, the spec pins sha256:{pinned}",
+                        loaded.digest()
+                    ),
+                });
+            }
+        }
+        let config = serde_json::to_string(&spec.config).unwrap_or_else(|_| "{}".into());
+        check_schema(&loaded.description().config_schema, &spec.config)?;
+        match loaded
+            .call(
+                Request::ValidateConfig {
+                    config: config.clone(),
+                },
+                &CallContext {
+                    proxy: Some(format!("providerconfig/{name}")),
+                },
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(error) => {
+                return Err(NotReady {
+                    reason: "InvalidConfig",
+                    message: format!("the provider refused its configuration: {error}"),
+                });
+            }
+        }
+        let limits = limits(&self.defaults, spec.limits.as_ref())?;
+        let provider = loaded.bind(name, limits).map_err(|error| NotReady {
+            reason: "InvalidName",
+            message: error.to_string(),
+        })?;
+        Ok(Fresh {
+            binding: Arc::new(Binding {
+                provider_config: name.to_owned(),
+                generation,
+                provider,
+                config,
+                sweep: spec.orphan_sweep.clone(),
+            }),
+        })
+    }
+
+    /// Step 4: the broker's grant for `identity`.
+    fn set_grant(
+        &self,
+        identity: &str,
+        http: Option<&HttpGrant>,
+        digests: &[String],
+        credential: &Arc<MemorySource>,
+        objects: &dyn Objects,
+    ) -> Result<(), String> {
+        let Some(http) = http else {
+            self.broker.remove_grant(identity);
+            return Ok(());
+        };
+        let mut sources = GrantSources {
+            digests: digests.to_vec(),
+            ..GrantSources::default()
+        };
+        let mut document = serde_json::json!({
+            "origins": http.origins,
+            "tls": {
+                "serverName": http.tls.server_name,
+                "http1Only": http.tls.http1_only,
+            },
+        });
+        if let Some(spec) = &http.credential {
+            let value = self.secret(&spec.secret_ref, objects, "credential")?;
+            credential.set(Some(&value));
+            sources.credential = Some(Arc::clone(credential) as _);
+            document["credential"] = serde_json::json!({
+                "header": spec.header,
+                "format": spec.format,
+            });
+        }
+        let ca = match (&http.tls.ca_secret_ref, &http.tls.ca_config_map_ref) {
+            (Some(secret), _) => Some(self.secret(secret, objects, "CA")?),
+            (None, Some(map)) => Some(
+                objects
+                    .config_map_value(self.namespace_of(map), &map.name, &map.key)
+                    .ok_or_else(|| missing("ConfigMap", map, self.namespace_of(map), "CA"))?,
+            ),
+            (None, None) => None,
+        };
+        sources.ca_pem = ca;
+        if let Some(timeouts) = &http.timeouts {
+            let mut object = serde_json::Map::new();
+            for (key, value) in [
+                ("connectMs", timeouts.connect_ms),
+                ("firstByteMs", timeouts.first_byte_ms),
+                ("totalMs", timeouts.total_ms),
+            ] {
+                if let Some(value) = value {
+                    object.insert(key.into(), value.into());
+                }
+            }
+            document["timeouts"] = object.into();
+        }
+        if let Some(max) = http.max_response_bytes {
+            document["maxResponseBytes"] = max.into();
+        }
+        let grant: Grant = serde_json::from_value(document).map_err(|error| error.to_string())?;
+        self.broker
+            .set_grant(identity, &grant, sources)
+            .map_err(|error| error.to_string())
+    }
+
+    fn namespace_of<'a>(&'a self, reference: &'a SecretKeyRef) -> &'a str {
+        reference.namespace.as_deref().unwrap_or(&self.namespace)
+    }
+
+    fn secret(
+        &self,
+        reference: &SecretKeyRef,
+        objects: &dyn Objects,
+        what: &str,
+    ) -> Result<String, String> {
+        let namespace = self.namespace_of(reference);
+        let bytes = objects
+            .secret_value(namespace, &reference.name, &reference.key)
+            .ok_or_else(|| missing("Secret", reference, namespace, what))?;
+        String::from_utf8(bytes).map_err(|_| {
+            format!(
+                "the {what} in Secret {namespace}/{} key {} is not UTF-8",
+                reference.name, reference.key
+            )
+        })
+    }
+}
+
+struct Fresh {
+    binding: Arc<Binding>,
+}
+
+fn missing(kind: &str, reference: &SecretKeyRef, namespace: &str, what: &str) -> String {
+    format!(
+        "the {what} {kind} {namespace}/{} has no key {}",
+        reference.name, reference.key
+    )
+}
+
+fn credential_origin(spec: &ProviderConfigSpec, namespace: &str) -> String {
+    spec.grant
+        .http
+        .as_ref()
+        .and_then(|http| http.credential.as_ref())
+        .map_or_else(String::new, |credential| {
+            let reference = &credential.secret_ref;
+            format!(
+                "Secret {}/{} key {}",
+                reference.namespace.as_deref().unwrap_or(namespace),
+                reference.name,
+                reference.key
+            )
+        })
+}
+
+/// A component file name: `<identity>.wasm`, no directory.
+fn component_file(file: &str) -> Result<String, NotReady> {
+    let bad = || NotReady {
+        reason: "InvalidComponent",
+        message: format!("component file {file:?} must be a file name such as proxmox.wasm"),
+    };
+    let path = Path::new(file);
+    if path.components().count() != 1
+        || path.extension().is_none_or(|extension| extension != "wasm")
+    {
+        return Err(bad());
+    }
+    Ok(file.to_owned())
+}
+
+/// The configuration against the JSON Schema the component published. The schema is compiled
+/// without remote references: a provider cannot make the host fetch anything.
+fn check_schema(schema: &str, config: &serde_json::Value) -> Result<(), NotReady> {
+    let schema: serde_json::Value = serde_json::from_str(schema).map_err(|error| NotReady {
+        reason: "InvalidSchema",
+        message: format!("the provider's config schema is not JSON: {error}"),
+    })?;
+    let validator = jsonschema::validator_for(&schema).map_err(|error| NotReady {
+        reason: "InvalidSchema",
+        message: format!("the provider's config schema does not compile: {error}"),
+    })?;
+    let problems: Vec<String> = validator
+        .iter_errors(config)
+        .take(5)
+        .map(|error| {
+            let at = error.instance_path.to_string();
+            if at.is_empty() {
+                error.to_string()
+            } else {
+                format!("{at}: {error}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(NotReady {
+            reason: "InvalidConfig",
+            message: format!(
+                "the configuration does not match the provider's schema: {}",
+                problems.join("; ")
+            ),
+        })
+    }
+}
+
+/// The limits of a spec, over the operator's defaults.
+fn limits(defaults: &Limits, spec: Option<&LimitsSpec>) -> Result<Limits, NotReady> {
+    let mut limits = defaults.clone();
+    let Some(spec) = spec else {
+        return Ok(limits);
+    };
+    let operation = |name: &str| {
+        name.parse::<Operation>().map_err(|error| NotReady {
+            reason: "InvalidLimits",
+            message: error.to_string(),
+        })
+    };
+    for (name, seconds) in &spec.deadline_seconds {
+        limits = limits.deadline(operation(name)?, std::time::Duration::from_secs(*seconds));
+    }
+    for (name, millis) in &spec.cpu_millis {
+        limits = limits.cpu_time(operation(name)?, std::time::Duration::from_millis(*millis));
+    }
+    if let Some(mib) = spec.memory_mib {
+        limits = limits.memory_bytes(usize::try_from(mib << 20).unwrap_or(usize::MAX));
+    }
+    if let Some(calls) = spec.concurrency {
+        limits = limits.concurrency_per_provider(calls as usize);
+    }
+    Ok(limits)
+}
+
+/// A check reason as a condition reason (`CertificateInvalid`, …).
+fn check_reason(reason: CheckReason) -> &'static str {
+    match reason {
+        CheckReason::Ok => "CheckPassed",
+        CheckReason::Unreachable => "Unreachable",
+        CheckReason::Unauthorized => "Unauthorized",
+        CheckReason::Forbidden => "Forbidden",
+        CheckReason::CertificateInvalid => "CertificateInvalid",
+        CheckReason::CredentialsUnavailable => "CredentialsUnavailable",
+        CheckReason::Misconfigured => "Misconfigured",
+        CheckReason::Other => "CheckFailed",
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_component_is_a_wasm_file_name_only() {
+        assert_eq!(component_file("proxmox.wasm").unwrap(), "proxmox.wasm");
+        for bad in [
+            "../proxmox.wasm",
+            "/abs/proxmox.wasm",
+            "proxmox",
+            "a/b.wasm",
+            "",
+        ] {
+            assert_eq!(
+                component_file(bad).unwrap_err().reason,
+                "InvalidComponent",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_configuration_is_checked_against_the_published_schema() {
+        let schema = r#"{"type":"object","required":["apiUrl"],"properties":{"apiUrl":{"type":"string"}},"additionalProperties":false}"#;
+        assert!(check_schema(schema, &serde_json::json!({"apiUrl": "https://h"})).is_ok());
+        let missing = check_schema(schema, &serde_json::json!({})).unwrap_err();
+        assert_eq!(missing.reason, "InvalidConfig");
+        assert!(missing.message.contains("apiUrl"), "{}", missing.message);
+        let typo =
+            check_schema(schema, &serde_json::json!({"apiUrl": "x", "apiUrk": 1})).unwrap_err();
+        assert!(typo.message.contains("apiUrk"), "{}", typo.message);
+        assert_eq!(
+            check_schema("{", &serde_json::json!({}))
+                .unwrap_err()
+                .reason,
+            "InvalidSchema"
+        );
+        // A remote reference is never fetched: it fails to compile here.
+        let remote = r#"{"$ref":"https://example.invalid/schema.json"}"#;
+        assert_eq!(
+            check_schema(remote, &serde_json::json!({}))
+                .unwrap_err()
+                .reason,
+            "InvalidSchema"
+        );
+    }
+
+    #[test]
+    fn limits_of_a_spec_override_the_defaults() {
+        let spec = LimitsSpec {
+            deadline_seconds: [("get".to_owned(), 7)].into(),
+            cpu_millis: [("create".to_owned(), 1500)].into(),
+            memory_mib: Some(128),
+            concurrency: Some(3),
+        };
+        let limits = limits(&Limits::default(), Some(&spec)).unwrap();
+        assert_eq!(limits.deadline_for(Operation::Get).as_secs(), 7);
+        assert_eq!(limits.cpu_time_for(Operation::Create).as_millis(), 1500);
+        assert_eq!(limits.memory_bytes_limit(), 128 << 20);
+        assert_eq!(limits.concurrency_per_provider_limit(), 3);
+        let bad = LimitsSpec {
+            deadline_seconds: [("reboot".to_owned(), 7)].into(),
+            ..LimitsSpec::default()
+        };
+        assert_eq!(limits_err(&bad), "InvalidLimits");
+    }
+
+    fn limits_err(spec: &LimitsSpec) -> &'static str {
+        limits(&Limits::default(), Some(spec)).unwrap_err().reason
+    }
+}

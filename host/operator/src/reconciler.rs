@@ -1,0 +1,711 @@
+//! The one reconciler core, whatever holds the resources (a Kubernetes API server or a local
+//! folder): given a Proxy as last written and what its references resolve to, make its VM exist
+//! and run, and say what to write back and when to come again.
+//!
+//! It is level-triggered and idempotent: it reads the Proxy's status (the VM's provider ID, if
+//! any) and the VM's state from the provider, never a history of events, so running it twice, or
+//! after a restart, changes nothing that is already right. The adapters (`kube_mode`, `local`)
+//! serialise calls for one Proxy, apply the [`Outcome`], and requeue it.
+//!
+//! Provider errors drive it as `docs/contract.md` says:
+//!
+//! | answer | what the reconciler does |
+//! |---|---|
+//! | `transient` | `Synced=False`, retry with exponential backoff and jitter |
+//! | `permanent` | `Ready=False` with the message; no retry until the Proxy, its ProviderConfig or the component changes |
+//! | `not-found` from `get` | the VM is gone: create again |
+//! | `quota-exceeded` | condition, retry slowly |
+//! | state `failed` | delete, then create |
+//! | deleting | delete the VM (by provider ID, or every VM tagged with the Proxy's UID), then let the finalizer go |
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use egress_runtime::types::{
+    CreateRequest, ErrorClass, Instance, InstanceState, Request, Response, Tag,
+};
+use egress_runtime::{CallContext, CallError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use sha2::{Digest, Sha256};
+
+use crate::crd::{Phase, ProxySpec, ProxyStatus, condition, conditions, set_condition};
+use crate::metrics::Metrics;
+use crate::providers::{Binding, NotReady};
+use crate::{Note, now};
+
+/// The tag every VM carries with the UID of the Proxy it was made for (the ownership mark is the
+/// UID itself; this tag finds the VM again without knowing its provider ID).
+pub const PROXY_UID_TAG: &str = "egress-operator.io/proxy-uid";
+/// The tag naming the ProviderConfig a VM was made through (the orphan sweep lists by it).
+pub const PROVIDER_CONFIG_TAG: &str = "egress-operator.io/provider-config";
+/// The tag naming the Proxy (`namespace/name`), for people.
+pub const PROXY_TAG: &str = "egress-operator.io/proxy";
+
+/// A Proxy as the reconciler sees it.
+#[derive(Clone, Debug)]
+pub struct ProxyState {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID: the ownership mark written on its VM.
+    pub uid: String,
+    /// Its spec generation.
+    pub generation: i64,
+    /// What it asks for.
+    pub spec: ProxySpec,
+    /// What was last written of it.
+    pub status: ProxyStatus,
+    /// Whether it is being deleted (its finalizer holds it).
+    pub deleting: bool,
+}
+
+impl ProxyState {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a Proxy's references resolve to, looked up by the adapter.
+pub struct Resolved {
+    /// Its ProviderConfig's binding.
+    pub binding: Result<Arc<Binding>, NotReady>,
+    /// Its user-data.
+    pub user_data: Result<String, NotReady>,
+}
+
+/// When to reconcile a Proxy again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// After this long.
+    After(Duration),
+    /// Only when the Proxy, its ProviderConfig, a referenced object or the component changes.
+    AwaitChange,
+    /// Its deletion is complete: remove the finalizer.
+    Finalized,
+}
+
+/// What one reconcile decided.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The status to write.
+    pub status: ProxyStatus,
+    /// When to come again.
+    pub next: Next,
+    /// Events to record on the Proxy.
+    pub notes: Vec<Note>,
+}
+
+/// The reconciler's clock settings.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// How often a Proxy that is fine is looked at again (drift).
+    pub resync: Duration,
+    /// The first poll of a VM still provisioning; polls then slow down to `poll_max`.
+    pub poll_min: Duration,
+    /// The slowest poll of a VM still provisioning.
+    pub poll_max: Duration,
+    /// The first retry after a transient error; doubled each time, up to `backoff_max`.
+    pub backoff_base: Duration,
+    /// The longest retry wait.
+    pub backoff_max: Duration,
+    /// The retry after `quota-exceeded`.
+    pub quota_retry: Duration,
+    /// The retry while the ProviderConfig or user-data is missing (changes also trigger one).
+    pub not_ready_retry: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            resync: Duration::from_secs(300),
+            poll_min: Duration::from_secs(2),
+            poll_max: Duration::from_secs(30),
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            quota_retry: Duration::from_secs(600),
+            not_ready_retry: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The reconciler: timing, per-Proxy retry counts, metrics. Shared by every reconcile.
+#[derive(Debug)]
+pub struct Reconciler {
+    timing: Timing,
+    metrics: Metrics,
+    /// Consecutive transient failures (or provisioning polls) per Proxy UID; reset on progress.
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl Reconciler {
+    /// A reconciler with `timing`, recording into `metrics`.
+    pub fn new(timing: Timing, metrics: Metrics) -> Self {
+        Reconciler {
+            timing,
+            metrics,
+            attempts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Its timing.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// Its metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Bring `proxy`'s VM in step with it.
+    pub async fn reconcile(&self, proxy: &ProxyState, resolved: Resolved) -> Outcome {
+        let started = Instant::now();
+        let outcome = if proxy.deleting {
+            self.cleanup(proxy, resolved.binding).await
+        } else {
+            self.apply(proxy, resolved).await
+        };
+        self.metrics
+            .reconciled("proxy", outcome_label(&outcome), started.elapsed());
+        outcome
+    }
+
+    async fn apply(&self, proxy: &ProxyState, resolved: Resolved) -> Outcome {
+        let mut step = Step::new(proxy);
+        let binding = match resolved.binding {
+            Ok(binding) => binding,
+            Err(why) => return step.not_ready(why, self.timing.not_ready_retry),
+        };
+        let user_data = match resolved.user_data {
+            Ok(user_data) => user_data,
+            Err(why) => return step.not_ready(why, self.timing.not_ready_retry),
+        };
+        if blocked(&proxy.status, proxy.generation, Some(&binding.handled_by())) {
+            // Permanent, and nothing it depends on changed since: do not ask again.
+            return step.finish(Next::AwaitChange);
+        }
+        step.status.provider = Some(binding.handled_by());
+        match proxy.status.provider_id.clone() {
+            None => self.create(proxy, step, &binding, user_data).await,
+            Some(provider_id) => self.observe(proxy, step, &binding, provider_id).await,
+        }
+    }
+
+    async fn create(
+        &self,
+        proxy: &ProxyState,
+        mut step: Step,
+        binding: &Binding,
+        user_data: String,
+    ) -> Outcome {
+        let request = CreateRequest {
+            name: vm_name(&proxy.uid),
+            uid: proxy.uid.clone(),
+            tags: tags(proxy, &binding.provider_config),
+            user_data,
+            config: binding.config.clone(),
+        };
+        step.status.vm_name = Some(request.name.clone());
+        match self.call(binding, proxy, Request::Create { request }).await {
+            Ok(Response::Create(vm)) => {
+                step.status.provider_id = Some(vm.provider_id.clone());
+                step.note(Note::normal(
+                    "VMCreated",
+                    format!(
+                        "{} is {} at {}",
+                        vm.name,
+                        state_word(vm.state),
+                        vm.provider_id
+                    ),
+                ));
+                self.vm_observed(proxy, step, binding, vm).await
+            }
+            Ok(other) => self.unexpected(proxy, step, &other),
+            Err(error) => self.failed(proxy, step, &error),
+        }
+    }
+
+    async fn observe(
+        &self,
+        proxy: &ProxyState,
+        mut step: Step,
+        binding: &Binding,
+        provider_id: String,
+    ) -> Outcome {
+        let request = Request::Get {
+            config: binding.config.clone(),
+            provider_id: provider_id.clone(),
+        };
+        match self.call(binding, proxy, request).await {
+            Ok(Response::Get(vm)) if vm.uid == proxy.uid => {
+                self.vm_observed(proxy, step, binding, vm).await
+            }
+            Ok(Response::Get(vm)) => {
+                // The ID now names a VM that is not this Proxy's (the hypervisor reused it).
+                self.gone(
+                    proxy,
+                    step,
+                    format!(
+                        "{provider_id} now carries another mark ({:?}); making a new VM",
+                        vm.uid
+                    ),
+                )
+            }
+            Ok(other) => self.unexpected(proxy, step, &other),
+            Err(error) if error.class() == ErrorClass::NotFound => {
+                step.note(Note::warning(
+                    "VMGone",
+                    format!("{provider_id} no longer exists; making a new VM"),
+                ));
+                self.gone(proxy, step, format!("{provider_id} is gone"))
+            }
+            Err(error) => self.failed(proxy, step, &error),
+        }
+    }
+
+    /// Forget the VM: the next reconcile (now) creates one.
+    fn gone(&self, proxy: &ProxyState, mut step: Step, why: String) -> Outcome {
+        step.status.provider_id = None;
+        step.status.addresses.clear();
+        step.status.created_at = None;
+        step.provisioned(false, "Recreating", &why);
+        step.ready(false, "Recreating", &why);
+        step.status.phase = Some(Phase::Provisioning);
+        self.reset(proxy);
+        step.finish(Next::After(Duration::ZERO))
+    }
+
+    async fn vm_observed(
+        &self,
+        proxy: &ProxyState,
+        mut step: Step,
+        binding: &Binding,
+        vm: Instance,
+    ) -> Outcome {
+        step.status.vm_name = Some(vm.name.clone());
+        if vm.created_at.is_some() {
+            step.status.created_at = vm.created_at.clone();
+        }
+        step.synced(true, "Synced", "the provider answered");
+        match vm.state {
+            InstanceState::Running if !vm.addresses.is_empty() => {
+                let became_ready = !is_true(&proxy.status, conditions::READY);
+                step.status.addresses = vm.addresses.clone();
+                step.status.phase = Some(Phase::Running);
+                let at = vm.addresses.join(", ");
+                step.provisioned(true, "Running", &format!("{} runs", vm.provider_id));
+                step.ready(true, "Running", &format!("answers at {at}"));
+                if became_ready {
+                    step.note(Note::normal(
+                        "Ready",
+                        format!("{} answers at {at}", vm.provider_id),
+                    ));
+                }
+                self.reset(proxy);
+                step.finish(Next::After(self.timing.resync))
+            }
+            InstanceState::Running | InstanceState::Provisioning => {
+                let waiting = if vm.state == InstanceState::Running {
+                    (
+                        "WaitingForAddress",
+                        "the VM runs; its address is not known yet",
+                    )
+                } else {
+                    ("WaitingForVM", "the VM is being made or booted")
+                };
+                step.status.addresses = vm.addresses.clone();
+                step.status.phase = Some(Phase::Provisioning);
+                step.provisioned(false, waiting.0, waiting.1);
+                step.ready(false, waiting.0, waiting.1);
+                let poll = self.poll_delay(proxy);
+                step.finish(Next::After(poll))
+            }
+            InstanceState::Stopped => {
+                step.status.addresses.clear();
+                step.status.phase = Some(Phase::Stopped);
+                let why = format!("{} is stopped or paused", vm.provider_id);
+                step.provisioned(false, "VMStopped", &why);
+                step.ready(false, "VMStopped", &why);
+                if is_true(&proxy.status, conditions::READY) {
+                    step.note(Note::warning("VMStopped", why));
+                }
+                self.reset(proxy);
+                step.finish(Next::After(self.timing.resync))
+            }
+            InstanceState::Failed => {
+                // Broken beyond repair: replace it (delete, then create on the next pass).
+                step.note(Note::warning(
+                    "VMFailed",
+                    format!("{} failed; replacing it", vm.provider_id),
+                ));
+                let request = Request::Delete {
+                    config: binding.config.clone(),
+                    provider_id: vm.provider_id.clone(),
+                };
+                match self.call(binding, proxy, request).await {
+                    Ok(_) => self.gone(
+                        proxy,
+                        step,
+                        format!("{} failed and was deleted", vm.provider_id),
+                    ),
+                    Err(error) if error.class() == ErrorClass::NotFound => self.gone(
+                        proxy,
+                        step,
+                        format!("{} failed and is gone", vm.provider_id),
+                    ),
+                    Err(error) => self.failed(proxy, step, &error),
+                }
+            }
+        }
+    }
+
+    /// A classified failure: what the class says to do.
+    fn failed(&self, proxy: &ProxyState, mut step: Step, error: &CallError) -> Outcome {
+        let message = error.to_string();
+        match error.class() {
+            ErrorClass::Permanent => {
+                step.status.phase = Some(Phase::Failed);
+                step.synced(false, "PermanentError", &message);
+                step.ready(false, "PermanentError", &message);
+                if !blocked(
+                    &proxy.status,
+                    proxy.generation,
+                    step.status.provider.as_ref(),
+                ) {
+                    step.note(Note::warning("PermanentError", message));
+                }
+                self.reset(proxy);
+                step.finish(Next::AwaitChange)
+            }
+            ErrorClass::QuotaExceeded => {
+                step.synced(false, "QuotaExceeded", &message);
+                step.ready(false, "QuotaExceeded", &message);
+                step.provisioned(false, "QuotaExceeded", &message);
+                step.note(Note::warning("QuotaExceeded", message));
+                step.finish(Next::After(self.timing.quota_retry))
+            }
+            ErrorClass::Transient | ErrorClass::NotFound => {
+                step.synced(false, "TransientError", &message);
+                if step.status.provider_id.is_none() {
+                    step.provisioned(false, "Creating", &message);
+                    step.status.phase.get_or_insert(Phase::Pending);
+                }
+                let wait = self.backoff(proxy);
+                step.finish(Next::After(wait))
+            }
+        }
+    }
+
+    fn unexpected(&self, proxy: &ProxyState, step: Step, response: &Response) -> Outcome {
+        let error = CallError::InvalidResult {
+            operation: response.operation(),
+            problem: "answered another operation".into(),
+        };
+        self.failed(proxy, step, &error)
+    }
+
+    /// Deletion: remove the VM (by provider ID, else every VM tagged with this Proxy's UID),
+    /// then the finalizer may go. Idempotent: a VM already gone is done.
+    async fn cleanup(
+        &self,
+        proxy: &ProxyState,
+        binding: Result<Arc<Binding>, NotReady>,
+    ) -> Outcome {
+        let mut step = Step::new(proxy);
+        step.status.phase = Some(Phase::Deleting);
+        let binding = match binding {
+            Ok(binding) => binding,
+            Err(why) => {
+                // Nothing can delete the VM without its provider: keep the finalizer and wait.
+                let message = format!("cannot delete the VM yet: {}", why.message);
+                step.synced(false, why.reason, &message);
+                step.ready(false, "Deleting", &message);
+                return step.finish(Next::After(self.timing.not_ready_retry));
+            }
+        };
+        step.ready(false, "Deleting", "the Proxy is being deleted");
+        let targets = match &proxy.status.provider_id {
+            Some(provider_id) => vec![provider_id.clone()],
+            None => {
+                // A create may have made a VM whose ID was never written: find it by its tag.
+                let request = Request::ListByTag {
+                    config: binding.config.clone(),
+                    key: PROXY_UID_TAG.into(),
+                    value: proxy.uid.clone(),
+                };
+                match self.call(&binding, proxy, request).await {
+                    Ok(Response::ListByTag(vms)) => vms
+                        .into_iter()
+                        .filter(|vm| vm.uid == proxy.uid)
+                        .map(|vm| vm.provider_id)
+                        .collect(),
+                    Ok(other) => return self.unexpected(proxy, step, &other),
+                    Err(error) => return self.failed(proxy, step, &error),
+                }
+            }
+        };
+        for provider_id in targets {
+            let request = Request::Delete {
+                config: binding.config.clone(),
+                provider_id: provider_id.clone(),
+            };
+            match self.call(&binding, proxy, request).await {
+                Ok(_) => step.note(Note::normal("VMDeleted", format!("{provider_id} deleted"))),
+                Err(error) if error.class() == ErrorClass::NotFound => {}
+                Err(error) => return self.failed(proxy, step, &error),
+            }
+        }
+        self.reset(proxy);
+        step.status.provider_id = None;
+        step.status.addresses.clear();
+        step.finish(Next::Finalized)
+    }
+
+    /// One provider call, counted and timed.
+    async fn call(
+        &self,
+        binding: &Binding,
+        proxy: &ProxyState,
+        request: Request,
+    ) -> Result<Response, CallError> {
+        let operation = request.operation();
+        let started = Instant::now();
+        let result = binding
+            .provider
+            .call(
+                request,
+                &CallContext {
+                    proxy: Some(proxy.key()),
+                },
+            )
+            .await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error.class().as_str(),
+        };
+        self.metrics.provider_call(
+            &binding.provider_config,
+            operation.as_str(),
+            outcome,
+            started.elapsed(),
+        );
+        result
+    }
+
+    /// The wait before the next attempt after a transient failure: `base × 2^n`, capped, with
+    /// full jitter in its upper half (so a burst of failures does not retry in step).
+    fn backoff(&self, proxy: &ProxyState) -> Duration {
+        let attempt = self.bump(proxy);
+        let ceiling = self
+            .timing
+            .backoff_base
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.timing.backoff_max);
+        jitter(ceiling)
+    }
+
+    /// The wait before polling a VM that is still provisioning: quick at first, then slower.
+    fn poll_delay(&self, proxy: &ProxyState) -> Duration {
+        let attempt = self.bump(proxy);
+        let delay = self
+            .timing
+            .poll_min
+            .saturating_mul(1 + attempt / 4)
+            .min(self.timing.poll_max);
+        jitter(delay)
+    }
+
+    fn bump(&self, proxy: &ProxyState) -> u32 {
+        let mut attempts = self
+            .attempts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = attempts.entry(proxy.uid.clone()).or_insert(0);
+        let current = *count;
+        *count = count.saturating_add(1);
+        current
+    }
+
+    fn reset(&self, proxy: &ProxyState) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&proxy.uid);
+    }
+}
+
+/// A status being built for one reconcile.
+struct Step {
+    status: ProxyStatus,
+    generation: i64,
+    now: Time,
+    notes: Vec<Note>,
+}
+
+impl Step {
+    fn new(proxy: &ProxyState) -> Step {
+        let mut status = proxy.status.clone();
+        status.observed_generation = Some(proxy.generation);
+        Step {
+            status,
+            generation: proxy.generation,
+            now: now(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn set(&mut self, kind: &str, ok: bool, reason: &str, message: &str) {
+        set_condition(
+            &mut self.status.conditions,
+            kind,
+            ok,
+            reason,
+            message,
+            Some(self.generation),
+            &self.now,
+        );
+    }
+
+    fn ready(&mut self, ok: bool, reason: &str, message: &str) {
+        self.set(conditions::READY, ok, reason, message);
+    }
+
+    fn synced(&mut self, ok: bool, reason: &str, message: &str) {
+        self.set(conditions::SYNCED, ok, reason, message);
+    }
+
+    fn provisioned(&mut self, ok: bool, reason: &str, message: &str) {
+        self.set(conditions::PROVISIONED, ok, reason, message);
+    }
+
+    fn note(&mut self, note: Note) {
+        self.notes.push(note);
+    }
+
+    fn not_ready(mut self, why: NotReady, retry: Duration) -> Outcome {
+        self.synced(false, why.reason, &why.message);
+        self.ready(false, why.reason, &why.message);
+        if self.status.provider_id.is_none() {
+            self.status.phase = Some(Phase::Pending);
+            self.provisioned(false, why.reason, &why.message);
+        }
+        self.finish(Next::After(retry))
+    }
+
+    fn finish(self, next: Next) -> Outcome {
+        Outcome {
+            status: self.status,
+            next,
+            notes: self.notes,
+        }
+    }
+}
+
+/// Whether the Proxy failed permanently and nothing it depends on has changed since: the same
+/// Proxy generation, and the same ProviderConfig generation and component digest (`handled`).
+fn blocked(status: &ProxyStatus, generation: i64, handled: Option<&crate::crd::HandledBy>) -> bool {
+    let Some(ready) = condition(&status.conditions, conditions::READY) else {
+        return false;
+    };
+    ready.reason == "PermanentError"
+        && ready.observed_generation == Some(generation)
+        && status.provider.is_some()
+        && status.provider.as_ref() == handled
+}
+
+fn is_true(status: &ProxyStatus, kind: &str) -> bool {
+    condition(&status.conditions, kind).is_some_and(|condition| condition.status == "True")
+}
+
+/// The VM's name for a Proxy: `proxy-` and 16 base32 characters of the UID's sha256, 22 in all
+/// (a name Proxmox accepts, F10). Deterministic, so a retried create finds the VM it made, and
+/// different for a Proxy deleted and made again (a new UID), whose old VM the sweep removes.
+pub fn vm_name(uid: &str) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let digest = Sha256::digest(uid.as_bytes());
+    let mut bits = 0u32;
+    let mut bit_count = 0;
+    let mut name = String::from("proxy-");
+    for byte in digest {
+        bits = (bits << 8) | u32::from(byte);
+        bit_count += 8;
+        while bit_count >= 5 && name.len() < 22 {
+            bit_count -= 5;
+            name.push(char::from(ALPHABET[((bits >> bit_count) & 31) as usize]));
+        }
+    }
+    name
+}
+
+/// The tags a Proxy's VM carries: the operator's, then the spec's.
+fn tags(proxy: &ProxyState, provider_config: &str) -> Vec<Tag> {
+    let mut tags: BTreeMap<String, String> = proxy.spec.tags.clone();
+    tags.insert(PROXY_UID_TAG.into(), proxy.uid.clone());
+    tags.insert(PROVIDER_CONFIG_TAG.into(), provider_config.into());
+    tags.insert(PROXY_TAG.into(), proxy.key());
+    tags.into_iter()
+        .map(|(key, value)| Tag { key, value })
+        .collect()
+}
+
+fn state_word(state: InstanceState) -> &'static str {
+    match state {
+        InstanceState::Provisioning => "provisioning",
+        InstanceState::Running => "running",
+        InstanceState::Stopped => "stopped",
+        InstanceState::Failed => "failed",
+    }
+}
+
+fn outcome_label(outcome: &Outcome) -> &'static str {
+    match condition(&outcome.status.conditions, conditions::SYNCED) {
+        Some(synced) if synced.status == "False" => "error",
+        _ => match outcome.next {
+            Next::After(_) | Next::Finalized => "success",
+            Next::AwaitChange => "error",
+        },
+    }
+}
+
+/// A wait in `[ceiling / 2, ceiling]`.
+fn jitter(ceiling: Duration) -> Duration {
+    if ceiling.is_zero() {
+        return ceiling;
+    }
+    let half = ceiling / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_names_are_22_characters_deterministic_and_per_uid_f10() {
+        let name = vm_name("6c1f0a2e-5d7b-4b8e-9a51-0d3c2f1e7a90");
+        assert_eq!(name.len(), 22);
+        assert!(name.starts_with("proxy-"));
+        assert!(
+            name[6..]
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
+        );
+        assert_eq!(name, vm_name("6c1f0a2e-5d7b-4b8e-9a51-0d3c2f1e7a90"));
+        assert_ne!(name, vm_name("6c1f0a2e-5d7b-4b8e-9a51-0d3c2f1e7a91"));
+    }
+
+    #[test]
+    fn jitter_stays_in_the_upper_half() {
+        for _ in 0..100 {
+            let wait = jitter(Duration::from_secs(8));
+            assert!(
+                (Duration::from_secs(4)..=Duration::from_secs(8)).contains(&wait),
+                "{wait:?}"
+            );
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+}
