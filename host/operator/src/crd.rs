@@ -131,6 +131,10 @@ pub struct HandledBy {
     pub provider_config: String,
     /// Its generation at the time.
     pub provider_config_generation: i64,
+    /// The revision of its binding: moves with its spec, its component, and the content of the
+    /// Secrets its grant references.
+    #[serde(default)]
+    pub provider_config_revision: u64,
     /// The name the component describes itself under.
     pub name: String,
     /// The component's own version.

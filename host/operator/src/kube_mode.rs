@@ -1,11 +1,446 @@
-//! Kubernetes mode: in progress.
+//! Kubernetes mode: the operator against an API server.
+//!
+//! `egress-operator run` (without `--local`) connects with the in-cluster config or the
+//! kubeconfig ([`kube::Client::try_default`]), starts the shared [`Operator`] and then:
+//!
+//! 1. **Caches** ([`caches`]): one watch each of Proxies, ProviderConfigs, Secrets and
+//!    ConfigMaps, always running, so a replica standing by is ready to take over.
+//! 2. **Leader election** with `kube-lease-manager` (a Lease named `egress-operator` in
+//!    `--namespace`, held by `--pod-name`): only the leader runs the controllers. A lease lost
+//!    while leading stops them and the process exits with status 1 (the Deployment restarts it
+//!    as a follower).
+//! 3. **Two controllers** while leading: Proxies ([`proxy`]: the finalizer, the reconciler core,
+//!    status by server-side apply, Events) and ProviderConfigs ([`provider_config`]: bind and
+//!    grant, `check` every resync, hot swap, orphan sweep). Reconciles of one object never run
+//!    at once (kube's controller serialises them).
+//! 4. **Health** on `--listen` ([`crate::server`]): `/healthz`, `/readyz` (caches synced and the
+//!    election running, leading or standing by) and `/metrics`.
+//! 5. **Graceful shutdown** on SIGTERM or SIGINT: no new reconciles, the ones running finish
+//!    within [`Options::shutdown_grace`], the lease is released, exit 0.
+//!
+//! What triggers a reconcile of a Proxy: a change of its spec, finalizers or deletion (not of its
+//! own status), a change of its ProviderConfig's spec, a rebinding of its ProviderConfig (a hot
+//! swap or a new spec bound), a change of a Secret or ConfigMap its user-data names, and the
+//! time its last [`Outcome`](crate::reconciler::Outcome) asked for. Of a ProviderConfig: its
+//! spec, a Secret or ConfigMap it references (a rotated credential is in the broker from the
+//! next request on), a registry event for its component file, and every resync.
 
+pub mod caches;
+pub mod provider_config;
+pub mod proxy;
+
+#[cfg(test)]
+mod fixtures;
+
+use std::future::Future;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context as _;
+use futures::StreamExt;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::Note;
 use crate::cli::RunArgs;
+use crate::operator::{Operator, Settings};
+use crate::reconciler::Timing;
+use crate::server::{self, Health};
 
-/// Run the operator against a cluster.
+pub use caches::Caches;
+
+/// The components directory in a cluster (a volume of the Deployment).
+pub const DEFAULT_COMPONENTS: &str = "/var/lib/egress-operator/components";
+/// The Lease the replicas elect a leader with.
+pub const LEASE_NAME: &str = "egress-operator";
+/// The controller name on Events.
+pub const REPORTER: &str = "egress-operator";
+
+/// Why a reconcile did not finish. Each variant wraps a source or names a domain condition.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or could not be reached.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The finalizer helper failed. Boxed: its error type contains this one.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Deleting: the VM is not removed yet; the finalizer stays and the Proxy comes back then.
+    #[error("the VM is not removed yet; again in {0:?}")]
+    CleanupPending(Duration),
+    /// An object without a namespace or name.
+    #[error("the object has no {0}")]
+    Unnamed(&'static str),
+}
+
+impl Error {
+    /// A label for metrics and logs: the variant, lower case.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending(_)) => {
+                    "cleanuppending"
+                }
+                kube::runtime::finalizer::Error::ApplyFailed(_)
+                | kube::runtime::finalizer::Error::CleanupFailed(_) => "reconcile",
+                _ => "finalizer",
+            },
+            Error::CleanupPending(_) => "cleanuppending",
+            Error::Unnamed(_) => "unnamed",
+        }
+    }
+}
+
+/// How Kubernetes mode runs beside the [`Settings`] both modes share.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The Lease's namespace (the operator's own).
+    pub lease_namespace: String,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// This replica's identity: the Lease holder and the Events' reporting instance.
+    pub identity: String,
+    /// Seconds a lease is valid after its last renewal.
+    pub lease_seconds: u64,
+    /// Seconds before expiry the holder renews.
+    pub lease_grace_seconds: u64,
+    /// How long reconciles in flight may take to finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Options {
+    /// A 15 s lease renewed 5 s before it expires, 30 s to finish on shutdown.
+    pub fn new(namespace: &str, identity: &str) -> Options {
+        Options {
+            lease_namespace: namespace.to_owned(),
+            lease_name: LEASE_NAME.to_owned(),
+            identity: identity.to_owned(),
+            lease_seconds: 15,
+            lease_grace_seconds: 5,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The shared settings `run` starts the operator with.
+pub fn settings(args: &RunArgs) -> Settings {
+    let mut settings = Settings::new(
+        args.components
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_COMPONENTS)),
+    );
+    settings.namespace = args.namespace.clone();
+    settings.listen = args.listen;
+    settings.timing = Timing {
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
+        ..Timing::default()
+    };
+    match &args.cache_dir {
+        Some(dir) if dir.as_os_str() == "none" => settings.cache_dir = None,
+        Some(dir) => settings.cache_dir = Some(dir.clone()),
+        None => {}
+    }
+    settings
+}
+
+/// Run the operator against a cluster until SIGTERM or SIGINT (exit 0) or a lost lease (1).
 pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("Kubernetes mode is not built yet")
+    let client = Client::try_default()
+        .await
+        .context("connecting to the cluster (in-cluster config or kubeconfig)")?;
+    let operator = Operator::start(settings(args)).await?;
+    let identity = match &args.pod_name {
+        Some(name) => name.clone(),
+        None => host_name(),
+    };
+    let options = Options::new(&args.namespace, &identity);
+    run_with(client, operator, options, shutdown_signal()).await
+}
+
+/// Run with `client` and a started `operator` until `shutdown` resolves (exit 0) or the lease
+/// is lost (exit 1). Errors are what kept it from starting (an API server that never lists).
+pub async fn run_with(
+    client: Client,
+    operator: Arc<Operator>,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<ExitCode> {
+    let health = Arc::new(Health::new(operator.metrics.clone()));
+    let _server = operator.settings.listen.map(|addr| {
+        let health = Arc::clone(&health);
+        AbortOnDrop(tokio::spawn(async move {
+            if let Err(error) = server::serve(addr, health).await {
+                tracing::error!("{error:#}");
+            }
+        }))
+    });
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    let (caches, reflectors) = Caches::start(&client);
+    let _reflectors = AbortOnDrop2(reflectors);
+    health.set_ready(Err("the caches are not synced yet".into()));
+    tokio::select! {
+        () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+        synced = caches.synced() => synced.context("the caches stopped before they synced")?,
+    }
+
+    let manager = LeaseManagerBuilder::new(client.clone(), &options.lease_name)
+        .with_namespace(&options.lease_namespace)
+        .with_identity(&options.identity)
+        .with_duration(options.lease_seconds)
+        .with_grace(options.lease_grace_seconds)
+        .build()
+        .await
+        .context("starting the leader election")?;
+    let (mut leading, lease) = manager.watch().await;
+    health.set_ready(Ok(()));
+    tracing::info!(identity = %options.identity, "standing by for the lease");
+
+    while !*leading.borrow_and_update() {
+        tokio::select! {
+            () = &mut shutdown => {
+                release(leading, lease).await;
+                return Ok(ExitCode::SUCCESS);
+            }
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("the leader election stopped: {}", lease_outcome(lease).await);
+                }
+            }
+        }
+    }
+
+    tracing::info!(identity = %options.identity, "leading: reconciling");
+    let controllers = Controllers::start(client, operator, caches, &options.identity);
+    let code = tokio::select! {
+        () = &mut shutdown => {
+            tracing::info!("shutting down: finishing the reconciles in flight");
+            controllers.stop(options.shutdown_grace).await;
+            ExitCode::SUCCESS
+        }
+        () = lost(&mut leading) => {
+            controllers.abort();
+            tracing::error!("lost the lease: stopped reconciling; exiting to restart as a follower");
+            ExitCode::from(1)
+        }
+    };
+    release(leading, lease).await;
+    Ok(code)
+}
+
+/// Resolves when `leading` turns false or the election ends.
+async fn lost(leading: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if leading.changed().await.is_err() || !*leading.borrow_and_update() {
+            return;
+        }
+    }
+}
+
+type LeaseTask = JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>;
+
+/// Let go of the lease: closing the channel makes the manager release it and stop.
+async fn release(leading: tokio::sync::watch::Receiver<bool>, lease: LeaseTask) {
+    drop(leading);
+    match tokio::time::timeout(Duration::from_secs(5), lease).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(error))) => tracing::warn!(%error, "releasing the lease failed"),
+        Ok(Err(error)) => tracing::warn!(%error, "the lease task failed"),
+        Err(_) => tracing::warn!("releasing the lease took too long"),
+    }
+}
+
+async fn lease_outcome(lease: LeaseTask) -> String {
+    match lease.await {
+        Ok(Ok(_)) => "released".into(),
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// The running controllers of a leader.
+struct Controllers {
+    tasks: Vec<JoinHandle<()>>,
+    stops: Vec<oneshot::Sender<()>>,
+}
+
+impl Controllers {
+    fn start(client: Client, operator: Arc<Operator>, caches: Caches, identity: &str) -> Self {
+        let (rebound, _) = broadcast::channel(256);
+        let context = Arc::new(Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: REPORTER.into(),
+                    instance: Some(identity.to_owned()),
+                },
+            ),
+            client,
+            operator,
+            caches,
+            rebound,
+            sweeps: std::sync::Mutex::new(std::collections::HashMap::new()),
+        });
+        let (proxy_stop, proxy_stopped) = oneshot::channel();
+        let (pc_stop, pc_stopped) = oneshot::channel();
+        let mut tasks = vec![
+            tokio::spawn(proxy::controller(Arc::clone(&context), proxy_stopped)),
+            tokio::spawn(provider_config::controller(
+                Arc::clone(&context),
+                pc_stopped,
+            )),
+        ];
+        tasks.push(tokio::spawn(provider_config::forget_deleted(context)));
+        Controllers {
+            tasks,
+            stops: vec![proxy_stop, pc_stop],
+        }
+    }
+
+    /// Stop starting reconciles; wait up to `grace` for the running ones.
+    async fn stop(self, grace: Duration) {
+        for stop in self.stops {
+            let _ = stop.send(());
+        }
+        let mut tasks = self.tasks;
+        let helpers = tasks.split_off(2);
+        for helper in &helpers {
+            helper.abort();
+        }
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        let finished = futures::future::join_all(tasks);
+        if tokio::time::timeout(grace, finished).await.is_err() {
+            tracing::warn!(
+                ?grace,
+                "reconciles still running after the grace period; abandoning them"
+            );
+            for task in aborts {
+                task.abort();
+            }
+        }
+    }
+
+    fn abort(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// What both controllers' reconciles share.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Providers, reconciler, sweeper, metrics.
+    pub operator: Arc<Operator>,
+    /// The watched objects.
+    pub caches: Caches,
+    /// Events.
+    pub recorder: Recorder,
+    /// Names of ProviderConfigs whose binding changed; their Proxies reconcile.
+    pub rebound: broadcast::Sender<String>,
+    /// When each ProviderConfig was last swept.
+    pub sweeps: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl Context {
+    /// Record `notes` as Events on the object `reference` names. A failure is logged: an Event
+    /// lost never fails a reconcile.
+    pub async fn record(
+        &self,
+        notes: &[Note],
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+    ) {
+        use kube::runtime::events::{Event, EventType};
+        for note in notes {
+            let event = Event {
+                type_: if note.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: truncate(&note.reason, 128),
+                note: Some(truncate(&note.message, 1024)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(error) = self.recorder.publish(&event, reference).await {
+                tracing::warn!(%error, reason = %note.reason, "recording an event failed");
+            }
+        }
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutdown requested");
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "egress-operator".into())
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct AbortOnDrop2(caches::Reflectors);
+
+impl Drop for AbortOnDrop2 {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Stream helper: the controllers' trigger streams never end while the caches live.
+pub(crate) fn never_ending<S>(stream: S) -> futures::stream::BoxStream<'static, S::Item>
+where
+    S: futures::Stream + Send + 'static,
+    S::Item: Send,
+{
+    stream.chain(futures::stream::pending()).boxed()
 }

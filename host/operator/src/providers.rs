@@ -45,6 +45,10 @@ pub struct Binding {
     pub config: String,
     /// The orphan sweep settings.
     pub sweep: OrphanSweep,
+    /// Counts every change of what this binding stands for: the spec, the component, and the
+    /// content of the Secrets and ConfigMaps its grant references (a rotated credential can fix
+    /// what failed permanently, so Proxies blocked on the old one try again).
+    pub revision: u64,
 }
 
 impl Binding {
@@ -54,6 +58,7 @@ impl Binding {
         crate::crd::HandledBy {
             provider_config: self.provider_config.clone(),
             provider_config_generation: self.generation,
+            provider_config_revision: self.revision,
             name: description.name.clone(),
             version: description.version.clone(),
             digest: format!("sha256:{}", self.provider.digest()),
@@ -84,6 +89,10 @@ pub struct Applied {
 /// Per ProviderConfig: the last good binding and what it holds in memory.
 struct Entry {
     binding: Option<Arc<Binding>>,
+    /// A digest of what the binding stands for (generation, component, referenced Secrets'
+    /// content), held in memory only; a change bumps `revision`.
+    fingerprint: [u8; 32],
+    revision: u64,
     /// Earlier bindings, kept until their calls finish so their digest stays granted.
     retired: Vec<Arc<Binding>>,
     credential: Arc<MemorySource>,
@@ -189,29 +198,35 @@ impl ProviderSet {
         let mut status = previous.clone();
         status.observed_generation = Some(generation);
         let mut notes = Vec::new();
-        let attempt = self.attempt(name, generation, spec).await;
+        let attempt = self.attempt(name, spec).await;
+        let fingerprint = self.fingerprint(generation, spec, &attempt, objects);
         let mut rebound = false;
         let current = {
             let mut entries = lock(&self.entries);
             let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
                 binding: None,
+                fingerprint: [0; 32],
+                revision: 0,
                 retired: Vec::new(),
                 credential: Arc::new(MemorySource::new(credential_origin(spec, &self.namespace))),
             });
-            match &attempt {
-                Ok(fresh) => {
-                    let changed = entry.binding.as_ref().is_none_or(|old| {
-                        old.provider.generation() != fresh.binding.provider.generation()
-                            || old.generation != fresh.binding.generation
-                    });
-                    if changed {
-                        rebound = true;
-                        if let Some(old) = entry.binding.replace(Arc::clone(&fresh.binding)) {
-                            entry.retired.push(old);
-                        }
-                    }
+            if let Ok(fresh) = &attempt
+                && (entry.binding.is_none() || entry.fingerprint != fingerprint)
+            {
+                rebound = true;
+                entry.fingerprint = fingerprint;
+                entry.revision += 1;
+                let binding = Arc::new(Binding {
+                    provider_config: name.to_owned(),
+                    generation,
+                    provider: Arc::clone(&fresh.provider),
+                    config: fresh.config.clone(),
+                    sweep: spec.orphan_sweep.clone(),
+                    revision: entry.revision,
+                });
+                if let Some(old) = entry.binding.replace(binding) {
+                    entry.retired.push(old);
                 }
-                Err(_) => {}
             }
             // Older bindings stay granted while a call still holds them.
             entry.retired.retain(|old| Arc::strong_count(old) > 1);
@@ -236,15 +251,15 @@ impl ProviderSet {
                     &now,
                 );
                 if rebound {
-                    let description = fresh.binding.provider.description();
+                    let description = fresh.provider.description();
                     notes.push(Note::normal(
                         "ProviderLoaded",
                         format!(
                             "{} {} (sha256:{}, generation {}) serves",
                             description.name,
                             description.version,
-                            fresh.binding.provider.digest(),
-                            fresh.binding.provider.generation()
+                            fresh.provider.digest(),
+                            fresh.provider.generation()
                         ),
                     ));
                 }
@@ -380,12 +395,7 @@ impl ProviderSet {
     }
 
     /// Steps 1–3: a binding of the current spec, or why not.
-    async fn attempt(
-        &self,
-        name: &str,
-        generation: i64,
-        spec: &ProviderConfigSpec,
-    ) -> Result<Fresh, NotReady> {
+    async fn attempt(&self, name: &str, spec: &ProviderConfigSpec) -> Result<Fresh, NotReady> {
         let file = component_file(&spec.component.file)?;
         let identity = file.trim_end_matches(".wasm");
         let path = self.registry.dir().join(&file);
@@ -447,15 +457,45 @@ impl ProviderSet {
             reason: "InvalidName",
             message: error.to_string(),
         })?;
-        Ok(Fresh {
-            binding: Arc::new(Binding {
-                provider_config: name.to_owned(),
-                generation,
-                provider,
-                config,
-                sweep: spec.orphan_sweep.clone(),
-            }),
-        })
+        Ok(Fresh { provider, config })
+    }
+
+    /// A digest of what a binding of this spec stands for: the generation, the component, and
+    /// the content of the Secrets and ConfigMaps its grant references. Kept in memory only.
+    fn fingerprint(
+        &self,
+        generation: i64,
+        spec: &ProviderConfigSpec,
+        attempt: &Result<Fresh, NotReady>,
+        objects: &dyn Objects,
+    ) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(generation.to_le_bytes());
+        if let Ok(fresh) = attempt {
+            hasher.update(fresh.provider.generation().to_le_bytes());
+        }
+        if let Some(http) = &spec.grant.http {
+            let references = http
+                .credential
+                .iter()
+                .map(|credential| ("secret", &credential.secret_ref))
+                .chain(http.tls.ca_secret_ref.iter().map(|r| ("secret", r)))
+                .chain(http.tls.ca_config_map_ref.iter().map(|r| ("configmap", r)));
+            for (kind, reference) in references {
+                let namespace = self.namespace_of(reference);
+                let value = match kind {
+                    "secret" => objects.secret_value(namespace, &reference.name, &reference.key),
+                    _ => objects
+                        .config_map_value(namespace, &reference.name, &reference.key)
+                        .map(String::into_bytes),
+                };
+                let value = value.unwrap_or_default();
+                hasher.update((value.len() as u64).to_le_bytes());
+                hasher.update(&value);
+            }
+        }
+        hasher.finalize().into()
     }
 
     /// Step 4: the broker's grant for `identity`.
@@ -546,8 +586,10 @@ impl ProviderSet {
     }
 }
 
+/// A binding of the current spec, before it is published.
 struct Fresh {
-    binding: Arc<Binding>,
+    provider: Arc<Provider>,
+    config: String,
 }
 
 fn missing(kind: &str, reference: &SecretKeyRef, namespace: &str, what: &str) -> String {

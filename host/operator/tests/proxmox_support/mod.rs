@@ -1,6 +1,10 @@
-//! The real path for the Proxmox provider: the built component (`target/components/proxmox.wasm`)
-//! in the runtime, its HTTP through the egress broker (token injected from a secret file, TLS
-//! verified against the simulator's CA, HTTP/1.1 only), to a `pvesim` simulator over HTTPS.
+//! The real path for a Proxmox provider: a built component (`target/components/proxmox.wasm`, or
+//! another [`Subject`]) in the runtime, its HTTP through the egress broker (token injected from a
+//! secret file, TLS verified against the simulator's CA, HTTP/1.1 only), to a `pvesim` simulator
+//! over HTTPS.
+
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,14 +16,43 @@ use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, Runt
 use pvesim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 
+/// A provider component the harness drives: which file, the identity it serves (and is granted)
+/// as, and its configuration for a simulator.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject {
+    /// The file under `target/components/`; its stem is the identity `load_file` assigns.
+    pub file: &'static str,
+    /// The identity the grant names (the file's stem).
+    pub identity: &'static str,
+    /// The command that builds the file, for the message when it is missing.
+    pub build: &'static str,
+    /// The provider's configuration for a simulator.
+    pub config: fn(&Simulator) -> Value,
+}
+
+/// The Rust Proxmox provider.
+pub const PROXMOX: Subject = Subject {
+    file: "proxmox.wasm",
+    identity: "proxmox",
+    build: "just build-components",
+    config: provider_config,
+};
+
 /// The built component.
 pub fn component() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
+    component_path(&PROXMOX)
+}
+
+/// The built component of `subject`.
+pub fn component_path(subject: &Subject) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/components")
+        .join(subject.file);
     assert!(
         path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
+        "{} is missing: run `{}` first",
+        path.display(),
+        subject.build
     );
     path
 }
@@ -42,7 +75,12 @@ pub struct GrantSpec {
 
 /// The grant document for the provider `proxmox`.
 pub fn grant_json(spec: &GrantSpec) -> String {
-    json!({"grants": {"proxmox": {
+    grant_json_for(PROXMOX.identity, spec)
+}
+
+/// The grant document for the provider `identity`.
+pub fn grant_json_for(identity: &str, spec: &GrantSpec) -> String {
+    json!({"grants": {identity: {
         "origins": [spec.origin],
         "credential": {
             "header": "Authorization",
@@ -58,7 +96,13 @@ pub fn grant_json(spec: &GrantSpec) -> String {
 /// A runtime whose egress is a broker with `spec`, and the component loaded in it. Compiled
 /// components are cached under the target directory, so only the first load compiles.
 pub async fn load_provider(spec: &GrantSpec) -> Arc<Provider> {
-    let grants = Grants::from_json(&grant_json(spec)).expect("grant parses");
+    load_subject(&PROXMOX, spec).await
+}
+
+/// [`load_provider`] for `subject`, loaded from its file as the host loads it (the file's stem is
+/// its identity).
+pub async fn load_subject(subject: &Subject, spec: &GrantSpec) -> Arc<Provider> {
+    let grants = Grants::from_json(&grant_json_for(subject.identity, spec)).expect("grant parses");
     let broker = Broker::new(&grants).expect("grant is valid");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxmox-compile-cache");
     let runtime = Runtime::new(
@@ -66,10 +110,16 @@ pub async fn load_provider(spec: &GrantSpec) -> Arc<Provider> {
         Arc::new(broker),
     )
     .expect("runtime");
-    runtime
-        .load_file(&component())
+    let provider = runtime
+        .load_file(&component_path(subject))
         .await
-        .expect("the proxmox component loads")
+        .unwrap_or_else(|error| panic!("the {} component loads: {error}", subject.identity));
+    assert_eq!(
+        provider.identity(),
+        subject.identity,
+        "the grant names the identity"
+    );
+    provider
 }
 
 /// The provider's configuration for the simulator (budgets small: tests stay quick).
@@ -96,19 +146,27 @@ impl Harness {
     }
 
     pub async fn start_with(sim_config: SimConfig) -> Harness {
+        Self::start_subject(&PROXMOX, sim_config).await
+    }
+
+    /// A harness driving `subject` against a simulator started with `sim_config`.
+    pub async fn start_subject(subject: &Subject, sim_config: SimConfig) -> Harness {
         let sim = Simulator::start(sim_config)
             .await
             .expect("simulator starts");
         let files = tempfile::tempdir().unwrap();
         let secret_file = files.path().join("token");
         std::fs::write(&secret_file, sim.token()).unwrap();
-        let provider = load_provider(&GrantSpec {
-            origin: sim.url(),
-            secret_file,
-            ca_file: sim.ca_file().to_path_buf(),
-        })
+        let provider = load_subject(
+            subject,
+            &GrantSpec {
+                origin: sim.url(),
+                secret_file,
+                ca_file: sim.ca_file().to_path_buf(),
+            },
+        )
         .await;
-        let config = provider_config(&sim);
+        let config = (subject.config)(&sim);
         Harness {
             sim,
             provider,

@@ -1,0 +1,315 @@
+//! The ProviderConfig controller: [`ProviderSet::apply`](crate::providers::ProviderSet::apply)
+//! on every change of the spec, of a Secret or ConfigMap it references (credential, CA), on a
+//! registry event for its component file (hot swap, or a replacement that does not load), and
+//! every resync (which runs the provider's `check`). Every `orphanSweep.intervalSeconds` it also
+//! sweeps the VMs made through it against the UIDs of every Proxy. Status by server-side apply,
+//! notes as Events; when the binding changed, its Proxies are told (they reconcile on the new
+//! component or spec).
+//!
+//! A deleted ProviderConfig is forgotten ([`forget_deleted`]): its grant goes and its Proxies can
+//! no longer be served.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use egress_runtime::RegistryEvent;
+use futures::{FutureExt, StreamExt};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::oneshot;
+
+use super::caches::{Caches, StoreObjects, Touched};
+use super::{Context, Error, never_ending};
+use crate::crd::{
+    FIELD_MANAGER, OrphanReport, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus,
+    SweepMode,
+};
+
+/// Run the ProviderConfig controller until `stop` fires and the reconciles in flight finish.
+pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
+    let caches = context.caches.clone();
+    let touches = caches.touches();
+    let registry = registry_stream(context.operator.registry().subscribe());
+    let initial = futures::stream::iter(caches.provider_configs.state());
+    let mut generations: HashMap<String, i64> = HashMap::new();
+    let own = initial
+        .chain(touches.filter_map(|touched| async move {
+            match touched {
+                Touched::ProviderConfig(pc) => Some(pc),
+                _ => None,
+            }
+        }))
+        .filter_map(move |pc| {
+            // Its own status writes are not news.
+            let generation = pc.metadata.generation.unwrap_or(0);
+            let new = generations.insert(pc.name_any(), generation) != Some(generation);
+            std::future::ready(new.then(|| Ok((*pc).clone())))
+        });
+    let related = {
+        let caches = caches.clone();
+        let namespace = context.operator.settings.namespace.clone();
+        futures::stream::select(
+            caches.touches().map(Related::Touched),
+            registry.map(Related::Component),
+        )
+        .flat_map(move |related| {
+            futures::stream::iter(related_provider_configs(&caches, &namespace, related))
+        })
+    };
+    Controller::for_stream(never_ending(own), caches.provider_configs.clone())
+        .reconcile_on(never_ending(related))
+        .graceful_shutdown_on(stop.map(|_| ()))
+        .run(reconcile, error_policy, context)
+        .for_each(|result| {
+            if let Err(error) = result {
+                tracing::warn!("providerconfig controller: {error}");
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Forget each ProviderConfig that is deleted (and, after a relist, each that is gone).
+pub async fn forget_deleted(context: Arc<Context>) {
+    let mut touches = std::pin::pin!(context.caches.touches());
+    while let Some(touched) = touches.next().await {
+        match touched {
+            Touched::ProviderConfigGone(name) => {
+                tracing::info!(provider_config = %name, "deleted: its grant and binding go");
+                context.operator.providers.remove(&name);
+            }
+            Touched::Relisted => {
+                for binding in context.operator.providers.bound() {
+                    if context
+                        .caches
+                        .provider_config(&binding.provider_config)
+                        .is_none()
+                    {
+                        context.operator.providers.remove(&binding.provider_config);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+enum Related {
+    Touched(Touched),
+    /// A component file the registry loaded, refused or removed.
+    Component(String),
+}
+
+fn registry_stream(
+    receiver: tokio::sync::broadcast::Receiver<RegistryEvent>,
+) -> impl futures::Stream<Item = String> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            let path = match receiver.recv().await {
+                Ok(
+                    RegistryEvent::Loaded { path, .. }
+                    | RegistryEvent::Rejected { path, .. }
+                    | RegistryEvent::Removed { path, .. },
+                ) => path,
+                // Missed some: every file may have changed.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    return Some((String::new(), receiver));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            };
+            if let Some(file) = Path::new(&path).file_name().and_then(|f| f.to_str()) {
+                return Some((file.to_owned(), receiver));
+            }
+        }
+    })
+}
+
+/// The ProviderConfigs a touch of another object concerns.
+fn related_provider_configs(
+    caches: &Caches,
+    namespace: &str,
+    related: Related,
+) -> Vec<ObjectRef<ProviderConfig>> {
+    let matching = |keep: &dyn Fn(&ProviderConfigSpec) -> bool| {
+        caches
+            .provider_configs
+            .state()
+            .iter()
+            .filter(|pc| keep(&pc.spec))
+            .map(|pc| ObjectRef::from_obj(pc.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    match related {
+        Related::Component(file) if file.is_empty() => matching(&|_| true),
+        Related::Component(file) => matching(&|spec| spec.component.file == file),
+        Related::Touched(Touched::Secret {
+            namespace: object_namespace,
+            name,
+        }) => matching(&|spec| {
+            references(spec, namespace)
+                .secrets
+                .contains(&(object_namespace.clone(), name.clone()))
+        }),
+        Related::Touched(Touched::ConfigMap {
+            namespace: object_namespace,
+            name,
+        }) => matching(&|spec| {
+            references(spec, namespace)
+                .config_maps
+                .contains(&(object_namespace.clone(), name.clone()))
+        }),
+        Related::Touched(Touched::Relisted) => matching(&|_| true),
+        Related::Touched(_) => Vec::new(),
+    }
+}
+
+/// The objects a ProviderConfig reads, as `(namespace, name)`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct References {
+    /// Secrets: the credential, a CA.
+    pub secrets: HashSet<(String, String)>,
+    /// ConfigMaps: a CA.
+    pub config_maps: HashSet<(String, String)>,
+}
+
+/// What `spec` references; a reference without a namespace is in `namespace`.
+pub fn references(spec: &ProviderConfigSpec, namespace: &str) -> References {
+    let mut found = References::default();
+    let Some(http) = &spec.grant.http else {
+        return found;
+    };
+    let key = |reference: &crate::crd::SecretKeyRef| {
+        (
+            reference
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_owned()),
+            reference.name.clone(),
+        )
+    };
+    if let Some(credential) = &http.credential {
+        found.secrets.insert(key(&credential.secret_ref));
+    }
+    if let Some(ca) = &http.tls.ca_secret_ref {
+        found.secrets.insert(key(ca));
+    }
+    if let Some(ca) = &http.tls.ca_config_map_ref {
+        found.config_maps.insert(key(ca));
+    }
+    found
+}
+
+/// One reconcile of one ProviderConfig.
+pub async fn reconcile(pc: Arc<ProviderConfig>, context: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let name = pc.metadata.name.clone().ok_or(Error::Unnamed("name"))?;
+    let generation = pc.metadata.generation.unwrap_or(0);
+    let previous = pc.status.clone().unwrap_or_default();
+    let operator = &context.operator;
+    let applied = operator
+        .providers
+        .apply(
+            &name,
+            generation,
+            &pc.spec,
+            &previous,
+            &StoreObjects(&context.caches),
+        )
+        .await;
+    let mut status = applied.status;
+    let mut notes = applied.notes;
+    let mut next = operator.reconciler.timing().resync;
+
+    if let Ok(binding) = operator.providers.binding(&name)
+        && binding.sweep.mode != SweepMode::Off
+    {
+        let interval = Duration::from_secs(binding.sweep.interval_seconds.max(1));
+        match sweep_wait(&context, &name, interval) {
+            Some(wait) => next = next.min(wait),
+            None => {
+                let live: HashSet<String> = context
+                    .caches
+                    .proxies
+                    .state()
+                    .iter()
+                    .filter_map(|proxy| proxy.uid())
+                    .collect();
+                let report = operator.sweeper.sweep(&binding, &live).await;
+                status.orphans = Some(OrphanReport {
+                    last_sweep: Some(crate::now()),
+                    found: report.found,
+                    deleted: report.deleted,
+                });
+                notes.extend(report.notes);
+                next = next.min(interval);
+            }
+        }
+    }
+
+    let api: Api<ProviderConfig> = Api::all(context.client.clone());
+    if status != previous {
+        write_status(&api, &name, &status).await?;
+    }
+    context.record(&notes, &pc.object_ref(&())).await;
+    if applied.rebound {
+        // Nobody listening (no Proxy controller yet) is fine: it starts with every Proxy.
+        let _ = context.rebound.send(name.clone());
+    }
+    let ready = crate::crd::condition(&status.conditions, crate::crd::conditions::READY)
+        .is_some_and(|ready| ready.status == "True");
+    operator.metrics.reconciled(
+        "providerconfig",
+        if ready { "success" } else { "error" },
+        started.elapsed(),
+    );
+    Ok(Action::requeue(next))
+}
+
+/// `None` when ProviderConfig `name` is due for a sweep (and marks it swept now), else how long
+/// until it is.
+fn sweep_wait(context: &Context, name: &str, interval: Duration) -> Option<Duration> {
+    let mut sweeps = context
+        .sweeps
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let now = Instant::now();
+    match sweeps.get(name) {
+        Some(last) if now.duration_since(*last) < interval => {
+            Some(interval - now.duration_since(*last))
+        }
+        _ => {
+            sweeps.insert(name.to_owned(), now);
+            None
+        }
+    }
+}
+
+/// Retry an API failure shortly.
+pub fn error_policy(_pc: Arc<ProviderConfig>, error: &Error, context: Arc<Context>) -> Action {
+    tracing::warn!(error = %error, label = error.metric_label(), "providerconfig reconcile failed");
+    Action::requeue(super::proxy::api_retry(&context))
+}
+
+/// Server-side apply of the whole status, as the operator's one field manager.
+pub async fn write_status(
+    api: &Api<ProviderConfig>,
+    name: &str,
+    status: &ProviderConfigStatus,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": ProviderConfig::api_version(&()),
+        "kind": ProviderConfig::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    Ok(())
+}

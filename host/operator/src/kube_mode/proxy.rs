@@ -1,0 +1,291 @@
+//! The Proxy controller: kube's finalizer helper around the one reconciler core.
+//!
+//! - A Proxy without the finalizer gets it first (and comes back on the watch event).
+//! - Otherwise its [`ProxyState`] and [`Resolved`] references go to
+//!   [`Reconciler::reconcile`](crate::reconciler::Reconciler::reconcile); the status it returns
+//!   is written by server-side apply on the status subresource with the field manager
+//!   [`FIELD_MANAGER`] (only when it changed), its notes become Events, and its `next` becomes
+//!   the controller's [`Action`].
+//! - Deleting, an outcome other than `Finalized` keeps the finalizer: the cleanup "fails" with
+//!   [`Error::CleanupPending`] and the error policy brings the Proxy back when asked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::oneshot;
+
+use super::caches::{StoreObjects, Touched};
+use super::{Context, Error, never_ending};
+use crate::crd::{FIELD_MANAGER, FINALIZER, Proxy, ProxyStatus};
+use crate::providers::NotReady;
+use crate::reconciler::{Next, ProxyState, Resolved};
+
+/// Run the Proxy controller until `stop` fires and the reconciles in flight finish.
+pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
+    let caches = context.caches.clone();
+    // Subscribe before reading the store: nothing between the two is missed.
+    let touches = caches.touches();
+    let rebound = rebound_stream(context.rebound.subscribe());
+    let initial = futures::stream::iter(caches.proxies.state());
+    let mut seen = Seen::default();
+    let own = initial
+        .chain(touches.filter_map(|touched| async move {
+            match touched {
+                Touched::Proxy(proxy) => Some(proxy),
+                _ => None,
+            }
+        }))
+        .filter_map(move |proxy| {
+            std::future::ready(seen.changed(&proxy).then(|| Ok((*proxy).clone())))
+        });
+    let related = {
+        let caches = caches.clone();
+        let mut generations: HashMap<String, i64> = HashMap::new();
+        futures::stream::select(
+            caches.touches().map(Related::Touched),
+            rebound.map(Related::Rebound),
+        )
+        .flat_map(move |related| {
+            futures::stream::iter(related_proxies(&caches, &mut generations, related))
+        })
+    };
+    Controller::for_stream(never_ending(own), caches.proxies.clone())
+        .reconcile_on(never_ending(related))
+        .graceful_shutdown_on(stop.map(|_| ()))
+        .run(reconcile, error_policy, context)
+        .for_each(|result| {
+            match result {
+                Ok(_) => {}
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object))
+                    if error.metric_label() == "cleanuppending" =>
+                {
+                    tracing::debug!(proxy = %object, "{error}");
+                }
+                Err(error) => tracing::warn!("proxy controller: {error}"),
+            }
+            std::future::ready(())
+        })
+        .await;
+}
+
+enum Related {
+    Touched(Touched),
+    Rebound(String),
+}
+
+/// The Proxies a touch of another object concerns.
+fn related_proxies(
+    caches: &super::Caches,
+    generations: &mut HashMap<String, i64>,
+    related: Related,
+) -> Vec<ObjectRef<Proxy>> {
+    let of_provider_config = |name: &str| {
+        caches
+            .proxies
+            .state()
+            .iter()
+            .filter(|proxy| proxy.spec.provider_config_ref == name)
+            .map(|proxy| ObjectRef::from_obj(proxy.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    match related {
+        Related::Rebound(name) => of_provider_config(&name),
+        Related::Touched(Touched::ProviderConfig(pc)) => {
+            // Its spec, not its status, concerns the Proxies.
+            let generation = pc.metadata.generation.unwrap_or(0);
+            match generations.insert(pc.name_any(), generation) {
+                Some(before) if before == generation => Vec::new(),
+                _ => of_provider_config(&pc.name_any()),
+            }
+        }
+        Related::Touched(Touched::ProviderConfigGone(name)) => {
+            generations.remove(&name);
+            of_provider_config(&name)
+        }
+        Related::Touched(Touched::Secret { namespace, name }) => {
+            user_data_of(caches, &namespace, |user_data| {
+                user_data
+                    .secret_key_ref
+                    .as_ref()
+                    .is_some_and(|key| key.name == name)
+            })
+        }
+        Related::Touched(Touched::ConfigMap { namespace, name }) => {
+            user_data_of(caches, &namespace, |user_data| {
+                user_data
+                    .config_map_key_ref
+                    .as_ref()
+                    .is_some_and(|key| key.name == name)
+            })
+        }
+        Related::Touched(Touched::Relisted) => caches
+            .proxies
+            .state()
+            .iter()
+            .map(|proxy| ObjectRef::from_obj(proxy.as_ref()))
+            .collect(),
+        Related::Touched(Touched::Proxy(_)) => Vec::new(),
+    }
+}
+
+fn user_data_of(
+    caches: &super::Caches,
+    namespace: &str,
+    names: impl Fn(&crate::crd::UserData) -> bool,
+) -> Vec<ObjectRef<Proxy>> {
+    caches
+        .proxies
+        .state()
+        .iter()
+        .filter(|proxy| proxy.namespace().as_deref() == Some(namespace))
+        .filter(|proxy| proxy.spec.user_data.as_ref().is_some_and(&names))
+        .map(|proxy| ObjectRef::from_obj(proxy.as_ref()))
+        .collect()
+}
+
+fn rebound_stream(
+    receiver: tokio::sync::broadcast::Receiver<String>,
+) -> impl futures::Stream<Item = String> + Send + 'static {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        loop {
+            match receiver.recv().await {
+                Ok(name) => return Some((name, receiver)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+}
+
+/// Which Proxies changed in a way a reconcile cares about: their spec (generation), their
+/// finalizers or their deletion. Their own status writes are not news.
+#[derive(Default)]
+pub(crate) struct Seen(HashMap<String, (i64, bool, Vec<String>)>);
+
+impl Seen {
+    pub(crate) fn changed(&mut self, proxy: &Proxy) -> bool {
+        let key = (
+            proxy.metadata.generation.unwrap_or(0),
+            proxy.metadata.deletion_timestamp.is_some(),
+            proxy.finalizers().to_vec(),
+        );
+        let uid = proxy.uid().unwrap_or_else(|| proxy.name_any());
+        if key.1 && key.2.is_empty() {
+            // Gone for good.
+            self.0.remove(&uid);
+            return false;
+        }
+        self.0.insert(uid, key.clone()).as_ref() != Some(&key)
+    }
+}
+
+/// One reconcile of one Proxy, through the finalizer helper.
+pub async fn reconcile(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Action, Error> {
+    let namespace = proxy.namespace().ok_or(Error::Unnamed("namespace"))?;
+    let api: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
+    finalizer(&api, FINALIZER, proxy, |event| async {
+        match event {
+            Finalizer::Apply(proxy) => apply(&api, &proxy, &context, false).await,
+            Finalizer::Cleanup(proxy) => apply(&api, &proxy, &context, true).await,
+        }
+    })
+    .await
+    .map_err(|error| Error::Finalizer(Box::new(error)))
+}
+
+/// Requeue after an error: the cleanup's own wait, else a short retry.
+pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, context: Arc<Context>) -> Action {
+    if let Error::Finalizer(inner) = error
+        && let finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) = inner.as_ref()
+    {
+        return Action::requeue(*wait);
+    }
+    Action::requeue(api_retry(&context))
+}
+
+/// The wait after an API error: four first-retries, at most the longest retry.
+pub(crate) fn api_retry(context: &Context) -> Duration {
+    let timing = context.operator.reconciler.timing();
+    (timing.backoff_base * 4).min(timing.backoff_max)
+}
+
+async fn apply(
+    api: &Api<Proxy>,
+    proxy: &Proxy,
+    context: &Context,
+    deleting: bool,
+) -> Result<Action, Error> {
+    let state = proxy_state(proxy, deleting)?;
+    let resolved = resolve(proxy, &state.namespace, context);
+    let outcome = context
+        .operator
+        .reconciler
+        .reconcile(&state, resolved)
+        .await;
+    let finalized = outcome.next == Next::Finalized;
+    // A finalized Proxy is about to go: its status no longer matters.
+    if !finalized && outcome.status != state.status {
+        write_status(api, &state.name, &outcome.status).await?;
+    }
+    context.record(&outcome.notes, &proxy.object_ref(&())).await;
+    let timing = context.operator.reconciler.timing();
+    match (outcome.next, deleting) {
+        (Next::Finalized, _) => Ok(Action::await_change()),
+        (Next::After(wait), false) => Ok(Action::requeue(wait)),
+        (Next::AwaitChange, false) => Ok(Action::await_change()),
+        // The finalizer stays until the VM is gone.
+        (Next::After(wait), true) => Err(Error::CleanupPending(wait)),
+        (Next::AwaitChange, true) => Err(Error::CleanupPending(timing.not_ready_retry)),
+    }
+}
+
+/// The Proxy as the reconciler sees it.
+pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
+    Ok(ProxyState {
+        namespace: proxy.namespace().ok_or(Error::Unnamed("namespace"))?,
+        name: proxy.metadata.name.clone().ok_or(Error::Unnamed("name"))?,
+        uid: proxy.uid().ok_or(Error::Unnamed("uid"))?,
+        generation: proxy.metadata.generation.unwrap_or(0),
+        spec: proxy.spec.clone(),
+        status: proxy.status.clone().unwrap_or_default(),
+        deleting,
+    })
+}
+
+/// Its ProviderConfig's binding and its user-data, from the caches.
+pub fn resolve(proxy: &Proxy, namespace: &str, context: &Context) -> Resolved {
+    let name = &proxy.spec.provider_config_ref;
+    let binding = if context.caches.provider_config(name).is_none() {
+        Err(NotReady {
+            reason: "ProviderConfigNotFound",
+            message: format!("ProviderConfig {name} does not exist"),
+        })
+    } else {
+        context.operator.providers.binding(name)
+    };
+    let user_data = crate::user_data(&proxy.spec, namespace, &StoreObjects(&context.caches));
+    Resolved { binding, user_data }
+}
+
+/// Server-side apply of the whole status, as the operator's one field manager.
+pub async fn write_status(api: &Api<Proxy>, name: &str, status: &ProxyStatus) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "apiVersion": Proxy::api_version(&()),
+        "kind": Proxy::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await?;
+    Ok(())
+}

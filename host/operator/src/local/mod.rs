@@ -1,0 +1,594 @@
+//! Local mode, the embedded default: `egress-operator run --local DIR`.
+//!
+//! The same reconciler as in a cluster, over the `Proxy`, `ProviderConfig`, `Secret` and
+//! `ConfigMap` manifests of a folder (the same YAML), watched for changes. State lives in an
+//! embedded SQLite database under the folder ([`store`]): each Proxy's UID is made once and kept,
+//! so a restart adopts the VMs it made. Deleting a Proxy's manifest runs the finalizer path: its
+//! VM is deleted, then its record. A malformed manifest gets one error naming the file and the
+//! field, and its objects keep their last good version ([`manifests`]).
+//!
+//! While it runs, a table on stdout gets a line each time a Proxy changes (like
+//! `kubectl get -w`); log lines go to stderr. `egress-operator get proxies --local DIR` prints the
+//! stored state (table, YAML or JSON).
+
+pub mod manifests;
+pub mod queue;
+pub mod store;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use notify::Watcher as _;
+use tokio::time::Instant;
+
+use crate::cli::RunArgs;
+use crate::crd::{Phase, ProxyStatus, condition, conditions};
+use crate::operator::{Operator, Settings};
+use crate::providers::NotReady;
+use crate::reconciler::{Next, ProxyState, Resolved};
+use crate::{Note, Objects};
+
+use self::manifests::Folder;
+use self::queue::Queue;
+use self::store::{ProxyRecord, Store};
+
+/// Where local mode keeps its state, under the folder.
+pub const STATE_DIR: &str = ".egress-operator";
+/// Workers reconciling Proxies at once (each provider's own concurrency bounds its calls).
+const WORKERS: usize = 32;
+/// Quiet time after a file event before the folder is read again.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// How long a shutdown waits for calls in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The folder's Secrets and ConfigMaps, for the reconcilers.
+struct FolderObjects(Arc<ArcSwap<Folder>>);
+
+impl Objects for FolderObjects {
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+        self.0.load().secret_value(namespace, name, key)
+    }
+
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
+        self.0.load().config_map_value(namespace, name, key)
+    }
+}
+
+/// Local mode's shared state.
+struct Local {
+    operator: Arc<Operator>,
+    store: Store,
+    dir: PathBuf,
+    /// The folder's objects, last good version of each file (the rescan's own copy).
+    folder: Mutex<Folder>,
+    /// A snapshot of it for readers.
+    snapshot: Arc<ArcSwap<Folder>>,
+    queue: Queue,
+    table: Option<Table>,
+    /// ProviderConfigs applied at least once since start.
+    applied: Mutex<HashSet<String>>,
+    /// When each ProviderConfig is next swept.
+    sweeps: Mutex<HashMap<String, Instant>>,
+}
+
+/// Run local mode over `dir` until interrupted (or, with `--exit-when-settled`, until every
+/// Proxy is Ready or failed).
+pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("local folder {}", dir.display()))?;
+    let store = Store::open(&dir.join(STATE_DIR).join("state.db"))?;
+    let mut settings = Settings::new(
+        args.components
+            .clone()
+            .unwrap_or_else(|| dir.join("components")),
+    );
+    settings.namespace = args.namespace.clone();
+    settings.listen = args.listen;
+    settings.timing.resync = Duration::from_secs(args.resync_seconds.max(1));
+    settings.cache_dir = match &args.cache_dir {
+        Some(path) if path.as_os_str() == "none" => None,
+        Some(path) => Some(path.clone()),
+        None => settings.cache_dir.clone(),
+    };
+    let operator = Operator::start(settings).await?;
+    let local = Arc::new(Local {
+        operator,
+        store,
+        dir: dir.clone(),
+        folder: Mutex::new(Folder::default()),
+        snapshot: Arc::new(ArcSwap::from_pointee(Folder::default())),
+        queue: Queue::default(),
+        table: (!args.no_table).then(Table::default),
+        applied: Mutex::new(HashSet::new()),
+        sweeps: Mutex::new(HashMap::new()),
+    });
+    if let Some(table) = &local.table {
+        table.header();
+    }
+
+    // Folder changes, debounced into rescans.
+    let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let relevant = event.is_ok_and(|event| {
+            !event
+                .paths
+                .iter()
+                .all(|path| path.components().any(|part| part.as_os_str() == STATE_DIR))
+        });
+        if relevant {
+            let _ = changed.send(());
+        }
+    })
+    .context("watching the local folder")?;
+    watcher
+        .watch(&dir, notify::RecursiveMode::NonRecursive)
+        .with_context(|| format!("watching {}", dir.display()))?;
+
+    local.rescan().await?;
+    // Every stored Proxy is looked at once at start: a restart adopts what exists.
+    for record in local.store.run(|store| store.proxies()).await? {
+        local.queue.schedule(&record.key(), Instant::now());
+    }
+
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        let local = Arc::clone(&local);
+        workers.push(tokio::spawn(async move {
+            while let Some(key) = local.queue.next().await {
+                if let Err(error) = local.process(&key).await {
+                    tracing::error!(proxy = %key, %error, "reconcile failed");
+                    local
+                        .queue
+                        .schedule(&key, Instant::now() + local.operator.reconciler.timing().backoff_base);
+                }
+                local.queue.done(&key);
+            }
+        }));
+    }
+
+    let mut registry_events = local.operator.registry().subscribe();
+    let mut resync = tokio::time::interval(local.operator.settings.timing.resync);
+    resync.tick().await;
+    let mut sweep_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
+    let exit = loop {
+        tokio::select! {
+            Some(()) = changes.recv() => {
+                // Debounce: wait for a quiet moment, absorbing further events.
+                while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changes.recv()).await {}
+                if let Err(error) = local.rescan().await {
+                    tracing::error!(%error, "reading the local folder failed");
+                }
+            }
+            event = registry_events.recv() => {
+                // A component changed, or failed to: re-apply every ProviderConfig; those whose
+                // binding moved bring their Proxies along, and a refused one shows `Degraded`.
+                if !matches!(event, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                    local.apply_configs(true).await;
+                }
+            }
+            _ = resync.tick() => local.apply_configs(true).await,
+            _ = sweep_tick.tick() => local.sweep_due().await,
+            _ = settle_tick.tick(), if args.exit_when_settled => {
+                if let Some(code) = local.settled().await {
+                    break code;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("interrupted; letting calls in flight finish");
+                break ExitCode::SUCCESS;
+            }
+        }
+    };
+    local.queue.close();
+    let drained = futures::future::join_all(workers);
+    if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "calls still in flight at shutdown were abandoned");
+    }
+    drop(watcher);
+    Ok(exit)
+}
+
+impl Local {
+    fn objects(&self) -> FolderObjects {
+        FolderObjects(Arc::clone(&self.snapshot))
+    }
+
+    /// Read the folder again and bring the store in step with it.
+    async fn rescan(&self) -> anyhow::Result<()> {
+        let (folder, errors) = {
+            let mut folder = self
+                .folder
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let errors = folder
+                .rescan(&self.dir)
+                .with_context(|| format!("reading {}", self.dir.display()))?;
+            (folder.clone(), errors)
+        };
+        for error in errors {
+            tracing::error!("{}", error.message);
+        }
+        let previous = self.snapshot.swap(Arc::new(folder.clone()));
+
+        // ProviderConfigs first, so Proxies find them.
+        let declared = folder.provider_configs();
+        for (name, manifest) in &declared {
+            let (name, spec) = (name.clone(), manifest.spec.clone());
+            self.store
+                .run(move |store| store.declare_config(&name, &spec))
+                .await?;
+        }
+        for record in self.store.run(|store| store.configs()).await? {
+            if !declared.contains_key(&record.name) {
+                self.operator.providers.remove(&record.name);
+                let name = record.name.clone();
+                self.store.run(move |store| store.remove_config(&name)).await?;
+                self.applied_forget(&record.name);
+                tracing::info!(provider_config = %record.name, "ProviderConfig removed");
+            }
+        }
+        let references_changed = !same_references(&previous, &folder);
+        self.apply_configs(references_changed).await;
+
+        let proxies = folder.proxies();
+        let now = Instant::now();
+        let created = crate::now().0.to_string();
+        for (key, manifest) in &proxies {
+            let refers = manifest.spec.user_data.as_ref().is_some_and(|data| {
+                data.secret_key_ref.is_some() || data.config_map_key_ref.is_some()
+            });
+            let (manifest, created) = (manifest.clone(), created.clone());
+            let (_, changed) = self
+                .store
+                .run(move |store| {
+                    store.declare_proxy(&manifest.namespace, &manifest.name, &manifest.spec, &created)
+                })
+                .await?;
+            if changed || (refers && references_changed) {
+                self.queue.schedule(key, now);
+            }
+        }
+        for record in self.store.run(|store| store.proxies()).await? {
+            if !record.deleting && !proxies.contains_key(&record.key()) {
+                let (namespace, name) = (record.namespace.clone(), record.name.clone());
+                if self
+                    .store
+                    .run(move |store| store.mark_deleting(&namespace, &name))
+                    .await?
+                {
+                    tracing::info!(proxy = %record.key(), "manifest removed: deleting its VM");
+                    self.queue.schedule(&record.key(), now);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn applied_forget(&self, name: &str) {
+        self.applied
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name);
+    }
+
+    /// Apply every declared ProviderConfig (`all`), or only those not applied since start;
+    /// Proxies of one whose binding moved are scheduled now.
+    async fn apply_configs(&self, all: bool) {
+        let folder = self.snapshot.load_full();
+        let objects = self.objects();
+        let records = match self.store.run(|store| store.configs()).await {
+            Ok(records) => records,
+            Err(error) => {
+                tracing::error!(%error, "reading ProviderConfigs failed");
+                return;
+            }
+        };
+        for record in records {
+            let Some(manifest) = folder.provider_configs().get(&record.name).cloned() else {
+                continue;
+            };
+            let first = self
+                .applied
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(record.name.clone());
+            if !all && !first {
+                continue;
+            }
+            let applied = self
+                .operator
+                .providers
+                .apply(&record.name, record.generation, &manifest.spec, &record.status, &objects)
+                .await;
+            for note in &applied.notes {
+                log_note(&format!("ProviderConfig {}", record.name), note);
+            }
+            if applied.status != record.status {
+                let (name, status) = (record.name.clone(), applied.status.clone());
+                if let Err(error) = self
+                    .store
+                    .run(move |store| store.write_config_status(&name, &status))
+                    .await
+                {
+                    tracing::error!(%error, "writing a ProviderConfig status failed");
+                }
+            }
+            if applied.rebound || first {
+                self.schedule_proxies_of(&record.name).await;
+            }
+        }
+    }
+
+    async fn schedule_proxies_of(&self, provider_config: &str) {
+        let Ok(records) = self.store.run(|store| store.proxies()).await else {
+            return;
+        };
+        let now = Instant::now();
+        for record in records {
+            if record.spec.provider_config_ref == provider_config {
+                self.queue.schedule(&record.key(), now);
+            }
+        }
+    }
+
+    /// Reconcile Proxy `key` once and write what it decided.
+    async fn process(&self, key: &str) -> anyhow::Result<()> {
+        let Some((namespace, name)) = key.split_once('/') else {
+            return Ok(());
+        };
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        let Some(record) = self
+            .store
+            .run(move |store| store.proxy(&namespace, &name))
+            .await?
+        else {
+            self.queue.forget(key);
+            return Ok(());
+        };
+        let folder = self.snapshot.load_full();
+        let reference = &record.spec.provider_config_ref;
+        let binding = if folder.provider_configs().contains_key(reference) {
+            self.operator.providers.binding(reference)
+        } else {
+            Err(NotReady {
+                reason: "ProviderConfigNotFound",
+                message: format!("ProviderConfig {reference} does not exist"),
+            })
+        };
+        let objects = self.objects();
+        let resolved = Resolved {
+            binding,
+            user_data: crate::user_data(&record.spec, &record.namespace, &objects),
+        };
+        let state = ProxyState {
+            namespace: record.namespace.clone(),
+            name: record.name.clone(),
+            uid: record.uid.clone(),
+            generation: record.generation,
+            spec: record.spec.clone(),
+            status: record.status.clone(),
+            deleting: record.deleting,
+        };
+        let outcome = self.operator.reconciler.reconcile(&state, resolved).await;
+        for note in &outcome.notes {
+            log_note(&format!("Proxy {key}"), note);
+        }
+        let (namespace, name, uid) = (record.namespace.clone(), record.name.clone(), record.uid.clone());
+        match outcome.next {
+            Next::Finalized => {
+                self.store
+                    .run(move |store| store.remove_proxy(&namespace, &name, &uid))
+                    .await?;
+                if let Some(table) = &self.table {
+                    table.gone(&record);
+                }
+                return Ok(());
+            }
+            Next::After(wait) => self.queue.schedule(key, Instant::now() + wait),
+            Next::AwaitChange => {}
+        }
+        if outcome.status != record.status {
+            let status = outcome.status.clone();
+            self.store
+                .run(move |store| store.write_status(&namespace, &name, &uid, &status))
+                .await?;
+            if let Some(table) = &self.table {
+                table.changed(&record, &outcome.status);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sweep each ProviderConfig whose interval has passed.
+    async fn sweep_due(&self) {
+        let now = Instant::now();
+        let due: Vec<_> = {
+            let mut sweeps = self
+                .sweeps
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.operator
+                .providers
+                .bound()
+                .into_iter()
+                .filter(|binding| {
+                    let every = Duration::from_secs(binding.sweep.interval_seconds.max(1));
+                    let next = sweeps
+                        .entry(binding.provider_config.clone())
+                        .or_insert(now + every);
+                    if *next <= now {
+                        *next = now + every;
+                        true
+                    } else {
+                        false
+                    }
+                })
+                .collect()
+        };
+        if due.is_empty() {
+            return;
+        }
+        let Ok(records) = self.store.run(|store| store.proxies()).await else {
+            return;
+        };
+        let live: HashSet<String> = records.into_iter().map(|record| record.uid).collect();
+        for binding in due {
+            let report = self.operator.sweeper.sweep(&binding, &live).await;
+            for note in &report.notes {
+                log_note(&format!("ProviderConfig {}", binding.provider_config), note);
+            }
+        }
+    }
+
+    /// With `--exit-when-settled`: the exit status once every Proxy is Ready or failed and no
+    /// deletion is pending; `None` while any is still on its way.
+    async fn settled(&self) -> Option<ExitCode> {
+        let records = self.store.run(|store| store.proxies()).await.ok()?;
+        let mut failed = false;
+        for record in &records {
+            if record.deleting {
+                return None;
+            }
+            let ready = condition(&record.status.conditions, conditions::READY)
+                .is_some_and(|ready| ready.status == "True");
+            match (ready, record.status.phase) {
+                (true, _) => {}
+                (false, Some(Phase::Failed)) => failed = true,
+                _ => return None,
+            }
+        }
+        Some(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    }
+}
+
+/// Whether two folder views hold the same Secrets and ConfigMaps (the objects references
+/// resolve to).
+fn same_references(a: &Folder, b: &Folder) -> bool {
+    a.references() == b.references()
+}
+
+fn log_note(object: &str, note: &Note) {
+    if note.warning {
+        tracing::warn!(object, reason = %note.reason, "{}", note.message);
+    } else {
+        tracing::info!(object, reason = %note.reason, "{}", note.message);
+    }
+}
+
+/// The live table on stdout: a header, then a line each time a Proxy changes.
+#[derive(Default)]
+struct Table {
+    /// The last line printed per Proxy, to print only changes.
+    last: Mutex<HashMap<String, String>>,
+}
+
+impl Table {
+    fn header(&self) {
+        print_line(&row("NAMESPACE", "NAME", "READY", "PHASE", "PROVIDER", "ADDRESS", "VM"));
+    }
+
+    fn changed(&self, record: &ProxyRecord, status: &ProxyStatus) {
+        let ready = condition(&status.conditions, conditions::READY)
+            .map_or("Unknown", |ready| ready.status.as_str());
+        let phase = status.phase.map_or_else(|| "-".to_owned(), |phase| format!("{phase:?}"));
+        let line = row(
+            &record.namespace,
+            &record.name,
+            ready,
+            &phase,
+            &record.spec.provider_config_ref,
+            status.addresses.first().map_or("-", String::as_str),
+            status.provider_id.as_deref().unwrap_or("-"),
+        );
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.get(&record.key()) != Some(&line) {
+            last.insert(record.key(), line.clone());
+            print_line(&line);
+        }
+    }
+
+    fn gone(&self, record: &ProxyRecord) {
+        self.last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&record.key());
+        print_line(&row(
+            &record.namespace,
+            &record.name,
+            "-",
+            "Deleted",
+            &record.spec.provider_config_ref,
+            "-",
+            record.status.provider_id.as_deref().unwrap_or("-"),
+        ));
+    }
+}
+
+fn row(namespace: &str, name: &str, ready: &str, phase: &str, provider: &str, address: &str, vm: &str) -> String {
+    format!("{namespace:<12} {name:<20} {ready:<7} {phase:<13} {provider:<16} {address:<16} {vm}")
+}
+
+fn print_line(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// `egress-operator get proxies --local DIR -o table|yaml|json`.
+pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
+    let path = dir.join(STATE_DIR).join("state.db");
+    if !path.exists() {
+        anyhow::bail!("{} has no local-mode state yet (run `egress-operator run --local {}` first)", dir.display(), dir.display());
+    }
+    let store = Store::open_read_only(&path)?;
+    let records = store.proxies()?;
+    let objects: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            serde_json::json!({
+                "apiVersion": "egress-operator.io/v1alpha1",
+                "kind": "Proxy",
+                "metadata": {
+                    "name": record.name,
+                    "namespace": record.namespace,
+                    "uid": record.uid,
+                    "generation": record.generation,
+                    "creationTimestamp": record.created,
+                    "deletionTimestamp": record.deleting.then_some(true),
+                },
+                "spec": record.spec,
+                "status": record.status,
+            })
+        })
+        .collect();
+    match output {
+        "json" => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}))?
+        ),
+        "yaml" => print!(
+            "{}",
+            serde_norway::to_string(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}))?
+        ),
+        "table" => {
+            let table = Table::default();
+            table.header();
+            for record in &records {
+                table.changed(record, &record.status);
+            }
+        }
+        other => anyhow::bail!("-o {other}: expected table, yaml or json"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,967 @@
+//! Kubernetes mode end to end: the operator (`kube_mode::run_with`, as `egress-operator run`
+//! runs it) against `kubesim` over HTTP with kube's real client, the real Proxmox component in the
+//! runtime, its HTTP through the broker with the token from a Secret and the CA from a ConfigMap,
+//! to `pvesim` over TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
+
+mod proxmox_support;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use egress_operator::crd::{
+    FINALIZER, KeyRef, ProviderConfig, Proxy, ProxySpec, UserData, conditions,
+};
+use egress_operator::kube_mode::{self, Options};
+use egress_operator::operator::{Operator, Settings};
+use egress_operator::reconciler::{PROVIDER_CONFIG_TAG, Timing, vm_name};
+use egress_runtime::types::{CreateRequest, Request, Response, Tag};
+use egress_runtime::{CallContext, Provider};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kubesim::KubeSim;
+use pvesim::{FaultAction, FaultRule, Simulator, Trigger};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// The operator's namespace in these tests.
+const NAMESPACE: &str = "default";
+/// The ProviderConfig of the simulator.
+const PC: &str = "pve";
+/// Waits are bounded by this.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Short clocks: resync every second, retries from 100 ms.
+fn timing() -> Timing {
+    Timing {
+        resync: Duration::from_secs(1),
+        poll_min: Duration::from_millis(100),
+        poll_max: Duration::from_millis(400),
+        backoff_base: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(2),
+        quota_retry: Duration::from_secs(2),
+        not_ready_retry: Duration::from_millis(500),
+    }
+}
+
+/// [`timing`] with a resync longer than any test.
+fn no_resync() -> Timing {
+    Timing {
+        resync: Duration::from_secs(3600),
+        ..timing()
+    }
+}
+
+/// kubesim with the CRDs, pvesim, the token Secret and CA ConfigMap, and the ProviderConfig.
+struct World {
+    kube: KubeSim,
+    client: Client,
+    pve: Simulator,
+    files: tempfile::TempDir,
+}
+
+impl World {
+    async fn start() -> World {
+        World::start_with("Delete").await
+    }
+
+    /// With the ProviderConfig's orphan sweep in `sweep` mode (a sweep also requeues it).
+    async fn start_with(sweep: &str) -> World {
+        let kube = KubeSim::start().await.expect("kubesim starts");
+        let client = Client::try_from(kube::Config::new(kube.url().parse().unwrap()))
+            .expect("a client for kubesim");
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in [Proxy::crd(), ProviderConfig::crd()] {
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        let pve = Simulator::start(proxmox_support::quick_sim_config())
+            .await
+            .expect("pvesim starts");
+        let world = World {
+            kube,
+            client,
+            pve,
+            files: tempfile::tempdir().unwrap(),
+        };
+        world.set_token(world.pve.token()).await;
+        let ca = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "pve-ca", "namespace": NAMESPACE},
+            "data": {"ca.pem": world.pve.ca_pem()},
+        });
+        world
+            .configmaps()
+            .create(&PostParams::default(), &serde_json::from_value(ca).unwrap())
+            .await
+            .unwrap();
+        // The Proxies' user-data, made before any Proxy: no stray trigger in the tests.
+        let map = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "user-data", "namespace": NAMESPACE},
+            "data": {"cloud-config": "#cloud-config\npackages: [squid]\n"},
+        });
+        world
+            .configmaps()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(map).unwrap(),
+            )
+            .await
+            .unwrap();
+        world.create_provider_config(PC, sweep, 9001).await;
+        world
+    }
+
+    fn proxies(&self) -> Api<Proxy> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    fn provider_configs(&self) -> Api<ProviderConfig> {
+        Api::all(self.client.clone())
+    }
+
+    fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    fn configmaps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// Create or replace the token Secret.
+    async fn set_token(&self, token: &str) {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "pve-token", "namespace": NAMESPACE},
+            "stringData": {"token": token},
+        });
+        let secret: Secret = serde_json::from_value(secret).unwrap();
+        self.secrets()
+            .patch(
+                "pve-token",
+                &PatchParams::apply("test").force(),
+                &Patch::Apply(secret),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn create_provider_config(&self, name: &str, sweep: &str, template: u32) {
+        let mut config = proxmox_support::provider_config(&self.pve);
+        config["templateVmid"] = json!(template);
+        let pc = json!({
+            "apiVersion": "egress-operator.io/v1alpha1", "kind": "ProviderConfig",
+            "metadata": {"name": name},
+            "spec": {
+                "component": {"file": "proxmox.wasm"},
+                "config": config,
+                "grant": {"http": {
+                    "origins": [self.pve.url()],
+                    "credential": {
+                        "header": "Authorization",
+                        "format": "PVEAPIToken={secret}",
+                        "secretRef": {"name": "pve-token", "key": "token"},
+                    },
+                    "tls": {"caConfigMapRef": {"name": "pve-ca", "key": "ca.pem"}, "http1Only": true},
+                    "timeouts": {"connectMs": 2000, "firstByteMs": 5000, "totalMs": 10000},
+                }},
+                "orphanSweep": {"mode": sweep, "intervalSeconds": 1},
+            },
+        });
+        self.provider_configs()
+            .create(&PostParams::default(), &serde_json::from_value(pc).unwrap())
+            .await
+            .unwrap();
+    }
+
+    async fn create_proxy(&self, name: &str, provider_config: &str) -> Proxy {
+        let proxy = Proxy::new(
+            name,
+            ProxySpec {
+                provider_config_ref: provider_config.into(),
+                user_data: Some(UserData {
+                    config_map_key_ref: Some(KeyRef {
+                        name: "user-data".into(),
+                        key: "cloud-config".into(),
+                    }),
+                    ..UserData::default()
+                }),
+                tags: BTreeMap::from([("team".into(), "egress".into())]),
+            },
+        );
+        self.proxies()
+            .create(&PostParams::default(), &proxy)
+            .await
+            .unwrap()
+    }
+
+    async fn proxy(&self, name: &str) -> Option<Proxy> {
+        self.proxies().get_opt(name).await.unwrap()
+    }
+
+    async fn provider_config(&self, name: &str) -> ProviderConfig {
+        self.provider_configs().get(name).await.unwrap()
+    }
+
+    /// Waits until Proxy `name` runs with an address; returns it.
+    async fn until_running(&self, name: &str) -> Proxy {
+        let mut last = None;
+        let deadline = Instant::now() + LIMIT;
+        while Instant::now() < deadline {
+            if let Some(proxy) = self.proxy(name).await {
+                let status = proxy.status.clone().unwrap_or_default();
+                if format!("{:?}", status.phase) == "Some(Running)" && !status.addresses.is_empty()
+                {
+                    return proxy;
+                }
+                last = Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{name} never ran with an address; last status {last:#?}");
+    }
+
+    /// The reasons of the Events recorded on object `name`.
+    async fn event_reasons(&self, name: &str) -> Vec<String> {
+        let events: Api<Event> = Api::all(self.client.clone());
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|event| event.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter_map(|event| event.reason)
+            .collect()
+    }
+
+    /// The VMs in pvesim named `name`.
+    fn vms_named(&self, name: &str) -> Vec<pvesim::GuestView> {
+        let state = self.pve.state();
+        state
+            .vmids()
+            .into_iter()
+            .filter_map(|vmid| state.guest(vmid))
+            .filter(|guest| guest.config.get("name").map(String::as_str) == Some(name))
+            .collect()
+    }
+
+    /// The Proxmox component loaded on its own (outside the operator), granted the main token:
+    /// how the tests act on the hypervisor behind the operator's back.
+    async fn out_of_band(&self) -> Arc<Provider> {
+        let secret_file = self.files.path().join("token");
+        std::fs::write(&secret_file, self.pve.token()).unwrap();
+        proxmox_support::load_provider(&proxmox_support::GrantSpec {
+            origin: self.pve.url(),
+            secret_file,
+            ca_file: self.pve.ca_file().to_path_buf(),
+        })
+        .await
+    }
+
+    fn config_text(&self) -> String {
+        proxmox_support::provider_config(&self.pve).to_string()
+    }
+}
+
+/// One operator replica running `run_with` in this process.
+struct Replica {
+    operator: Arc<Operator>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<ExitCode>>,
+    _components: tempfile::TempDir,
+    components: PathBuf,
+}
+
+impl Replica {
+    async fn start(world: &World, identity: &str) -> Replica {
+        Replica::start_with(world, identity, timing()).await
+    }
+
+    /// With `timing` (a long resync proves a change, not the clock, triggered a reconcile).
+    async fn start_with(world: &World, identity: &str, timing: Timing) -> Replica {
+        let components = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            proxmox_support::component(),
+            components.path().join("proxmox.wasm"),
+        )
+        .unwrap();
+        let mut settings = Settings::new(components.path().to_path_buf());
+        settings.namespace = NAMESPACE.into();
+        settings.timing = timing;
+        settings.cache_dir =
+            Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kube-mode-cache"));
+        let operator = Operator::start(settings)
+            .await
+            .expect("the operator starts");
+        let mut options = Options::new(NAMESPACE, identity);
+        options.lease_seconds = 2;
+        options.lease_grace_seconds = 1;
+        options.shutdown_grace = Duration::from_secs(10);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(kube_mode::run_with(
+            world.client.clone(),
+            Arc::clone(&operator),
+            options,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Replica {
+            operator,
+            stop: Some(stop),
+            task,
+            components: components.path().to_path_buf(),
+            _components: components,
+        }
+    }
+
+    /// A replica that leads.
+    async fn leader(world: &World, identity: &str) -> Replica {
+        Replica::leader_with(world, identity, timing()).await
+    }
+
+    async fn leader_with(world: &World, identity: &str, timing: Timing) -> Replica {
+        let replica = Replica::start_with(world, identity, timing).await;
+        eventually(&format!("{identity} leads"), || async {
+            lease_holder(world).await.as_deref() == Some(identity)
+        })
+        .await;
+        replica
+    }
+
+    /// SIGTERM, as far as `run_with` can tell; its exit code.
+    async fn stop(mut self) -> ExitCode {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(LIMIT, self.task)
+            .await
+            .expect("the operator stops in time")
+            .expect("the operator task did not panic")
+            .expect("the operator ran")
+    }
+
+    fn proxy_reconciles(&self) -> u64 {
+        counter(
+            &self.operator.metrics.encode(),
+            "controller_runtime_reconcile_total{controller=\"proxy\"",
+        )
+    }
+}
+
+/// The sum of the series starting with `prefix` in an exposition.
+fn counter(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+async fn lease_holder(world: &World) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), NAMESPACE);
+    leases
+        .get_opt(kube_mode::LEASE_NAME)
+        .await
+        .unwrap()
+        .and_then(|lease| lease.spec?.holder_identity)
+}
+
+/// Polls `condition` every 50 ms until it holds; panics naming `what` after [`LIMIT`].
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !condition().await {
+        assert!(start.elapsed() < LIMIT, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    kind: &str,
+) -> (String, String) {
+    egress_operator::crd::condition(conditions, kind)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+        .unwrap_or_default()
+}
+
+async fn pc_condition(world: &World, kind: &str) -> (String, String) {
+    let pc = world.provider_config(PC).await;
+    condition(&pc.status.unwrap_or_default().conditions, kind)
+}
+
+fn vmid(provider_id: &str) -> u32 {
+    proxmox_support::vmid_of(provider_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_proxy_gets_the_finalizer_and_becomes_ready_running_at_an_address() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    // Its ProviderConfig settled first: nothing but the Proxy's own changes triggers it.
+    eventually("the ProviderConfig is ready", || async {
+        pc_condition(&world, conditions::READY).await.0 == "True"
+    })
+    .await;
+    let created = world.create_proxy("web", PC).await;
+
+    let proxy = world.until_running("web").await;
+    assert_eq!(proxy.finalizers(), [FINALIZER]);
+    let status = proxy.status.unwrap();
+    assert_eq!(status.addresses, [pvesim::DEFAULT_GUEST_IP]);
+    assert_eq!(
+        condition(&status.conditions, conditions::READY),
+        ("True".into(), "Running".into())
+    );
+    assert_eq!(status.observed_generation, Some(1));
+    let uid = created.uid().unwrap();
+    let vms = world.vms_named(&vm_name(&uid));
+    assert_eq!(vms.len(), 1, "one VM for the Proxy");
+    assert_eq!(Some(vms[0].vmid), status.provider_id.as_deref().map(vmid));
+    // The status is the operator's alone, by server-side apply.
+    let stored = world
+        .kube
+        .get(&format!(
+            "/apis/egress-operator.io/v1alpha1/namespaces/{NAMESPACE}/proxies/web"
+        ))
+        .unwrap();
+    let managers: Vec<(&str, &str)> = stored["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["manager"].as_str().unwrap(),
+                f["operation"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("egress-operator", "Apply")),
+        "{managers:?}"
+    );
+
+    // Events follow the status write: wait for them.
+    eventually("VMCreated and Ready are recorded", || async {
+        let reasons = world.event_reasons("web").await;
+        reasons.contains(&"VMCreated".to_owned()) && reasons.contains(&"Ready".to_owned())
+    })
+    .await;
+    let pc = world.provider_config(PC).await.status.unwrap();
+    assert_eq!(
+        condition(&pc.conditions, conditions::READY).0,
+        "True",
+        "{pc:#?}"
+    );
+    let loaded = pc.loaded.unwrap();
+    assert_eq!(loaded.file, "proxmox.wasm");
+    assert!(loaded.digest.starts_with("sha256:"));
+    assert!(
+        world
+            .event_reasons(PC)
+            .await
+            .contains(&"ProviderLoaded".to_owned())
+    );
+    assert_eq!(replica.stop().await, ExitCode::SUCCESS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_deleted_behind_the_operators_back_is_made_again() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    world.create_proxy("web", PC).await;
+    let before = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
+
+    let provider = world.out_of_band().await;
+    provider
+        .call(
+            Request::Delete {
+                config: world.config_text(),
+                provider_id: before.clone(),
+            },
+            &CallContext::default(),
+        )
+        .await
+        .expect("deleted behind the operator's back");
+    assert!(world.pve.state().guest(vmid(&before)).is_none());
+
+    eventually("the operator notices the VM is gone", || async {
+        world
+            .event_reasons("web")
+            .await
+            .contains(&"VMGone".to_owned())
+    })
+    .await;
+    let after = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
+    assert!(
+        world.pve.state().guest(vmid(&after)).is_some(),
+        "a new VM at {after}"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transient_failure_is_retried_with_growing_waits_until_the_proxy_recovers() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    // Every clone answers 500 until the fault goes.
+    let fault = world.pve.faults().add(FaultRule::new(
+        "POST",
+        "/nodes/*/qemu/*/clone",
+        Trigger::Always,
+        FaultAction::Status {
+            status: 500,
+            message: "got timeout".into(),
+        },
+    ));
+    world.create_proxy("web", PC).await;
+    let transient = || {
+        counter(
+            &replica.operator.metrics.encode(),
+            "egress_provider_calls_total{provider=\"pve\",operation=\"create\",outcome=\"transient\"}",
+        )
+    };
+    let mut seen_at = Vec::new();
+    let start = Instant::now();
+    while seen_at.len() < 5 {
+        assert!(
+            start.elapsed() < LIMIT,
+            "only {} transient failures",
+            seen_at.len()
+        );
+        let count = transient() as usize;
+        while seen_at.len() < count {
+            seen_at.push(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let proxy = world.proxy("web").await.unwrap();
+    let status = proxy.status.unwrap();
+    assert_eq!(
+        condition(&status.conditions, conditions::SYNCED),
+        ("False".into(), "TransientError".into())
+    );
+    // Backoff: 100 ms doubling (jittered into its upper half), so the fourth wait is well over
+    // twice the first.
+    let first = seen_at[1] - seen_at[0];
+    let fourth = seen_at[4] - seen_at[3];
+    assert!(fourth > first * 2, "waits {first:?} then {fourth:?}");
+
+    world.pve.faults().remove(fault);
+    let proxy = world.until_running("web").await;
+    assert_eq!(
+        condition(&proxy.status.unwrap().conditions, conditions::SYNCED).0,
+        "True"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permanent_refusal_is_not_retried_until_the_spec_changes() {
+    let world = World::start().await;
+    // Its template does not exist: create fails permanently.
+    world
+        .create_provider_config("pve-broken", "Off", 4242)
+        .await;
+    let replica = Replica::leader(&world, "a").await;
+    world.create_proxy("web", "pve-broken").await;
+    eventually("the Proxy failed permanently", || async {
+        world
+            .proxy("web")
+            .await
+            .and_then(|p| p.status)
+            .is_some_and(|s| {
+                condition(&s.conditions, conditions::READY)
+                    == ("False".into(), "PermanentError".into())
+            })
+    })
+    .await;
+    let permanent = || {
+        counter(
+            &replica.operator.metrics.encode(),
+            "egress_provider_calls_total{provider=\"pve-broken\",operation=\"create\",outcome=\"permanent\"}",
+        )
+    };
+    assert_eq!(permanent(), 1);
+    // Two resyncs of the ProviderConfigs later, still no second attempt.
+    let pc_checks = || {
+        counter(
+            &replica.operator.metrics.encode(),
+            "controller_runtime_reconcile_total{controller=\"providerconfig\"",
+        )
+    };
+    let checks = pc_checks();
+    eventually("two more resyncs", || async { pc_checks() >= checks + 4 }).await;
+    assert_eq!(permanent(), 1, "a permanent error is not retried");
+    assert!(
+        world
+            .event_reasons("web")
+            .await
+            .contains(&"PermanentError".to_owned())
+    );
+
+    world
+        .proxies()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerConfigRef": PC}})),
+        )
+        .await
+        .unwrap();
+    let proxy = world.until_running("web").await;
+    let status = proxy.status.unwrap();
+    assert_eq!(status.observed_generation, Some(2));
+    assert_eq!(status.provider.unwrap().provider_config, PC);
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_vm_is_deleted_and_made_again() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    world.create_proxy("web", PC).await;
+    let before = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
+    // Its guest agent removed: it can never report an address again (failed).
+    assert!(
+        world
+            .pve
+            .state()
+            .set_config(vmid(&before), "agent", Some("0"))
+    );
+
+    eventually("the operator replaces the failed VM", || async {
+        world
+            .event_reasons("web")
+            .await
+            .contains(&"VMFailed".to_owned())
+    })
+    .await;
+    let after = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
+    let vm = world.pve.state().guest(vmid(&after)).unwrap();
+    assert_eq!(
+        vm.config.get("agent").map(String::as_str),
+        Some("1"),
+        "a new VM from the template"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_proxy_removes_its_vm_and_seed_before_the_finalizer_lets_it_go() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    let created = world.create_proxy("web", PC).await;
+    world.until_running("web").await;
+    let name = vm_name(&created.uid().unwrap());
+    assert_eq!(world.vms_named(&name).len(), 1);
+    assert!(
+        !world.pve.state().volumes("proxy-seeds").is_empty(),
+        "a seed while it runs"
+    );
+
+    world
+        .proxies()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Proxy is gone", || async {
+        world.proxy("web").await.is_none()
+    })
+    .await;
+    assert!(world.vms_named(&name).is_empty(), "the VM is gone");
+    assert_eq!(
+        world.pve.state().volumes("proxy-seeds"),
+        Vec::<String>::new(),
+        "the seed is gone"
+    );
+    replica.stop().await;
+}
+
+/// Makes a VM tagged as `provider_config`'s for a Proxy that does not exist.
+async fn orphan(world: &World, provider_config: &str) -> String {
+    let provider = world.out_of_band().await;
+    let uid = "0b7c3f0e-1111-4222-8333-944455556666";
+    let request = CreateRequest {
+        name: vm_name(uid),
+        uid: uid.into(),
+        tags: vec![Tag {
+            key: PROVIDER_CONFIG_TAG.into(),
+            value: provider_config.into(),
+        }],
+        user_data: "#cloud-config\n".into(),
+        config: world.config_text(),
+    };
+    match provider
+        .call(Request::Create { request }, &CallContext::default())
+        .await
+    {
+        Ok(Response::Create(vm)) => vm.provider_id,
+        other => panic!("the orphan is made: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_marked_as_ours_with_no_proxy_is_deleted_after_two_sweeps() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    // A live Proxy's VM is never an orphan.
+    world.create_proxy("web", PC).await;
+    let live = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
+    let orphan = orphan(&world, PC).await;
+
+    eventually("the orphan is deleted", || async {
+        world.pve.state().guest(vmid(&orphan)).is_none()
+    })
+    .await;
+    let pc = world.provider_config(PC).await.status.unwrap();
+    let report = pc.orphans.expect("a sweep report");
+    assert!(report.last_sweep.is_some());
+    assert!(
+        world
+            .event_reasons(PC)
+            .await
+            .contains(&"OrphanDeleted".to_owned())
+    );
+    assert!(
+        world.pve.state().guest(vmid(&live)).is_some(),
+        "the live Proxy's VM stays"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_report_mode_an_orphan_is_reported_and_left_alone() {
+    let world = World::start().await;
+    world
+        .create_provider_config("pve-report", "Report", 9001)
+        .await;
+    let replica = Replica::leader(&world, "a").await;
+    let orphan = orphan(&world, "pve-report").await;
+
+    eventually("the orphan is reported", || async {
+        world
+            .provider_config("pve-report")
+            .await
+            .status
+            .and_then(|s| s.orphans)
+            .is_some_and(|report| report.found.contains(&orphan))
+    })
+    .await;
+    let report = world
+        .provider_config("pve-report")
+        .await
+        .status
+        .unwrap()
+        .orphans
+        .unwrap();
+    assert_eq!(report.deleted, 0);
+    assert!(
+        world
+            .event_reasons("pve-report")
+            .await
+            .contains(&"OrphanFound".to_owned())
+    );
+    assert!(
+        world.pve.state().guest(vmid(&orphan)).is_some(),
+        "reported, not deleted"
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replacement_that_does_not_load_leaves_the_last_good_one_serving() {
+    let world = World::start_with("Off").await;
+    // No resync during the test: the registry's events alone drive the ProviderConfig.
+    let replica = Replica::leader_with(&world, "a", no_resync()).await;
+    eventually("the ProviderConfig is ready", || async {
+        pc_condition(&world, conditions::READY).await.0 == "True"
+    })
+    .await;
+    let good = world
+        .provider_config(PC)
+        .await
+        .status
+        .unwrap()
+        .loaded
+        .unwrap();
+
+    let file = replica.components.join("proxmox.wasm");
+    let bytes = std::fs::read(&file).unwrap();
+    write_replacing(&file, &bytes[..bytes.len() / 3]);
+    eventually("the ProviderConfig is Degraded", || async {
+        pc_condition(&world, conditions::DEGRADED).await
+            == ("True".into(), "ComponentRejected".into())
+    })
+    .await;
+    assert!(
+        world
+            .event_reasons(PC)
+            .await
+            .contains(&"ComponentRejected".to_owned())
+    );
+    let serving = world
+        .provider_config(PC)
+        .await
+        .status
+        .unwrap()
+        .loaded
+        .unwrap();
+    assert_eq!(serving.digest, good.digest, "the last good one serves");
+    // And it serves Proxies.
+    world.create_proxy("web", PC).await;
+    world.until_running("web").await;
+
+    // A good file again: hot swapped in, a new generation, not Degraded.
+    write_replacing(&file, &bytes);
+    eventually("the good component is swapped in", || async {
+        let status = world.provider_config(PC).await.status.unwrap();
+        condition(&status.conditions, conditions::DEGRADED).0 == "False"
+            && status
+                .loaded
+                .is_some_and(|loaded| loaded.generation > good.generation)
+    })
+    .await;
+    replica.stop().await;
+}
+
+/// Replace `file` in one rename, as a deployment tool would.
+fn write_replacing(file: &Path, bytes: &[u8]) {
+    let staging = file.with_extension("staging");
+    std::fs::write(&staging, bytes).unwrap();
+    std::fs::rename(&staging, file).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rotated_token_secret_is_used_from_the_next_request() {
+    let world = World::start_with("Off").await;
+    // No resync during the test: the Secret's watch alone drives the ProviderConfig.
+    let replica = Replica::leader_with(&world, "a", no_resync()).await;
+    eventually("the ProviderConfig is ready", || async {
+        pc_condition(&world, conditions::READY).await == ("True".into(), "CheckPassed".into())
+    })
+    .await;
+
+    // The limited token authenticates but may not delete seeds: check says Forbidden.
+    world.set_token(world.pve.limited_token()).await;
+    eventually("the limited token is used", || async {
+        pc_condition(&world, conditions::READY).await == ("False".into(), "Forbidden".into())
+    })
+    .await;
+
+    // A token pvesim does not know: the next requests are refused with 401.
+    let before = world.pve.state().request_log().len();
+    world
+        .set_token("egress@pve!operator=00000000-0000-0000-0000-000000000000")
+        .await;
+    eventually("the unknown token is used", || async {
+        pc_condition(&world, conditions::READY).await == ("False".into(), "Unauthorized".into())
+    })
+    .await;
+    let log = world.pve.state().request_log();
+    assert!(
+        log[before..].iter().any(|r| r.status == Some(401)),
+        "pvesim refused the new token"
+    );
+
+    world.set_token(world.pve.token()).await;
+    eventually("the good token is used again", || async {
+        pc_condition(&world, conditions::READY).await.0 == "True"
+    })
+    .await;
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_leader_reconciles_and_a_follower_takes_over_when_it_stops() {
+    let world = World::start().await;
+    let a = Replica::leader(&world, "a").await;
+    let b = Replica::start(&world, "b").await;
+    world.create_proxy("first", PC).await;
+    world.until_running("first").await;
+    assert!(a.proxy_reconciles() > 0);
+    assert_eq!(b.proxy_reconciles(), 0, "the follower does not reconcile");
+    assert_eq!(lease_holder(&world).await.as_deref(), Some("a"));
+
+    assert_eq!(a.stop().await, ExitCode::SUCCESS, "a graceful stop exits 0");
+    eventually("b leads", || async {
+        lease_holder(&world).await.as_deref() == Some("b")
+    })
+    .await;
+    world.create_proxy("second", PC).await;
+    world.until_running("second").await;
+    assert!(b.proxy_reconciles() > 0, "the new leader reconciles");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_that_loses_its_lease_stops_and_exits_non_zero() {
+    let world = World::start().await;
+    let a = Replica::leader(&world, "a").await;
+    // Someone else holds the lease now, freshly renewed, for a long time.
+    let mut lease = world
+        .kube
+        .get(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{}",
+            kube_mode::LEASE_NAME
+        ))
+        .unwrap();
+    lease["spec"]["holderIdentity"] = json!("intruder");
+    lease["spec"]["leaseDurationSeconds"] = json!(3600);
+    // Put it back as often as the leader renews over it, until the leader sees it lost.
+    let mut task = a.task;
+    let start = Instant::now();
+    let code = loop {
+        lease["spec"]["renewTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
+        world.kube.put(lease.clone()).unwrap();
+        match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
+            Ok(finished) => break finished.unwrap().unwrap(),
+            Err(_) => assert!(start.elapsed() < LIMIT, "the leader never noticed"),
+        }
+    };
+    assert_eq!(code, ExitCode::from(1));
+}
+
+#[allow(dead_code)]
+fn unused(_: Value) {}

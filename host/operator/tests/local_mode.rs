@@ -1,0 +1,362 @@
+//! Local mode end to end: each reconcile path, with the real binary over a folder of manifests,
+//! the Proxmox component sandboxed in it, and the `pvesim` simulator behind the egress broker.
+
+mod local_support;
+
+use std::time::{Duration, Instant};
+
+use egress_operator::crd::conditions;
+use egress_operator::local::store::Store;
+use egress_operator::reconciler::vm_name;
+use local_support::{Local, credentials, provider_config, proxy, reason, running};
+use pvesim::{FaultAction, FaultRule, RunState, SimConfig, Trigger};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proxies_come_up_running_and_a_restart_adopts_their_vms() {
+    let mut local = Local::new().await;
+    for name in ["web", "batch", "ci"] {
+        local.write(&format!("proxy-{name}.yaml"), &proxy("team-a", name));
+    }
+    local.start();
+    local.wait_until("three Proxies running", LIMIT, |proxies| {
+        proxies.len() == 3 && proxies.iter().all(running)
+    });
+    let before: Vec<_> = local
+        .proxies()
+        .into_iter()
+        .map(|record| (record.uid, record.status.provider_id))
+        .collect();
+    for record in local.proxies() {
+        assert_eq!(record.status.vm_name.as_deref(), Some(vm_name(&record.uid).as_str()));
+        assert_eq!(reason(&record, conditions::PROVISIONED), "Running");
+        assert!(record.status.provider.as_ref().is_some_and(|handled| handled.provider_config == "proxmox-lab"));
+    }
+    assert_eq!(local.vms().len(), 3);
+
+    // A restart keeps every UID and adopts every VM: nothing new is made.
+    local.kill();
+    local.start();
+    local.wait_until("still three Proxies running", LIMIT, |proxies| {
+        proxies.len() == 3 && proxies.iter().all(running)
+    });
+    let after: Vec<_> = local
+        .proxies()
+        .into_iter()
+        .map(|record| (record.uid, record.status.provider_id))
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(local.vms().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_deleted_behind_the_operators_back_is_made_again() {
+    let mut local = Local::new().await;
+    local.write("proxy.yaml", &proxy("default", "drift"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    let first = local.proxy("default/drift").unwrap().status.provider_id.unwrap();
+    let vmid: u32 = first.rsplit('/').next().unwrap().parse().unwrap();
+
+    // Someone destroys the VM through the API.
+    local.sim.state().set_run_state(vmid, RunState::Stopped);
+    let client = pve_client(&local);
+    let answer = client
+        .delete(format!("{}/api2/json/nodes/pv1-1/qemu/{vmid}?purge=1", local.sim.url()))
+        .header("Authorization", local.sim.token_header())
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{answer:?}");
+
+    local.wait_until("a new VM running", LIMIT, |proxies| {
+        proxies.iter().any(|record| running(record) && record.status.provider_id.as_deref() != Some(first.as_str()))
+    });
+    assert!(local.log().contains("VMGone"), "{}", local.log());
+    assert_eq!(local.vms().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transient_failure_is_retried_with_backoff_until_it_passes() {
+    let mut local = Local::new().await;
+    // The first two clones answer 500: transient.
+    for nth in [1, 2] {
+        local.sim.faults().add(FaultRule::new(
+            "POST",
+            "/nodes/*/qemu/*/clone",
+            Trigger::Nth(nth),
+            FaultAction::Status {
+                status: 500,
+                message: "unable to create VM: out of luck".into(),
+            },
+        ));
+    }
+    local.write("proxy.yaml", &proxy("default", "retry"));
+    let started = Instant::now();
+    local.start();
+    let saw_transient = std::cell::Cell::new(false);
+    local.wait_until("the Proxy running after retries", LIMIT, |proxies| {
+        if proxies.iter().any(|record| reason(record, conditions::SYNCED) == "TransientError") {
+            saw_transient.set(true);
+        }
+        proxies.iter().any(running)
+    });
+    assert!(saw_transient.get(), "the transient error was never reported");
+    let clones = local
+        .sim
+        .state()
+        .request_log()
+        .iter()
+        .filter(|record| record.method == "POST" && record.path.ends_with("/clone"))
+        .count();
+    assert!(clones >= 3, "{clones} clone requests");
+    // Two failures back off at least half of 1 s, then half of 2 s: not a hot loop.
+    assert!(started.elapsed() >= Duration::from_millis(1400), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
+    let mut local = Local::new().await;
+    let broken = provider_config(&local.sim, "Delete").replace("templateVmid: 9001", "templateVmid: 9999");
+    local.write("providerconfig.yaml", &broken);
+    local.write("proxy.yaml", &proxy("default", "stuck"));
+    local.start();
+    local.wait_until("the Proxy failed permanently", LIMIT, |proxies| {
+        proxies.iter().any(|record| reason(record, conditions::READY) == "PermanentError")
+    });
+    let record = local.proxy("default/stuck").unwrap();
+    assert!(
+        egress_operator::crd::condition(&record.status.conditions, conditions::READY)
+            .unwrap()
+            .message
+            .contains("template 9999 does not exist")
+    );
+    // Nothing is retried while nothing changes: over three resync periods no create is tried.
+    let calls = |local: &Local| local.sim.state().request_log().iter().filter(|r| r.path.ends_with("/resources")).count();
+    let before = calls(&local);
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(3) {
+        assert_eq!(calls(&local), before, "the permanent failure was retried");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Fixing the ProviderConfig is a change: the Proxy is tried again and recovers.
+    local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
+    local.wait_until("the Proxy running after the fix", LIMIT, |proxies| proxies.iter().any(running));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_vm_is_replaced_by_a_new_one() {
+    let mut local = Local::new().await;
+    local.write("proxy.yaml", &proxy("default", "phoenix"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    let first = local.proxy("default/phoenix").unwrap().status.provider_id.unwrap();
+    let vmid: u32 = first.rsplit('/').next().unwrap().parse().unwrap();
+    // Its guest agent is removed: the provider reports it failed (correction 9).
+    assert!(local.sim.state().set_config(vmid, "agent", None));
+    local.wait_until("a replacement running", LIMIT, |proxies| {
+        proxies.iter().any(|record| running(record) && record.status.provider_id.as_deref() != Some(first.as_str()))
+    });
+    assert!(local.log().contains("VMFailed"), "{}", local.log());
+    let vms = local.vms();
+    assert_eq!(vms.len(), 1, "the failed VM was deleted: {vms:?}");
+    assert_ne!(vms[0].0, vmid);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_manifest_deletes_the_vm_and_its_seed_then_the_record() {
+    let mut local = Local::new().await;
+    local.write("proxy-keep.yaml", &proxy("default", "keep"));
+    local.write("proxy-gone.yaml", &proxy("default", "gone"));
+    local.start();
+    local.wait_until("two Proxies running", LIMIT, |proxies| proxies.len() == 2 && proxies.iter().all(running));
+    assert_eq!(local.seeds().len(), 2);
+    local.remove("proxy-gone.yaml");
+    local.wait_until("the record gone", LIMIT, |proxies| proxies.len() == 1);
+    assert_eq!(local.vms().len(), 1);
+    let seeds = local.seeds();
+    assert_eq!(seeds.len(), 1, "{seeds:?}");
+    assert!(local.proxy("default/keep").is_some_and(|record| running(&record)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps() {
+    let mut local = Local::new().await;
+    local.write("providerconfig.yaml", &provider_config(&local.sim, "Report"));
+    local.write("proxy.yaml", &proxy("default", "lost"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    let orphan = local.proxy("default/lost").unwrap();
+    // The operator loses its record of the Proxy (its state was reset): its VM is now an orphan,
+    // and the Proxy gets a new UID and a new VM.
+    local.kill();
+    let store = Store::open(&local.path(".egress-operator/state.db")).unwrap();
+    store.remove_proxy("default", "lost", &orphan.uid).unwrap();
+    drop(store);
+    local.start();
+    local.wait_until("the Proxy running again", LIMIT, |proxies| {
+        proxies.iter().any(|record| running(record) && record.uid != orphan.uid)
+    });
+    let deadline = Instant::now() + LIMIT;
+    while !local.log().contains("OrphanFound") {
+        assert!(Instant::now() < deadline, "no orphan reported:\n{}", local.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(local.vms().len(), 2, "report mode deletes nothing");
+
+    local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
+    let gone = orphan.status.provider_id.unwrap();
+    let vmid: u32 = gone.rsplit('/').next().unwrap().parse().unwrap();
+    while local.vms().iter().any(|(id, _)| *id == vmid) {
+        assert!(Instant::now() < deadline, "the orphan was not deleted:\n{}", local.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(local.vms().len(), 1);
+    assert!(local.proxies().iter().all(running), "the live Proxy's VM was left alone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_manifest_is_one_error_and_the_others_keep_reconciling() {
+    let mut local = Local::new().await;
+    local.write(
+        "broken.yaml",
+        "apiVersion: egress-operator.io/v1alpha1\nkind: Proxy\nmetadata: {name: broken}\nspec: {providerConfig: proxmox-lab}\n",
+    );
+    local.write("proxy.yaml", &proxy("default", "fine"));
+    local.start();
+    local.wait_until("the good Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    assert_eq!(local.proxies().len(), 1, "the broken one was never declared");
+    let log = local.log();
+    let errors: Vec<&str> = log.lines().filter(|line| line.contains("broken.yaml")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    assert!(
+        errors[0].contains("document 1: Proxy broken: spec.providerConfigRef: missing field"),
+        "{}",
+        errors[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
+    let mut local = Local::new().await;
+    local.write("proxy-a.yaml", &proxy("default", "a"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    let served = local.proxy("default/a").unwrap().status.provider.unwrap();
+
+    // A broken replacement (half the file) lands.
+    let bytes = std::fs::read(local.path("components/proxmox.wasm")).unwrap();
+    let partial = local.path("components/.proxmox.wasm.partial");
+    std::fs::write(&partial, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::rename(&partial, local.path("components/proxmox.wasm")).unwrap();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let store = Store::open_read_only(&local.path(".egress-operator/state.db")).unwrap();
+        let degraded = store.configs().unwrap().into_iter().any(|config| {
+            egress_operator::crd::condition(&config.status.conditions, conditions::DEGRADED)
+                .is_some_and(|c| c.status == "True" && c.reason == "ComponentRejected")
+        });
+        if degraded {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no Degraded condition:\n{}", local.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The old component keeps serving: a new Proxy comes up on it.
+    local.write("proxy-b.yaml", &proxy("default", "b"));
+    local.wait_until("the new Proxy running on the old component", LIMIT, |proxies| {
+        proxies.len() == 2 && proxies.iter().all(running)
+    });
+    let handled = local.proxy("default/b").unwrap().status.provider.unwrap();
+    assert_eq!(handled.digest, served.digest);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_secret_is_used_from_the_next_request() {
+    let mut local = Local::new().await;
+    local.write("proxy-a.yaml", &proxy("default", "a"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    let config_ready = |local: &Local, reason: &str| {
+        Store::open_read_only(&local.path(".egress-operator/state.db"))
+            .unwrap()
+            .configs()
+            .unwrap()
+            .iter()
+            .any(|config| {
+                egress_operator::crd::condition(&config.status.conditions, conditions::READY)
+                    .is_some_and(|c| c.reason == reason)
+            })
+    };
+    // Rotated to a token the node refuses: the next requests carry it and are refused.
+    local.write("credentials.yaml", &credentials(&local.sim, "egress@pve!operator=00000000-dead-beef-0000-000000000000"));
+    let deadline = Instant::now() + LIMIT;
+    while !config_ready(&local, "Unauthorized") {
+        assert!(Instant::now() < deadline, "the new token was not used:\n{}", local.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Rotated back: used from the next request, and new work succeeds.
+    local.write("credentials.yaml", &credentials(&local.sim, local.sim.token()));
+    while !config_ready(&local, "CheckPassed") {
+        assert!(Instant::now() < deadline, "the rotated token was not used:\n{}", local.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    local.write("proxy-b.yaml", &proxy("default", "b"));
+    local.wait_until("both Proxies running", LIMIT, |proxies| proxies.len() == 2 && proxies.iter().all(running));
+}
+
+/// Killed at each request of a first run (the ProviderConfig's check and the Proxy's create),
+/// then restarted on the same folder: exactly one VM for the Proxy, Ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_at_each_request_of_a_create_then_restarted_ends_with_one_vm() {
+    // How many requests a clean run makes until the Proxy runs.
+    let total = {
+        let mut local = Local::new().await;
+        local.write("proxy.yaml", &proxy("default", "kp"));
+        local.start();
+        local.wait_until("a clean run", LIMIT, |proxies| proxies.iter().any(running));
+        local.kill();
+        local.sim.state().request_log().len()
+    };
+    assert!(total > 10, "{total}");
+    for cut in 0..total {
+        let mut local = Local::with_sim(SimConfig {
+            task_latency: Duration::from_millis(5),
+            agent_delay: Duration::from_millis(50),
+            ..SimConfig::default()
+        })
+        .await;
+        local.write("proxy.yaml", &proxy("default", "kp"));
+        local.sim.faults().abort_after(cut as u64);
+        local.start();
+        // The kill comes once the simulator has reset a request: the operator is mid-call.
+        let deadline = Instant::now() + LIMIT;
+        while !local.sim.state().request_log().iter().any(|record| record.status.is_none()) {
+            assert!(Instant::now() < deadline, "cut {cut}: the abort never fired");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        local.kill();
+        local.sim.faults().clear_abort();
+        local.start();
+        local.wait_until(&format!("cut {cut}: the Proxy running after a restart"), LIMIT, |proxies| {
+            proxies.iter().any(running)
+        });
+        let record = local.proxy("default/kp").unwrap();
+        let vms = local.vms();
+        assert_eq!(vms.len(), 1, "cut {cut}: {vms:?}");
+        assert_eq!(vms[0].1, vm_name(&record.uid), "cut {cut}");
+        assert_eq!(local.seeds().len(), 1, "cut {cut}: {:?}", local.seeds());
+    }
+}
+
+fn pve_client(local: &Local) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(local.sim.ca_pem().as_bytes()).unwrap())
+        .http1_only()
+        .build()
+        .unwrap()
+}
