@@ -42,7 +42,7 @@ pub mod wasi_io;
 mod flow_tests;
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "../../wit/since_v0.1.0",
     world: "provider-world",
     generate_all,
 });

@@ -43,8 +43,15 @@ fn main() {
     let floor = runtime.block_on(floor_run(proxies));
     let ratio = operator.as_secs_f64() / floor.as_secs_f64();
     println!("{proxies} Proxies to Running, concurrency {CONCURRENCY}:");
-    println!("  local mode (the operator process): {:>8.2} s, peak RSS {:.1} MiB", operator.as_secs_f64(), peak_rss as f64 / (1 << 20) as f64);
-    println!("  floor (creates and gets straight):  {:>8.2} s", floor.as_secs_f64());
+    println!(
+        "  local mode (the operator process): {:>8.2} s, peak RSS {:.1} MiB",
+        operator.as_secs_f64(),
+        peak_rss as f64 / (1 << 20) as f64
+    );
+    println!(
+        "  floor (creates and gets straight):  {:>8.2} s",
+        floor.as_secs_f64()
+    );
     println!("  ratio operator / floor:             {ratio:>8.2}");
 }
 
@@ -66,7 +73,9 @@ fn provider_config(sim: &Simulator) -> serde_json::Value {
 
 /// The operator binary over a folder of `count` Proxies; its wall time and peak RSS.
 async fn operator_run(count: usize) -> (Duration, u64) {
-    let sim = Simulator::start(simulator_config()).await.expect("simulator");
+    let sim = Simulator::start(simulator_config())
+        .await
+        .expect("simulator");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("components")).unwrap();
     std::fs::copy(component(), dir.path().join("components/proxmox.wasm")).unwrap();
@@ -106,7 +115,10 @@ async fn operator_run(count: usize) -> (Duration, u64) {
         .status()
         .expect("the operator runs");
     let elapsed = started.elapsed();
-    assert!(status.success(), "the operator did not settle with every Proxy Ready: {status}");
+    assert!(
+        status.success(),
+        "the operator did not settle with every Proxy Ready: {status}"
+    );
     (elapsed, children_peak_rss())
 }
 
@@ -121,7 +133,9 @@ fn children_peak_rss() -> u64 {
 /// The floor: the same component behind the same broker, `count` creates then gets until
 /// running, `CONCURRENCY` at a time, nothing else.
 async fn floor_run(count: usize) -> Duration {
-    let sim = Simulator::start(simulator_config()).await.expect("simulator");
+    let sim = Simulator::start(simulator_config())
+        .await
+        .expect("simulator");
     let files = tempfile::tempdir().unwrap();
     let token = files.path().join("token");
     std::fs::write(&token, sim.token()).unwrap();
@@ -134,7 +148,8 @@ async fn floor_run(count: usize) -> Duration {
         .to_string(),
     )
     .unwrap();
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-scale-cache/egress-operator");
+    let cache =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-scale-cache/egress-operator");
     let runtime = Runtime::new(
         RuntimeConfig::default().cache_dir(Some(cache)),
         Arc::new(Broker::new(&grants).unwrap()),
@@ -142,7 +157,10 @@ async fn floor_run(count: usize) -> Duration {
     .unwrap();
     let file = runtime.load_file(&component()).await.unwrap();
     let provider = file
-        .bind("proxmox-lab", Limits::default().concurrency_per_provider(CONCURRENCY))
+        .bind(
+            "proxmox-lab",
+            Limits::default().concurrency_per_provider(CONCURRENCY),
+        )
         .unwrap();
     let config = provider_config(&sim).to_string();
     let started = Instant::now();
@@ -155,18 +173,30 @@ async fn floor_run(count: usize) -> Duration {
                     request: CreateRequest {
                         name: format!("floor-{index}"),
                         uid: uid.clone(),
-                        tags: vec![Tag { key: "egress-operator.io/proxy-uid".into(), value: uid }],
+                        tags: vec![Tag {
+                            key: "egress-operator.io/proxy-uid".into(),
+                            value: uid,
+                        }],
                         user_data: String::new(),
                         config: config.clone(),
                     },
                 };
-                let Ok(Response::Create(vm)) = provider.call(request, &CallContext::default()).await else {
+                let Ok(Response::Create(vm)) =
+                    provider.call(request, &CallContext::default()).await
+                else {
                     panic!("create failed");
                 };
                 loop {
-                    let get = Request::Get { config: config.clone(), provider_id: vm.provider_id.clone() };
+                    let get = Request::Get {
+                        config: config.clone(),
+                        provider_id: vm.provider_id.clone(),
+                    };
                     match provider.call(get, &CallContext::default()).await {
-                        Ok(Response::Get(vm)) if vm.state == InstanceState::Running && !vm.addresses.is_empty() => break,
+                        Ok(Response::Get(vm))
+                            if vm.state == InstanceState::Running && !vm.addresses.is_empty() =>
+                        {
+                            break;
+                        }
                         Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
                     }
                 }

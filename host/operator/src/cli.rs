@@ -243,9 +243,9 @@ async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "identity": provider.identity(),
             "name": description.name,
             "version": description.version,
-            "contractVersion": description.contract_version,
+            "contractVersion": provider.contract_version().to_string(),
             "digest": provider.digest(),
-            "capabilities": description.capabilities,
+            "capabilities": provider.capabilities(),
             "exports": provider.exports(),
             "imports": provider.imports(),
         });
@@ -255,13 +255,10 @@ async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     println!("identity:         {}", provider.identity());
     println!("name:             {}", description.name);
     println!("version:          {}", description.version);
-    println!("contract version: {}", description.contract_version);
+    // Both read from the component itself (its export and its imports), not from `describe`.
+    println!("contract version: {}", provider.contract_version());
     println!("digest:           sha256:{}", provider.digest());
-    let capabilities: Vec<String> = description
-        .capabilities
-        .iter()
-        .map(|c| serde_json::to_value(c).map(|v| v.as_str().unwrap_or_default().to_owned()))
-        .collect::<Result<_, _>>()?;
+    let capabilities = provider.capabilities();
     println!(
         "capabilities:     {}",
         if capabilities.is_empty() {

@@ -68,6 +68,21 @@ fn inspect_lists_every_contract_operation() {
 }
 
 #[test]
+fn inspect_reads_the_contract_version_and_capabilities_from_the_component() {
+    // contract-v2 exports egress:provider@0.2.0, imports wasi:http, and declares nothing.
+    let v2 = component("contract-v2");
+    let output = run(&["provider", "inspect", v2.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("contract version: 0.2.0"), "{text}");
+    assert!(text.contains("capabilities:     http\n"), "{text}");
+    assert!(
+        text.contains("egress:provider/provider@0.2.0#create"),
+        "{text}"
+    );
+}
+
+#[test]
 fn inspect_json_is_machine_readable() {
     let reference = component("reference");
     let output = run(&["provider", "inspect", "--json", reference.to_str().unwrap()]);

@@ -755,15 +755,20 @@ async fn a_vm_marked_as_ours_with_no_proxy_is_deleted_after_two_sweeps() {
         world.pve.state().guest(vmid(&orphan)).is_none()
     })
     .await;
-    let pc = world.provider_config(PC).await.status.unwrap();
-    let report = pc.orphans.expect("a sweep report");
-    assert!(report.last_sweep.is_some());
-    assert!(
-        world
-            .event_reasons(PC)
+    // The sweep deletes, then writes its report and records its event: wait for both.
+    eventually("the sweep's report and event", || async {
+        let report = world
+            .provider_config(PC)
             .await
-            .contains(&"OrphanDeleted".to_owned())
-    );
+            .status
+            .and_then(|status| status.orphans);
+        report.is_some_and(|report| report.last_sweep.is_some() && report.deleted >= 1)
+            && world
+                .event_reasons(PC)
+                .await
+                .contains(&"OrphanDeleted".to_owned())
+    })
+    .await;
     assert!(
         world.pve.state().guest(vmid(&live)).is_some(),
         "the live Proxy's VM stays"

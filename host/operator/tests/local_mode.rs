@@ -29,9 +29,18 @@ async fn proxies_come_up_running_and_a_restart_adopts_their_vms() {
         .map(|record| (record.uid, record.status.provider_id))
         .collect();
     for record in local.proxies() {
-        assert_eq!(record.status.vm_name.as_deref(), Some(vm_name(&record.uid).as_str()));
+        assert_eq!(
+            record.status.vm_name.as_deref(),
+            Some(vm_name(&record.uid).as_str())
+        );
         assert_eq!(reason(&record, conditions::PROVISIONED), "Running");
-        assert!(record.status.provider.as_ref().is_some_and(|handled| handled.provider_config == "proxmox-lab"));
+        assert!(
+            record
+                .status
+                .provider
+                .as_ref()
+                .is_some_and(|handled| handled.provider_config == "proxmox-lab")
+        );
     }
     assert_eq!(local.vms().len(), 3);
 
@@ -55,37 +64,66 @@ async fn a_vm_deleted_behind_the_operators_back_is_made_again() {
     let mut local = Local::new().await;
     local.write("proxy.yaml", &proxy("default", "drift"));
     local.start();
-    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
-    let first = local.proxy("default/drift").unwrap().status.provider_id.unwrap();
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+    let first = local
+        .proxy("default/drift")
+        .unwrap()
+        .status
+        .provider_id
+        .unwrap();
     let vmid: u32 = first.rsplit('/').next().unwrap().parse().unwrap();
 
     // Someone destroys the VM through the API.
     local.sim.state().set_run_state(vmid, RunState::Stopped);
     let client = pve_client(&local);
     let answer = client
-        .delete(format!("{}/api2/json/nodes/pv1-1/qemu/{vmid}?purge=1", local.sim.url()))
+        .delete(format!(
+            "{}/api2/json/nodes/pv1-1/qemu/{vmid}?purge=1",
+            local.sim.url()
+        ))
         .header("Authorization", local.sim.token_header())
         .send()
         .await
         .unwrap();
     assert!(answer.status().is_success(), "{answer:?}");
 
+    // The provider derives the VMID from the name, so the new VM may take the old one's VMID:
+    // what shows it is new is the operator's record of two creations.
     local.wait_until("a new VM running", LIMIT, |proxies| {
-        proxies.iter().any(|record| running(record) && record.status.provider_id.as_deref() != Some(first.as_str()))
+        proxies.iter().any(running) && local.log().matches("reason=VMCreated").count() == 2
     });
     assert!(local.log().contains("VMGone"), "{}", local.log());
     assert_eq!(local.vms().len(), 1);
+    assert_eq!(
+        local
+            .proxy("default/drift")
+            .unwrap()
+            .status
+            .provider_id
+            .unwrap(),
+        first
+    );
+    assert!(
+        local
+            .sim
+            .state()
+            .guest(vmid)
+            .is_some_and(|guest| guest.run_state == RunState::Running)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transient_failure_is_retried_with_backoff_until_it_passes() {
     let mut local = Local::new().await;
-    // The first two clones answer 500: transient.
-    for nth in [1, 2] {
+    // The first two clones answer 500: transient. A rule counts only the requests that reach it
+    // (the first rule that fires answers), so each rule fires on its own first one.
+    for _ in 0..2 {
         local.sim.faults().add(FaultRule::new(
             "POST",
             "/nodes/*/qemu/*/clone",
-            Trigger::Nth(nth),
+            Trigger::Nth(1),
             FaultAction::Status {
                 status: 500,
                 message: "unable to create VM: out of luck".into(),
@@ -97,12 +135,18 @@ async fn a_transient_failure_is_retried_with_backoff_until_it_passes() {
     local.start();
     let saw_transient = std::cell::Cell::new(false);
     local.wait_until("the Proxy running after retries", LIMIT, |proxies| {
-        if proxies.iter().any(|record| reason(record, conditions::SYNCED) == "TransientError") {
+        if proxies
+            .iter()
+            .any(|record| reason(record, conditions::SYNCED) == "TransientError")
+        {
             saw_transient.set(true);
         }
         proxies.iter().any(running)
     });
-    assert!(saw_transient.get(), "the transient error was never reported");
+    assert!(
+        saw_transient.get(),
+        "the transient error was never reported"
+    );
     let clones = local
         .sim
         .state()
@@ -112,18 +156,26 @@ async fn a_transient_failure_is_retried_with_backoff_until_it_passes() {
         .count();
     assert!(clones >= 3, "{clones} clone requests");
     // Two failures back off at least half of 1 s, then half of 2 s: not a hot loop.
-    assert!(started.elapsed() >= Duration::from_millis(1400), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
     let mut local = Local::new().await;
-    let broken = provider_config(&local.sim, "Delete").replace("templateVmid: 9001", "templateVmid: 9999");
+    // No orphan sweep: its list-by-tag reads the same listing a create attempt does.
+    let broken =
+        provider_config(&local.sim, "Off").replace("templateVmid: 9001", "templateVmid: 9999");
     local.write("providerconfig.yaml", &broken);
     local.write("proxy.yaml", &proxy("default", "stuck"));
     local.start();
     local.wait_until("the Proxy failed permanently", LIMIT, |proxies| {
-        proxies.iter().any(|record| reason(record, conditions::READY) == "PermanentError")
+        proxies
+            .iter()
+            .any(|record| reason(record, conditions::READY) == "PermanentError")
     });
     let record = local.proxy("default/stuck").unwrap();
     assert!(
@@ -133,17 +185,45 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
             .contains("template 9999 does not exist")
     );
     // Nothing is retried while nothing changes: over three resync periods no create is tried.
-    let calls = |local: &Local| local.sim.state().request_log().iter().filter(|r| r.path.ends_with("/resources")).count();
-    let before = calls(&local);
+    // The resync's `check` reads /version, /nodes and the listing; a create attempt reads the
+    // listing alone. So the listings beyond the /nodes reads are the create attempts.
+    let creates = |local: &Local| {
+        let log = local.sim.state().request_log();
+        let count = |suffix: &str| log.iter().filter(|r| r.path.ends_with(suffix)).count();
+        count("/cluster/resources") - count("/nodes")
+    };
+    let before = creates(&local);
+    assert_eq!(before, 1, "one create attempt");
     let quiet = Instant::now();
     while quiet.elapsed() < Duration::from_secs(3) {
-        assert_eq!(calls(&local), before, "the permanent failure was retried");
+        assert_eq!(
+            creates(&local),
+            before,
+            "the permanent failure was retried:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert!(
+        local
+            .sim
+            .state()
+            .request_log()
+            .iter()
+            .filter(|r| r.path.ends_with("/nodes"))
+            .count()
+            >= 3,
+        "resyncs ran"
+    );
 
     // Fixing the ProviderConfig is a change: the Proxy is tried again and recovers.
-    local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
-    local.wait_until("the Proxy running after the fix", LIMIT, |proxies| proxies.iter().any(running));
+    local.write(
+        "providerconfig.yaml",
+        &provider_config(&local.sim, "Delete"),
+    );
+    local.wait_until("the Proxy running after the fix", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,18 +231,28 @@ async fn a_failed_vm_is_replaced_by_a_new_one() {
     let mut local = Local::new().await;
     local.write("proxy.yaml", &proxy("default", "phoenix"));
     local.start();
-    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
-    let first = local.proxy("default/phoenix").unwrap().status.provider_id.unwrap();
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+    let first = local
+        .proxy("default/phoenix")
+        .unwrap()
+        .status
+        .provider_id
+        .unwrap();
     let vmid: u32 = first.rsplit('/').next().unwrap().parse().unwrap();
     // Its guest agent is removed: the provider reports it failed (correction 9).
     assert!(local.sim.state().set_config(vmid, "agent", None));
+    // The replacement may take the failed VM's VMID (derived from the name): it is new when it
+    // was created a second time and has its guest agent again, as clones of the template do.
     local.wait_until("a replacement running", LIMIT, |proxies| {
-        proxies.iter().any(|record| running(record) && record.status.provider_id.as_deref() != Some(first.as_str()))
+        proxies.iter().any(running) && local.log().matches("reason=VMCreated").count() == 2
     });
     assert!(local.log().contains("VMFailed"), "{}", local.log());
     let vms = local.vms();
     assert_eq!(vms.len(), 1, "the failed VM was deleted: {vms:?}");
-    assert_ne!(vms[0].0, vmid);
+    let replacement = local.sim.state().guest(vms[0].0).unwrap();
+    assert!(replacement.config.contains_key("agent"), "{replacement:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -171,23 +261,34 @@ async fn deleting_a_manifest_deletes_the_vm_and_its_seed_then_the_record() {
     local.write("proxy-keep.yaml", &proxy("default", "keep"));
     local.write("proxy-gone.yaml", &proxy("default", "gone"));
     local.start();
-    local.wait_until("two Proxies running", LIMIT, |proxies| proxies.len() == 2 && proxies.iter().all(running));
+    local.wait_until("two Proxies running", LIMIT, |proxies| {
+        proxies.len() == 2 && proxies.iter().all(running)
+    });
     assert_eq!(local.seeds().len(), 2);
     local.remove("proxy-gone.yaml");
     local.wait_until("the record gone", LIMIT, |proxies| proxies.len() == 1);
     assert_eq!(local.vms().len(), 1);
     let seeds = local.seeds();
     assert_eq!(seeds.len(), 1, "{seeds:?}");
-    assert!(local.proxy("default/keep").is_some_and(|record| running(&record)));
+    assert!(
+        local
+            .proxy("default/keep")
+            .is_some_and(|record| running(&record))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps() {
     let mut local = Local::new().await;
-    local.write("providerconfig.yaml", &provider_config(&local.sim, "Report"));
+    local.write(
+        "providerconfig.yaml",
+        &provider_config(&local.sim, "Report"),
+    );
     local.write("proxy.yaml", &proxy("default", "lost"));
     local.start();
-    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
     let orphan = local.proxy("default/lost").unwrap();
     // The operator loses its record of the Proxy (its state was reset): its VM is now an orphan,
     // and the Proxy gets a new UID and a new VM.
@@ -197,24 +298,40 @@ async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps(
     drop(store);
     local.start();
     local.wait_until("the Proxy running again", LIMIT, |proxies| {
-        proxies.iter().any(|record| running(record) && record.uid != orphan.uid)
+        proxies
+            .iter()
+            .any(|record| running(record) && record.uid != orphan.uid)
     });
     let deadline = Instant::now() + LIMIT;
     while !local.log().contains("OrphanFound") {
-        assert!(Instant::now() < deadline, "no orphan reported:\n{}", local.log());
+        assert!(
+            Instant::now() < deadline,
+            "no orphan reported:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(local.vms().len(), 2, "report mode deletes nothing");
 
-    local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
+    local.write(
+        "providerconfig.yaml",
+        &provider_config(&local.sim, "Delete"),
+    );
     let gone = orphan.status.provider_id.unwrap();
     let vmid: u32 = gone.rsplit('/').next().unwrap().parse().unwrap();
     while local.vms().iter().any(|(id, _)| *id == vmid) {
-        assert!(Instant::now() < deadline, "the orphan was not deleted:\n{}", local.log());
+        assert!(
+            Instant::now() < deadline,
+            "the orphan was not deleted:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(local.vms().len(), 1);
-    assert!(local.proxies().iter().all(running), "the live Proxy's VM was left alone");
+    assert!(
+        local.proxies().iter().all(running),
+        "the live Proxy's VM was left alone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -226,10 +343,19 @@ async fn a_malformed_manifest_is_one_error_and_the_others_keep_reconciling() {
     );
     local.write("proxy.yaml", &proxy("default", "fine"));
     local.start();
-    local.wait_until("the good Proxy running", LIMIT, |proxies| proxies.iter().any(running));
-    assert_eq!(local.proxies().len(), 1, "the broken one was never declared");
+    local.wait_until("the good Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+    assert_eq!(
+        local.proxies().len(),
+        1,
+        "the broken one was never declared"
+    );
     let log = local.log();
-    let errors: Vec<&str> = log.lines().filter(|line| line.contains("broken.yaml")).collect();
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("broken.yaml"))
+        .collect();
     assert_eq!(errors.len(), 1, "{log}");
     assert!(
         errors[0].contains("document 1: Proxy broken: spec.providerConfigRef: missing field"),
@@ -243,7 +369,9 @@ async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
     let mut local = Local::new().await;
     local.write("proxy-a.yaml", &proxy("default", "a"));
     local.start();
-    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
     let served = local.proxy("default/a").unwrap().status.provider.unwrap();
 
     // A broken replacement (half the file) lands.
@@ -261,14 +389,20 @@ async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
         if degraded {
             break;
         }
-        assert!(Instant::now() < deadline, "no Degraded condition:\n{}", local.log());
+        assert!(
+            Instant::now() < deadline,
+            "no Degraded condition:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // The old component keeps serving: a new Proxy comes up on it.
     local.write("proxy-b.yaml", &proxy("default", "b"));
-    local.wait_until("the new Proxy running on the old component", LIMIT, |proxies| {
-        proxies.len() == 2 && proxies.iter().all(running)
-    });
+    local.wait_until(
+        "the new Proxy running on the old component",
+        LIMIT,
+        |proxies| proxies.len() == 2 && proxies.iter().all(running),
+    );
     let handled = local.proxy("default/b").unwrap().status.provider.unwrap();
     assert_eq!(handled.digest, served.digest);
 }
@@ -278,7 +412,9 @@ async fn a_rotated_secret_is_used_from_the_next_request() {
     let mut local = Local::new().await;
     local.write("proxy-a.yaml", &proxy("default", "a"));
     local.start();
-    local.wait_until("the Proxy running", LIMIT, |proxies| proxies.iter().any(running));
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
     let config_ready = |local: &Local, reason: &str| {
         Store::open_read_only(&local.path(".egress-operator/state.db"))
             .unwrap()
@@ -291,20 +427,39 @@ async fn a_rotated_secret_is_used_from_the_next_request() {
             })
     };
     // Rotated to a token the node refuses: the next requests carry it and are refused.
-    local.write("credentials.yaml", &credentials(&local.sim, "egress@pve!operator=00000000-dead-beef-0000-000000000000"));
+    local.write(
+        "credentials.yaml",
+        &credentials(
+            &local.sim,
+            "egress@pve!operator=00000000-dead-beef-0000-000000000000",
+        ),
+    );
     let deadline = Instant::now() + LIMIT;
     while !config_ready(&local, "Unauthorized") {
-        assert!(Instant::now() < deadline, "the new token was not used:\n{}", local.log());
+        assert!(
+            Instant::now() < deadline,
+            "the new token was not used:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Rotated back: used from the next request, and new work succeeds.
-    local.write("credentials.yaml", &credentials(&local.sim, local.sim.token()));
+    local.write(
+        "credentials.yaml",
+        &credentials(&local.sim, local.sim.token()),
+    );
     while !config_ready(&local, "CheckPassed") {
-        assert!(Instant::now() < deadline, "the rotated token was not used:\n{}", local.log());
+        assert!(
+            Instant::now() < deadline,
+            "the rotated token was not used:\n{}",
+            local.log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     local.write("proxy-b.yaml", &proxy("default", "b"));
-    local.wait_until("both Proxies running", LIMIT, |proxies| proxies.len() == 2 && proxies.iter().all(running));
+    local.wait_until("both Proxies running", LIMIT, |proxies| {
+        proxies.len() == 2 && proxies.iter().all(running)
+    });
 }
 
 /// Killed at each request of a first run (the ProviderConfig's check and the Proxy's create),
@@ -333,16 +488,27 @@ async fn killed_at_each_request_of_a_create_then_restarted_ends_with_one_vm() {
         local.start();
         // The kill comes once the simulator has reset a request: the operator is mid-call.
         let deadline = Instant::now() + LIMIT;
-        while !local.sim.state().request_log().iter().any(|record| record.status.is_none()) {
-            assert!(Instant::now() < deadline, "cut {cut}: the abort never fired");
+        while !local
+            .sim
+            .state()
+            .request_log()
+            .iter()
+            .any(|record| record.status.is_none())
+        {
+            assert!(
+                Instant::now() < deadline,
+                "cut {cut}: the abort never fired"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         local.kill();
         local.sim.faults().clear_abort();
         local.start();
-        local.wait_until(&format!("cut {cut}: the Proxy running after a restart"), LIMIT, |proxies| {
-            proxies.iter().any(running)
-        });
+        local.wait_until(
+            &format!("cut {cut}: the Proxy running after a restart"),
+            LIMIT,
+            |proxies| proxies.iter().any(running),
+        );
         let record = local.proxy("default/kp").unwrap();
         let vms = local.vms();
         assert_eq!(vms.len(), 1, "cut {cut}: {vms:?}");
@@ -355,7 +521,9 @@ fn pve_client(local: &Local) -> reqwest::Client {
     reqwest::Client::builder()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(local.sim.ca_pem().as_bytes()).unwrap())
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(local.sim.ca_pem().as_bytes()).unwrap(),
+        )
         .http1_only()
         .build()
         .unwrap()

@@ -91,6 +91,10 @@ impl CompileCache {
     /// Load the compiled component for `component_digest`, if a sound entry exists in a
     /// directory only this user can write. Blocking: call it off the async executor.
     pub(crate) fn load(&self, engine: &Engine, component_digest: &str) -> Option<Component> {
+        if !self.dir.exists() {
+            // Nothing cached yet: the first store creates the directory.
+            return None;
+        }
         if let Err(problem) = owned_by_us_alone(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), %problem, "compile cache not used");
             return None;

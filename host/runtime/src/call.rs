@@ -7,21 +7,20 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use wasmtime::{Engine, Store, UpdateDeadline};
 
+use crate::capability::{Capability, PrepareContext};
 use crate::cpu::Metered;
-use crate::egress::{CallSite, Egress};
+use crate::egress::CallSite;
 use crate::engine::EpochTicker;
 use crate::error::{Budget, CallError, one_line};
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
 use crate::types::{Operation, ProviderError, Request, Response};
-use crate::wit::latest;
+use crate::wit::{ContractPre, Failure};
 
-/// What every call of every provider shares: the engine, the egress, the instance pool's slots.
+/// What every call of every provider shares: the engine and the instance pool's slots.
 pub(crate) struct CallEnv {
     /// The one engine; also driven by `_ticker`.
     pub(crate) engine: Engine,
-    /// Where every provider's outgoing HTTP goes.
-    pub(crate) egress: Arc<dyn Egress>,
     /// One permit per slot of the pooling allocator: a call takes one before it instantiates, so
     /// a burst across many providers waits its turn (first come, first served) instead of
     /// failing to instantiate.
@@ -52,21 +51,38 @@ impl CallEnv {
     }
 }
 
-/// A fresh store for one call, with its limiter, budgets and epoch behaviour set.
+/// What a call needs of its provider: its capabilities, the contract version's bindings, and the
+/// call's site and limits.
+pub(crate) struct CallPlan<'a> {
+    /// The bindings of the component's contract version.
+    pub(crate) pre: &'a dyn ContractPre,
+    /// The capabilities the component imports: each is prepared for the call.
+    pub(crate) capabilities: &'a [Arc<dyn Capability>],
+    /// Who calls.
+    pub(crate) site: CallSite,
+    /// The limits the call runs under.
+    pub(crate) limits: &'a Limits,
+}
+
+/// A fresh store for one call, with its limiter, budgets and epoch behaviour set, and the state
+/// of every capability in `plan` prepared.
 pub(crate) fn new_store(
     env: &CallEnv,
-    site: CallSite,
-    limits: &Limits,
+    plan: &CallPlan<'_>,
     operation: Operation,
     deadline: Instant,
 ) -> Store<HostState> {
-    let state = HostState::new(
-        site,
-        Arc::clone(&env.egress),
+    let limits = plan.limits;
+    let mut state = HostState::new(
+        plan.site.clone(),
         limits,
         deadline,
         limits.cpu_time_for(operation),
     );
+    let prepare = PrepareContext::new(&plan.site, deadline, limits);
+    for capability in plan.capabilities {
+        state.insert_capability_state(capability.prepare(&prepare));
+    }
     let mut store = Store::new(&env.engine, state);
     store.limiter(|state| &mut state.limiter);
     // wasmtime's own bounds on what a guest can make it allocate: bytes lifted out of the guest
@@ -92,22 +108,15 @@ pub(crate) fn new_store(
     store
 }
 
-/// Where a wasmtime error came from.
-enum Failure {
-    Instantiate(wasmtime::Error),
-    Call(wasmtime::Error),
-}
-
-/// Take an instance slot, instantiate `pre` in a fresh store and run `request`, all before
-/// `started + deadline`.
+/// Take an instance slot, instantiate the plan's component in a fresh store and run `request`,
+/// all before `started + deadline`.
 pub(crate) async fn run_call(
     env: &CallEnv,
-    pre: &latest::ProviderWorldPre<HostState>,
-    site: CallSite,
-    limits: &Limits,
+    plan: CallPlan<'_>,
     request: Request,
     started: Instant,
 ) -> Result<Response, CallError> {
+    let limits = plan.limits;
     let operation = request.operation();
     let after = limits.deadline_for(operation);
     let deadline = started + after;
@@ -121,20 +130,9 @@ pub(crate) async fn run_call(
             });
         }
     };
-    let mut store = new_store(env, site, limits, operation, deadline);
+    let mut store = new_store(env, &plan, operation, deadline);
     let meter = Arc::clone(&store.data().cpu);
-    let work = Metered::new(
-        async {
-            let bindings = pre
-                .instantiate_async(&mut store)
-                .await
-                .map_err(Failure::Instantiate)?;
-            latest::call(&bindings, &mut store, request)
-                .await
-                .map_err(Failure::Call)
-        },
-        meter,
-    );
+    let work = Metered::new(plan.pre.call(&mut store, request), meter);
     let outcome = tokio::time::timeout_at(deadline.into(), work).await;
     let state = store.data();
     let budget_error = |budget, limit| CallError::Budget {
@@ -147,7 +145,7 @@ pub(crate) async fn run_call(
         Ok(Ok(answer)) => {
             // A guest stopped for a budget it could observe (a refused request) fails even if
             // it went on to answer.
-            if let Some(Stop::Budget(budget, limit)) = state.in_flight_exceeded() {
+            if let Some(Stop::Budget(budget, limit)) = crate::http::in_flight_exceeded(state) {
                 return Err(budget_error(budget, limit));
             }
             return bound(operation, answer);
@@ -181,7 +179,7 @@ pub(crate) async fn run_call(
         };
         return Err(budget_error(budget, limit as u64));
     }
-    if let Some(Stop::Budget(budget, limit)) = state.in_flight_exceeded() {
+    if let Some(Stop::Budget(budget, limit)) = crate::http::in_flight_exceeded(state) {
         return Err(budget_error(budget, limit));
     }
     match failure {

@@ -5,11 +5,32 @@
 //! implements [`Egress`] with per-provider grants, credential injection and redaction.
 //!
 //! This trait wraps `wasmtime_wasi_http::WasiHttpHooks` so that the hook's shape, which has
-//! changed across wasmtime releases, is adapted in one place (`state.rs`) and nowhere else.
+//! changed across wasmtime releases, is adapted in one place (`http.rs`) and nowhere else.
+//!
+//! # Telling the guest why
+//!
+//! A refused request reaches the guest as a `wasi:http` `error-code`, which cannot say *why*
+//! (`internal-error` carries only a free-form string). An egress that wants the guest to know
+//! takes the [`RefusalReporter`] the runtime puts in every request's extensions and reports a
+//! [`Refusal`]; a 0.2.0 guest reads it from `egress:http-broker/broker.last-refusal`:
+//!
+//! ```
+//! # use egress_runtime::egress::{CallSite, Egress, EgressBody, EgressError, EgressFuture, Refusal, RefusalReporter, RequestOptions};
+//! struct NoCredentials;
+//!
+//! impl Egress for NoCredentials {
+//!     fn send(&self, _site: &CallSite, mut request: http::Request<EgressBody>, _options: Option<RequestOptions>) -> EgressFuture {
+//!         if let Some(reporter) = RefusalReporter::take(request.extensions_mut()) {
+//!             reporter.report(Refusal::CredentialsUnavailable);
+//!         }
+//!         Box::pin(async { Err(EgressError::InternalError(Some("credentials-unavailable".into()))) })
+//!     }
+//! }
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use http::HeaderName;
 pub use wasmtime_wasi_http::{Error as EgressError, RequestOptions, WasiBody as EgressBody};
@@ -35,7 +56,18 @@ pub struct CallSite {
 }
 
 /// The host side of outgoing HTTP for providers. Shared by every call of every provider.
+///
+/// The runtime's HTTP capability (`wasi:http` and `egress:http-broker`) is built over one
+/// `Egress`: see [`Runtime::new`](crate::Runtime::new).
 pub trait Egress: Send + Sync + 'static {
+    /// Whether the provider `identity` has a grant here. Informational (load-time notes,
+    /// [`Capability::granted`](crate::Capability::granted)): every request is decided by
+    /// [`Egress::send`]. The default, for an egress that keeps no grants, is `true`.
+    fn granted(&self, identity: &str) -> bool {
+        let _ = identity;
+        true
+    }
+
     /// Whether a guest may not set header `name` itself. Checked when the guest builds its
     /// request, before [`Egress::send`]. The default adds credential-bearing headers to
     /// wasi:http's own forbidden list.
@@ -45,7 +77,9 @@ pub trait Egress: Send + Sync + 'static {
 
     /// Send one request for `site.provider`, or refuse it. Errors reach the guest as the
     /// matching `wasi:http/types.error-code`; their detail must not carry secrets. Called on the
-    /// async executor: an implementation must not block it (no blocking file I/O).
+    /// async executor: an implementation must not block it (no blocking file I/O). The request's
+    /// extensions hold a [`RefusalReporter`] (when the runtime sent it) to tell the guest why a
+    /// request was refused; nothing else of the extensions is meant to leave the host.
     fn send(
         &self,
         site: &CallSite,
@@ -67,13 +101,160 @@ pub fn default_forbidden_header(name: &HeaderName) -> bool {
 pub struct DenyAll;
 
 impl Egress for DenyAll {
+    fn granted(&self, _identity: &str) -> bool {
+        false
+    }
+
     fn send(
         &self,
         site: &CallSite,
-        request: http::Request<EgressBody>,
+        mut request: http::Request<EgressBody>,
         _options: Option<RequestOptions>,
     ) -> EgressFuture {
         tracing::warn!(provider = %site.provider, uri = %request.uri(), "outgoing HTTP denied: no egress grant");
+        if let Some(reporter) = RefusalReporter::take(request.extensions_mut()) {
+            reporter.report(Refusal::NotGranted);
+        }
         Box::pin(async { Err(EgressError::HttpRequestDenied) })
+    }
+}
+
+/// Why the host refused a provider's request, as the guest learns it from
+/// `egress:http-broker/broker.last-refusal` (beside the `wasi:http` error code, which stays).
+/// Each value says whether retrying can help; see `wit/http-broker/http-broker.wit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The provider's identity has no grant, or its grant is pinned to other component bytes.
+    NotGranted,
+    /// The request is outside the grant: origin, method, headers.
+    Denied,
+    /// The host could not read the credential it injects. Transient.
+    CredentialsUnavailable,
+    /// The CA the grant trusts is not there yet. Transient.
+    CaUnavailable,
+    /// The CA the grant trusts holds no usable certificate.
+    CaInvalid,
+    /// A credentialed response that redaction could not see whole was refused.
+    ResponseUnredactable,
+    /// The call already had as many requests in flight as its budget allows.
+    RequestsInFlight,
+}
+
+impl Refusal {
+    /// The WIT name (`credentials-unavailable`, …): a stable label for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NotGranted => "not-granted",
+            Refusal::Denied => "denied",
+            Refusal::CredentialsUnavailable => "credentials-unavailable",
+            Refusal::CaUnavailable => "ca-unavailable",
+            Refusal::CaInvalid => "ca-invalid",
+            Refusal::ResponseUnredactable => "response-unredactable",
+            Refusal::RequestsInFlight => "requests-in-flight",
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reports why one request was refused to the call that made it. The runtime puts one in the
+/// extensions of every request it hands to [`Egress::send`]; the egress takes it out
+/// ([`RefusalReporter::take`]) and calls [`report`](RefusalReporter::report) when it refuses.
+///
+/// A report about a request older than the call's latest is dropped: `last-refusal` is about
+/// the most recent request only.
+#[derive(Clone, Debug)]
+pub struct RefusalReporter {
+    slot: Arc<RefusalSlot>,
+    /// The request's number within its call.
+    request: u64,
+}
+
+impl RefusalReporter {
+    /// Take the reporter out of a request's extensions, if the runtime put one there.
+    pub fn take(extensions: &mut http::Extensions) -> Option<RefusalReporter> {
+        extensions.remove::<RefusalReporter>()
+    }
+
+    /// The request was refused for `refusal`.
+    pub fn report(&self, refusal: Refusal) {
+        let mut state = lock(&self.slot.state);
+        if state.latest == self.request {
+            state.refusal = Some(refusal);
+        }
+    }
+}
+
+/// One call's record of why its latest request was refused. Shared by the call's HTTP state and
+/// the reporters of its requests.
+#[derive(Debug, Default)]
+pub(crate) struct RefusalSlot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The number of the latest request handed over.
+    latest: u64,
+    refusal: Option<Refusal>,
+}
+
+impl RefusalSlot {
+    /// A new request is handed over: forget the last refusal and return the request's reporter.
+    pub(crate) fn begin(self: &Arc<Self>) -> RefusalReporter {
+        let mut state = lock(&self.state);
+        state.latest += 1;
+        state.refusal = None;
+        RefusalReporter {
+            slot: Arc::clone(self),
+            request: state.latest,
+        }
+    }
+
+    /// Why the latest request was refused, if it was.
+    pub(crate) fn last(&self) -> Option<Refusal> {
+        lock(&self.state).refusal
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only plain values are written under the lock: a poisoned one is still consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_latest_request_sets_the_last_refusal() {
+        let slot = Arc::new(RefusalSlot::default());
+        let first = slot.begin();
+        first.report(Refusal::Denied);
+        assert_eq!(slot.last(), Some(Refusal::Denied));
+        let second = slot.begin();
+        assert_eq!(slot.last(), None, "a new request clears it");
+        first.report(Refusal::CredentialsUnavailable);
+        assert_eq!(slot.last(), None, "an older request's refusal is dropped");
+        second.report(Refusal::CaUnavailable);
+        assert_eq!(slot.last(), Some(Refusal::CaUnavailable));
+    }
+
+    #[test]
+    fn the_reporter_travels_in_the_request_extensions() {
+        let slot = Arc::new(RefusalSlot::default());
+        let mut request = http::Request::new(());
+        request.extensions_mut().insert(slot.begin());
+        let reporter = RefusalReporter::take(request.extensions_mut()).expect("inserted");
+        assert!(RefusalReporter::take(request.extensions_mut()).is_none());
+        reporter.report(Refusal::NotGranted);
+        assert_eq!(slot.last(), Some(Refusal::NotGranted));
     }
 }

@@ -1,13 +1,14 @@
 //! # egress-runtime: the wasmtime host for provider components
 //!
-//! Providers are WebAssembly components exporting `egress:provider/provider` (see `wit/`). This
-//! crate loads them, sandboxes them, bounds them and swaps them while they serve.
+//! Providers are WebAssembly components exporting `egress:provider/provider` (the contract, in
+//! `wit/`). This crate loads them, sandboxes them, bounds them and swaps them while they serve.
 //!
 //! - [`Runtime`] owns one wasmtime [`Engine`](wasmtime::Engine) (pooling allocator,
 //!   copy-on-write memory images, epoch interruption), the linker, the [`Limits`], an on-disk
-//!   compile cache and the [`Egress`] every provider's outgoing HTTP goes through.
+//!   compile cache and the host's [`Capability`]s: outgoing HTTP through the [`Egress`] it is
+//!   given, and whatever [`RuntimeConfig::capability`] adds (libvirt).
 //! - [`Runtime::load_file`] validates a component before it serves — a wasm component, a
-//!   supported contract version, no import the host does not provide, a working `describe` — and
+//!   served contract version, no import the host does not provide, a working `describe` — and
 //!   returns a [`Provider`]. Each problem is its own [`LoadError`] with a one-line message naming
 //!   the file.
 //! - [`Provider::call`] runs one [`Request`] in a **fresh instance** with a memory cap, a
@@ -19,15 +20,24 @@
 //!   new generations are validated off the call path and published atomically, calls in flight
 //!   finish on the generation they started on, and a broken file leaves the old one serving.
 //!
+//! ## Contract versions
+//!
+//! Contract versions are served side by side, each from its own frozen WIT folder and module
+//! ([`wit`]): every `v` with [`wit::MIN_VERSION`] ≤ `v` < [`wit::MAX_VERSION`] (today 0.1.x and
+//! 0.2.x), matched by semver. Whatever the version, a provider is called with the same domain
+//! types ([`types`]); [`Provider::contract_version`] says which it exports.
+//!
 //! ## The sandbox
 //!
-//! A provider gets outgoing HTTP through the host's [`Egress`] (default [`DenyAll`]; the broker
-//! crate `egress-capability-http` implements grants and credential injection), clocks,
-//! randomness and the contract's `log` interface, whose lines become `tracing` events inside the
-//! call's `provider_call` span (fields `provider`, `version`, `operation`, `proxy`). Rust
-//! components import all of WASI 0.2 even when unused, so the linker provides it, but the WASI
-//! context grants nothing: no files, environment, arguments, sockets or stdio (stderr is
-//! captured, bounded, for error messages).
+//! A provider gets clocks, randomness, the log (`egress:provider/log` in 0.1.0, `egress:log/log`
+//! from 0.2.0: one host implementation, whose lines become `tracing` events inside the call's
+//! `provider_call` span with fields `provider`, `version`, `operation`, `proxy`) and the
+//! interfaces of the capabilities it imports ([`capability`]): outgoing HTTP through the host's
+//! [`Egress`] (default [`DenyAll`]; the broker crate `egress-capability-http` implements grants
+//! and credential injection), and libvirt when the runtime has it. What a provider needs is read
+//! from its imports ([`Provider::capabilities`]). Rust components import all of WASI 0.2 even
+//! when unused, so the linker provides it, but the WASI context grants nothing: no files,
+//! environment, arguments, sockets or stdio (stderr is captured, bounded, for error messages).
 //!
 //! ## Example
 //!
@@ -54,12 +64,17 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod cache;
 mod call;
+pub mod capability;
 mod cpu;
 pub mod egress;
 mod engine;
 mod error;
+mod http;
+mod identity;
 mod limits;
 mod log;
 mod provider;
@@ -70,13 +85,17 @@ pub mod types;
 pub mod wit;
 
 pub use cache::default_cache_dir;
-pub use egress::{CallSite, DenyAll, Egress, default_forbidden_header};
+pub use capability::{Capability, PrepareContext};
+pub use egress::{CallSite, DenyAll, Egress, Refusal, RefusalReporter, default_forbidden_header};
 pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};
 pub use limits::Limits;
 pub use provider::{CallContext, Provider};
 pub use registry::{Registry, RegistryEvent};
 pub use runtime::{Runtime, RuntimeConfig};
+pub use state::HostState;
 pub use types::{
-    Capability, CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Instance,
-    InstanceState, Operation, ProviderError, Request, Response, Tag, UnknownOperation,
+    CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Instance, InstanceState,
+    Operation, ProviderError, Request, Response, Tag, UnknownOperation,
 };
+// `semver`, in which contract versions are given (`Provider::contract_version`).
+pub use semver;

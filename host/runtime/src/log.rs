@@ -1,4 +1,10 @@
-//! The contract's `log` interface: a guest's log lines, bounded and escaped, as `tracing` events.
+//! The log interface: a guest's log lines, bounded and escaped, as `tracing` events.
+//!
+//! One implementation serves the interface under every name a contract version gives it:
+//! `egress:provider/log@0.1.0` (contract 0.1.0's own) and `egress:log/log@0.1.0` (its own package
+//! from contract 0.2.0 on); see `wit::LOG_INTERFACES`. It is defined by hand rather than through
+//! `bindgen!`, which would lift a guest's whole message into the host before the host could cut
+//! it.
 //!
 //! A guest's line is data from an untrusted party on its way to an operator's log and terminal, so:
 //!

@@ -4,18 +4,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use semver::Version;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use crate::call::{BENCHMARK_DEADLINE, CallEnv, new_store, run_call};
+use crate::call::{BENCHMARK_DEADLINE, CallEnv, CallPlan, new_store, run_call};
+use crate::capability::Capability;
 use crate::egress::CallSite;
 use crate::error::{CallError, LoadError, one_line};
+use crate::identity::name_problem;
 use crate::limits::Limits;
-use crate::state::HostState;
 use crate::types::{Description, Operation, Request, Response};
-use crate::wit::latest;
+use crate::wit::ContractPre;
 
 /// Who a call is for; recorded on the call's tracing span.
 #[derive(Clone, Debug, Default)]
@@ -36,9 +38,18 @@ pub struct CallContext {
 /// What the component says about itself ([`Provider::description`]) is for display and a
 /// consistency check only: a component cannot borrow another's grant by describing itself under
 /// its name.
+///
+/// The component may be of any contract version the runtime serves
+/// ([`Provider::contract_version`]); calls look the same whatever the version. What it needs of
+/// the host is read from its imports ([`Provider::capabilities`]).
 pub struct Provider {
     env: Arc<CallEnv>,
-    pre: latest::ProviderWorldPre<HostState>,
+    /// The bindings of the component's contract version.
+    pre: Arc<dyn ContractPre>,
+    /// The contract version it exports.
+    contract_version: Version,
+    /// The runtime's capabilities this component imports, prepared for each of its calls.
+    capabilities: Arc<[Arc<dyn Capability>]>,
     component: Component,
     description: Description,
     identity: Arc<str>,
@@ -57,6 +68,8 @@ impl std::fmt::Debug for Provider {
             .field("identity", &self.identity)
             .field("described_as", &self.description.name)
             .field("version", &self.description.version)
+            .field("contract_version", &self.contract_version.to_string())
+            .field("capabilities", &self.capabilities())
             .field("digest", &self.digest)
             .field("path", &self.path)
             .field("generation", &self.generation)
@@ -67,7 +80,9 @@ impl std::fmt::Debug for Provider {
 /// Everything [`Provider::new`] needs, produced by the runtime's loader.
 pub(crate) struct LoadedParts {
     pub(crate) env: Arc<CallEnv>,
-    pub(crate) pre: latest::ProviderWorldPre<HostState>,
+    pub(crate) pre: Arc<dyn ContractPre>,
+    pub(crate) contract_version: Version,
+    pub(crate) capabilities: Vec<Arc<dyn Capability>>,
     pub(crate) component: Component,
     pub(crate) description: Description,
     pub(crate) identity: Arc<str>,
@@ -84,6 +99,8 @@ impl Provider {
         Provider {
             env: parts.env,
             pre: parts.pre,
+            contract_version: parts.contract_version,
+            capabilities: parts.capabilities.into(),
             component: parts.component,
             description: parts.description,
             identity: parts.identity,
@@ -100,6 +117,20 @@ impl Provider {
     /// claim, not its identity.
     pub fn description(&self) -> &Description {
         &self.description
+    }
+
+    /// The contract version the component exports (`egress:provider/provider@0.2.0` → `0.2.0`),
+    /// which the runtime serves.
+    pub fn contract_version(&self) -> &Version {
+        &self.contract_version
+    }
+
+    /// The host capabilities the component imports (`http`, `libvirt`, …), by
+    /// [name](crate::Capability::name), in the runtime's order: what it needs granted. Read from
+    /// the component's imports, whatever its contract version; a 0.1.0 component's own list in
+    /// `describe` ([`Description::capabilities`]) is only compared with it.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        self.capabilities.iter().map(|c| c.name()).collect()
     }
 
     /// The host-assigned identity: grants, concurrency permits, metrics and logs follow it.
@@ -138,7 +169,7 @@ impl Provider {
     /// [`crate::RuntimeConfig::slot_memory_bytes`]), and the pool-wide settings of `limits` (the
     /// pool size, the epoch tick) are the runtime's, whatever `limits` says.
     pub fn bind(&self, identity: &str, limits: Limits) -> Result<Arc<Provider>, LoadError> {
-        if let Some(problem) = crate::runtime::name_problem(identity) {
+        if let Some(problem) = name_problem(identity) {
             return Err(LoadError::InvalidIdentity {
                 path: self.path.clone(),
                 problem,
@@ -149,9 +180,12 @@ impl Provider {
         let concurrency = self
             .env
             .semaphore_for(identity, limits.concurrency_per_provider_limit());
+        note_ungranted(&self.capabilities, identity);
         Ok(Arc::new(Provider {
             env: Arc::clone(&self.env),
-            pre: self.pre.clone(),
+            pre: Arc::clone(&self.pre),
+            contract_version: self.contract_version.clone(),
+            capabilities: Arc::clone(&self.capabilities),
             component: self.component.clone(),
             description: self.description.clone(),
             identity: Arc::from(identity),
@@ -252,7 +286,17 @@ impl Provider {
             digest: Arc::clone(&self.digest),
             operation: operation.as_str(),
         };
-        run_call(&self.env, &self.pre, site, &self.limits, request, started).await
+        run_call(&self.env, self.plan(site), request, started).await
+    }
+
+    /// What a call of this provider as `site` needs.
+    fn plan(&self, site: CallSite) -> CallPlan<'_> {
+        CallPlan {
+            pre: &*self.pre,
+            capabilities: &self.capabilities,
+            site,
+            limits: &self.limits,
+        }
     }
 
     /// Instantiate once in a fresh store and drop it: the fixed cost of every call.
@@ -264,13 +308,26 @@ impl Provider {
             operation: "benchmark",
         };
         let deadline = Instant::now() + BENCHMARK_DEADLINE;
-        let mut store = new_store(&self.env, site, &self.limits, Operation::Describe, deadline);
+        let mut store = new_store(&self.env, &self.plan(site), Operation::Describe, deadline);
         self.pre
-            .instantiate_async(&mut store)
+            .instantiate(&mut store)
             .await
-            .map(drop)
             .map_err(|error| CallError::Instantiate {
                 message: one_line(&error),
             })
+    }
+}
+
+/// Note each capability of `capabilities` the provider `identity` has no grant of: its calls get
+/// the ungranted state, on which every use is denied. (Grants may still arrive.)
+pub(crate) fn note_ungranted(capabilities: &[Arc<dyn Capability>], identity: &str) {
+    for capability in capabilities {
+        if !capability.granted(identity) {
+            tracing::debug!(
+                provider = identity,
+                capability = capability.name(),
+                "the provider imports a capability its identity has no grant of: every use is denied"
+            );
+        }
     }
 }

@@ -23,8 +23,9 @@ use tokio::sync::{Mutex, broadcast, mpsc};
 
 use crate::cache::sha256_hex;
 use crate::error::{CallError, RegistryError};
+use crate::identity::identity_of;
 use crate::provider::{CallContext, Provider};
-use crate::runtime::{Runtime, identity_of};
+use crate::runtime::Runtime;
 use crate::types::{Request, Response};
 
 /// Quiet time after the last file event before the directory is rescanned: editors and `cp`

@@ -7,21 +7,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use semver::Version;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, MemoryCreator};
 
 use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
-use crate::call::{CallEnv, run_call};
+use crate::call::{CallEnv, CallPlan, run_call};
+use crate::capability::{Capability, CapabilitySet};
 use crate::egress::{CallSite, Egress};
 use crate::engine::{EpochTicker, build_engine};
 use crate::error::{LoadError, RuntimeError, one_line};
+use crate::http::HttpCapability;
+use crate::identity::{identity_of, name_problem};
 use crate::limits::Limits;
-use crate::provider::{LoadedParts, Provider};
+use crate::provider::{LoadedParts, Provider, note_ungranted};
 use crate::state::HostState;
-use crate::types::{Request, Response};
-use crate::wit::{self, latest};
+use crate::types::{Description, Request, Response};
+use crate::wit::{self, ContractPre, Served};
 
 /// How the runtime is built.
 #[derive(Clone)]
@@ -41,6 +45,11 @@ pub struct RuntimeConfig {
     /// may be given ([`Provider::bind`]). Defaults to the limits' memory cap; reserved address
     /// space, not memory, until a call touches it.
     pub slot_memory_bytes: Option<usize>,
+    /// Host capabilities beside outgoing HTTP (which [`Runtime::new`] builds from its egress),
+    /// in the order given: for example `egress-capability-libvirt`'s `LibvirtCapability`. A
+    /// component importing an interface none of them provides is refused at load. Defaults to
+    /// none.
+    pub capabilities: Vec<Arc<dyn Capability>>,
 }
 
 impl Default for RuntimeConfig {
@@ -50,12 +59,14 @@ impl Default for RuntimeConfig {
             cache_dir: default_cache_dir(),
             memory_creator: None,
             slot_memory_bytes: None,
+            capabilities: Vec::new(),
         }
     }
 }
 
 impl std::fmt::Debug for RuntimeConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let capabilities: Vec<&str> = self.capabilities.iter().map(|c| c.name()).collect();
         f.debug_struct("RuntimeConfig")
             .field("limits", &self.limits)
             .field("cache_dir", &self.cache_dir)
@@ -63,6 +74,8 @@ impl std::fmt::Debug for RuntimeConfig {
                 "memory_creator",
                 &self.memory_creator.as_ref().map(|_| "custom"),
             )
+            .field("slot_memory_bytes", &self.slot_memory_bytes)
+            .field("capabilities", &capabilities)
             .finish()
     }
 }
@@ -92,14 +105,25 @@ impl RuntimeConfig {
         self.memory_creator = Some(creator);
         self
     }
+
+    /// Add a host capability (see [`Capability`]): its interfaces are linked once, and each call
+    /// of a provider that imports them gets the capability's per-call state. Names must be
+    /// unique (`http` is taken by the runtime's own).
+    pub fn capability(mut self, capability: Arc<dyn Capability>) -> Self {
+        self.capabilities.push(capability);
+        self
+    }
 }
 
 /// State shared by the runtime handle and its loader.
 struct RuntimeInner {
-    /// What every call shares: the engine, the egress, the instance pool's slots.
+    /// What every call shares: the engine, the instance pool's slots.
     env: Arc<CallEnv>,
-    /// WASI p2 (granting nothing, see `state.rs`), wasi:http and the contract's `log`.
+    /// WASI p2 (granting nothing, see `state.rs`), the log under each of its names, and every
+    /// capability's interfaces. One linker serves every contract version.
     linker: Linker<HostState>,
+    /// HTTP first, then the configuration's, in order.
+    capabilities: CapabilitySet,
     /// Limits for every call.
     limits: Limits,
     cache: Option<CompileCache>,
@@ -116,6 +140,7 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("limits", &self.inner.limits)
+            .field("capabilities", &self.inner.capabilities)
             .finish_non_exhaustive()
     }
 }
@@ -125,7 +150,19 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 impl Runtime {
     /// Build the engine and linker and start the epoch ticker.
+    ///
+    /// Outgoing HTTP (`wasi:http`, and `egress:http-broker` to tell a guest why a request was
+    /// refused) is the runtime's own capability over `egress` (see [`Egress`]); other capabilities
+    /// come from [`RuntimeConfig::capability`]. Fails when the engine cannot be configured, a
+    /// capability's interfaces cannot be linked, or two capabilities share a name.
     pub fn new(config: RuntimeConfig, egress: Arc<dyn Egress>) -> Result<Runtime, RuntimeError> {
+        let mut capabilities: Vec<Arc<dyn Capability>> =
+            vec![Arc::new(HttpCapability::new(egress))];
+        capabilities.extend(config.capabilities.iter().cloned());
+        let capabilities =
+            CapabilitySet::new(capabilities).map_err(|name| RuntimeError::Linker {
+                message: format!("the capability `{name}` is given twice"),
+            })?;
         let slot_memory_bytes = config
             .slot_memory_bytes
             .unwrap_or(0)
@@ -137,8 +174,13 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         let link = |linker: &mut Linker<HostState>| -> wasmtime::Result<()> {
             wasmtime_wasi::p2::add_to_linker_async(linker)?;
-            wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-            latest::add_to_linker(linker)
+            wit::add_to_linker(linker)?;
+            for capability in capabilities.iter() {
+                capability.link(linker).map_err(|error| {
+                    error.context(format!("linking the `{}` capability", capability.name()))
+                })?;
+            }
+            Ok(())
         };
         link(&mut linker).map_err(|error| RuntimeError::Linker {
             message: one_line(&error),
@@ -151,17 +193,22 @@ impl Runtime {
             inner: Arc::new(RuntimeInner {
                 env: Arc::new(CallEnv {
                     engine,
-                    egress,
                     instance_slots: Arc::new(Semaphore::new(slots)),
                     slot_memory_bytes,
                     semaphores: Mutex::new(HashMap::new()),
                     _ticker: ticker,
                 }),
                 linker,
+                capabilities,
                 limits: config.limits,
                 cache,
             }),
         })
+    }
+
+    /// The names of the runtime's capabilities, HTTP first.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        self.inner.capabilities.names()
     }
 
     /// The engine every provider runs on.
@@ -201,9 +248,12 @@ impl Runtime {
     /// and logs follow it. It must be 1–63 characters of lowercase letters, digits and `-`.
     /// Before a component serves, the loader checks, in order: it is a wasm component (not
     /// empty, not text, not a core module); it compiles; it exports
-    /// `egress:provider/provider@X` with `X` a [supported](crate::wit::SUPPORTED) version; every
-    /// import is one the host provides; `describe` succeeds in a fresh instance and its
-    /// `contract-version` matches the export. Each failure is its own [`LoadError`] variant.
+    /// `egress:provider/provider@X` with `X` a contract version the host serves (semver,
+    /// [`wit::MIN_VERSION`] ≤ `X` < [`wit::MAX_VERSION`]); every import is one the host provides
+    /// (WASI, the log, or an interface of one of its capabilities); `describe` succeeds in a fresh
+    /// instance and its `contract-version` is `X`. Each failure is its own [`LoadError`] variant.
+    /// What the provider needs is read from its imports ([`Provider::capabilities`]); a 0.1.0
+    /// component that declares something else in `describe` is loaded with a warning.
     /// Compilation runs on a blocking thread, off the async executor.
     pub async fn load_bytes(
         &self,
@@ -219,21 +269,21 @@ impl Runtime {
         let digest = sha256_hex(bytes);
         let (component, from_cache) = self.compile(bytes.to_vec(), digest.clone(), &path).await?;
         let engine = self.engine();
-        let export = check_exports(&component, engine, &path)?;
+        let (export, version, served) = check_exports(&component, engine, &path)?;
+        let imports: Vec<String> = component
+            .component_type()
+            .imports(engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
         let instance_pre = self
             .inner
             .linker
             .instantiate_pre(&component)
             .map_err(|error| {
-                let imports = component.component_type();
-                let unknown = imports
-                    .imports(engine)
-                    .map(|(name, _)| name)
-                    .find(|name| !provided_by_host(name));
-                match unknown {
+                match imports.iter().find(|import| !self.provided_by_host(import)) {
                     Some(import) => LoadError::UnknownImport {
                         path: path.clone(),
-                        import: import.to_owned(),
+                        import: import.clone(),
                     },
                     None => LoadError::Link {
                         path: path.clone(),
@@ -241,14 +291,18 @@ impl Runtime {
                     },
                 }
             })?;
-        let pre = latest::ProviderWorldPre::new(instance_pre).map_err(|error| LoadError::Link {
+        let pre = (served.pre)(instance_pre).map_err(|error| LoadError::Link {
             path: path.clone(),
             message: one_line(&error),
         })?;
+        let capabilities = self
+            .inner
+            .capabilities
+            .imported_by(imports.iter().map(String::as_str));
 
-        let description = self.describe(&pre, &path).await?;
-        let exported_version = export.rsplit_once('@').map_or("", |(_, version)| version);
-        if description.contract_version != exported_version {
+        let description = self.describe(&*pre, &capabilities, &path).await?;
+        let described = Version::parse(&description.contract_version).ok();
+        if described.as_ref() != Some(&version) {
             return Err(LoadError::InvalidDescription {
                 path,
                 problem: format!(
@@ -269,15 +323,22 @@ impl Runtime {
                 "provider describes itself under another name; it serves, and is granted, as its identity"
             );
         }
+        if served.declares_capabilities {
+            warn_on_declared_mismatch(identity, &path, &description, &capabilities);
+        }
+        note_ungranted(&capabilities, identity);
         let concurrency = self
             .inner
             .env
             .semaphore_for(identity, self.inner.limits.concurrency_per_provider_limit());
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        let capability_names: Vec<&str> = capabilities.iter().map(|c| c.name()).collect();
         tracing::info!(
             provider = identity,
             described_as = %description.name,
             version = %crate::log::escape(&description.version),
+            contract_version = %version,
+            capabilities = ?capability_names,
             path = %path.display(),
             digest = %digest,
             generation,
@@ -287,6 +348,8 @@ impl Runtime {
         Ok(Arc::new(Provider::new(LoadedParts {
             env: Arc::clone(&self.inner.env),
             pre,
+            contract_version: version,
+            capabilities,
             component,
             description,
             identity: Arc::from(identity),
@@ -337,25 +400,25 @@ impl Runtime {
     /// Call `describe` once in a fresh instance.
     async fn describe(
         &self,
-        pre: &latest::ProviderWorldPre<HostState>,
+        pre: &dyn ContractPre,
+        capabilities: &[Arc<dyn Capability>],
         path: &Path,
-    ) -> Result<crate::types::Description, LoadError> {
-        // Not yet accepted: an empty identity, which no grant names, so the egress grants this
-        // call nothing (describe does no I/O).
+    ) -> Result<Description, LoadError> {
+        // Not yet accepted: an empty identity, which no grant names, so every capability grants
+        // this call nothing (describe does no I/O).
         let site = CallSite {
             provider: Arc::from(""),
             digest: Arc::from(""),
             operation: "describe",
         };
         let span = tracing::info_span!("provider_describe", path = %path.display());
-        let call = run_call(
-            &self.inner.env,
+        let plan = CallPlan {
             pre,
+            capabilities,
             site,
-            &self.inner.limits,
-            Request::Describe,
-            Instant::now(),
-        );
+            limits: &self.inner.limits,
+        };
+        let call = run_call(&self.inner.env, plan, Request::Describe, Instant::now());
         match call.instrument(span).await {
             Ok(Response::Describe(description)) => Ok(description),
             Ok(other) => Err(LoadError::InvalidDescription {
@@ -368,20 +431,41 @@ impl Runtime {
             }),
         }
     }
+
+    /// Whether `import` is an interface the linker provides. Used only to name the culprit when
+    /// linking fails; the linker itself is the authority.
+    fn provided_by_host(&self, import: &str) -> bool {
+        provided_by_wasi(import)
+            || wit::provides(import)
+            || self.inner.capabilities.provider_of(import).is_some()
+    }
 }
 
-/// The identity a file serves as: its name without `.wasm`.
-pub(crate) fn identity_of(path: &Path) -> Result<String, LoadError> {
-    let stem = path
-        .file_stem()
-        .and_then(|stem| stem.to_str())
-        .unwrap_or_default();
-    match name_problem(stem) {
-        None => Ok(stem.to_owned()),
-        Some(problem) => Err(LoadError::InvalidIdentity {
-            path: path.to_owned(),
-            problem: format!("the file name gives the provider its identity: {problem}"),
-        }),
+/// Warn when what a 0.1.0 component declares in `describe` differs from what it imports: the
+/// host goes by the imports.
+fn warn_on_declared_mismatch(
+    identity: &str,
+    path: &Path,
+    description: &Description,
+    imported: &[Arc<dyn Capability>],
+) {
+    let mut declared: Vec<&str> = description
+        .capabilities
+        .iter()
+        .map(|capability| capability.name())
+        .collect();
+    declared.sort_unstable();
+    declared.dedup();
+    let mut imports: Vec<&str> = imported.iter().map(|c| c.name()).collect();
+    imports.sort_unstable();
+    if declared != imports {
+        tracing::warn!(
+            provider = identity,
+            path = %path.display(),
+            ?declared,
+            imported = ?imports,
+            "the capabilities the component declares in describe differ from those it imports; the host goes by its imports"
+        );
     }
 }
 
@@ -407,8 +491,13 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Find the `egress:provider/provider@X` export and check `X` is served; returns the export name.
-fn check_exports(component: &Component, engine: &Engine, path: &Path) -> Result<String, LoadError> {
+/// Find the `egress:provider/provider@X` export and check `X` is served; returns the export
+/// name, its version and the module that serves it.
+fn check_exports(
+    component: &Component,
+    engine: &Engine,
+    path: &Path,
+) -> Result<(String, Version, &'static Served), LoadError> {
     let component_type = component.component_type();
     let exports: Vec<&str> = component_type
         .exports(engine)
@@ -429,18 +518,21 @@ fn check_exports(component: &Component, engine: &Engine, path: &Path) -> Result<
             exports,
         });
     };
-    let version = export.rsplit_once('@').map_or("", |(_, version)| version);
-    if !wit::SUPPORTED.contains(&version) {
-        return Err(LoadError::UnsupportedContract {
-            path: path.to_owned(),
-            export: (*export).to_owned(),
-            supported: wit::SUPPORTED.join(", "),
-        });
-    }
-    Ok((*export).to_owned())
+    let unsupported = || LoadError::UnsupportedContract {
+        path: path.to_owned(),
+        export: (*export).to_owned(),
+        supported: format!("contract versions {}", wit::served_range()),
+    };
+    let version = export
+        .rsplit_once('@')
+        .and_then(|(_, version)| Version::parse(version).ok())
+        .ok_or_else(unsupported)?;
+    let served = wit::serving(&version).ok_or_else(unsupported)?;
+    Ok(((*export).to_owned(), version, served))
 }
 
-/// WASI 0.2 interfaces the linker provides (all of them: see `state.rs` for why).
+/// WASI 0.2 interfaces the linker provides (all of them but `wasi:http`, the HTTP capability's:
+/// see `state.rs` for why).
 const WASI_INTERFACES: &[&str] = &[
     "wasi:cli/environment",
     "wasi:cli/exit",
@@ -469,39 +561,12 @@ const WASI_INTERFACES: &[&str] = &[
     "wasi:sockets/tcp",
     "wasi:sockets/tcp-create-socket",
     "wasi:sockets/ip-name-lookup",
-    "wasi:http/types",
-    "wasi:http/outgoing-handler",
 ];
 
-/// The contract's own host interfaces.
-const CONTRACT_INTERFACES: &[&str] = &["egress:provider/log", "egress:provider/types"];
-
-/// Whether `import` is an interface the linker provides. Used only to name the culprit when
-/// linking fails; the linker itself is the authority.
-fn provided_by_host(import: &str) -> bool {
+/// Whether `import` is a WASI 0.2 interface the linker provides.
+fn provided_by_wasi(import: &str) -> bool {
     let (interface, version) = import.split_once('@').unwrap_or((import, ""));
-    if WASI_INTERFACES.contains(&interface) {
-        return version.starts_with("0.2.");
-    }
-    CONTRACT_INTERFACES.contains(&interface) && wit::SUPPORTED.contains(&version)
-}
-
-/// Why `name` cannot name a provider (an identity, or a described name), if it cannot.
-pub(crate) fn name_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("the provider name is empty".to_owned());
-    }
-    if name.len() > 63
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        return Some(format!(
-            "the provider name {:?} is not 1-63 characters of lowercase letters, digits and '-'",
-            crate::log::escape(crate::log::prefix(name, 80))
-        ));
-    }
-    None
+    WASI_INTERFACES.contains(&interface) && version.starts_with("0.2.")
 }
 
 #[cfg(test)]
@@ -531,21 +596,25 @@ mod tests {
     }
 
     #[test]
-    fn host_provides_wasi_0_2_and_the_contract_only() {
-        assert!(provided_by_host("wasi:http/outgoing-handler@0.2.12"));
-        assert!(provided_by_host("wasi:cli/environment@0.2.0"));
-        assert!(provided_by_host("egress:provider/log@0.1.0"));
-        assert!(!provided_by_host("acme:exfil/upload@0.1.0"));
-        assert!(!provided_by_host("wasi:http/outgoing-handler@0.3.0"));
-        assert!(!provided_by_host("egress:provider/log@0.9.0"));
-    }
-
-    #[test]
-    fn provider_names_are_dns_label_like() {
-        assert_eq!(name_problem("proxmox"), None);
-        assert_eq!(name_problem("reference-2"), None);
-        assert!(name_problem("").is_some());
-        assert!(name_problem("Prox mox").is_some());
-        assert!(name_problem(&"a".repeat(64)).is_some());
+    fn host_provides_wasi_0_2_the_log_and_its_capabilities_only() {
+        let runtime = Runtime::new(
+            RuntimeConfig::default().cache_dir(None),
+            Arc::new(crate::DenyAll),
+        )
+        .expect("runtime builds");
+        let provided = |import: &str| runtime.provided_by_host(import);
+        assert!(provided("wasi:http/outgoing-handler@0.2.12"));
+        assert!(provided("egress:http-broker/broker@0.1.0"));
+        assert!(provided("wasi:cli/environment@0.2.0"));
+        assert!(provided("egress:provider/log@0.1.0"));
+        assert!(provided("egress:log/log@0.1.0"));
+        assert!(!provided("acme:exfil/upload@0.1.0"));
+        assert!(!provided("wasi:http/outgoing-handler@0.3.0"));
+        assert!(!provided("egress:provider/log@0.9.0"));
+        assert!(
+            !provided("egress:libvirt/libvirt@0.1.0"),
+            "libvirt only with the capability"
+        );
+        assert_eq!(runtime.capabilities(), ["http"]);
     }
 }

@@ -8,36 +8,28 @@
 //! discarded stdout, no TCP, UDP or name lookup, and every socket address refused. Stderr is
 //! captured into a small bounded buffer so a panic message can be reported with the trap.
 //!
-//! Outgoing HTTP (`wasi:http/outgoing-handler`) goes through [`EgressHooks`] to the host's
-//! [`Egress`]; the guest never opens a connection itself. Clocks and randomness are the host's.
+//! Everything else comes from a [`Capability`](crate::Capability) (outgoing HTTP through the
+//! host's `Egress`, libvirt, …), whose per-call state is kept here by its type, beside the call's
+//! one [`ResourceTable`]. Clocks, randomness and the log are the host's.
 //!
 //! # What a provider can make the host hold
 //!
-//! Every host resource a call can grow is bounded here, from its [`Limits`]: the resource table
-//! and the store's handle count (`resource_handles`), each header list the guest builds
-//! (`header_bytes`), each outgoing body's buffer (`body_buffer_bytes`), the requests in flight
-//! (`requests_in_flight`), the log (`log_lines`, `log_bytes`) and the stderr capture (8 KiB).
+//! Every host resource a call can grow is bounded, from its [`Limits`]: the resource table every
+//! capability's resources share and the store's handle count (`resource_handles`), each header
+//! list the guest builds (`header_bytes`), each outgoing body's buffer (`body_buffer_bytes`), the
+//! requests in flight (`requests_in_flight`), the log (`log_lines`, `log_bytes`) and the stderr
+//! capture (8 KiB).
 
-use std::pin::Pin;
+use std::any::{Any, TypeId};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::HeaderName;
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{
-    ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
-    WasiHttpView,
-};
 
 use crate::cpu::CpuMeter;
-use crate::egress::{CallSite, Egress, EgressError};
+use crate::egress::CallSite;
 use crate::error::Budget;
 use crate::limits::Limits;
 use crate::log::{LogBudget, LogView};
@@ -54,17 +46,23 @@ pub(crate) enum Stop {
     Budget(Budget, u64),
 }
 
-/// Store data for one call: owned by that call's `Store`, shared with nothing else.
-pub(crate) struct HostState {
-    /// Resources (streams, HTTP requests) the guest holds handles to; capped at the call's
-    /// `resource_handles`.
+/// The store data of one provider call: owned by that call's `Store`, shared with nothing else.
+///
+/// Capability crates reach it through a small surface: the call's [`ResourceTable`]
+/// ([`table`](HostState::table)), their own per-call state by its type
+/// ([`capability_state`](HostState::capability_state)), the call's [`CallSite`] and its
+/// [`deadline`](HostState::deadline). The rest (WASI, the log, the limiter, the CPU meter) is the
+/// runtime's.
+pub struct HostState {
+    /// Resources the guest holds handles to, of every capability (streams, HTTP requests, libvirt
+    /// connections, …); capped at the call's `resource_handles`.
     table: ResourceTable,
     /// WASI context granting nothing (see the module docs).
     wasi: WasiCtx,
-    /// wasi:http state (the header list size limit).
-    http: WasiHttpCtx,
-    /// Where outgoing HTTP goes: the runtime's shared [`Egress`], tagged with this call's site.
-    hooks: EgressHooks,
+    /// The per-call state of each capability the component imports, by type.
+    capabilities: CapabilityStates,
+    /// Who calls: identity, digest, operation.
+    site: CallSite,
     /// Lines and bytes this call has logged, against its budget.
     log: LogBudget,
     /// Memory, table and instance caps for this store.
@@ -81,12 +79,21 @@ pub(crate) struct HostState {
     stderr: MemoryOutputPipe,
 }
 
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("site", &self.site)
+            .field("deadline", &self.deadline)
+            .field("capability_states", &self.capabilities.states.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl HostState {
     /// State for one call of `site` with `limits`, stopping at `deadline` or after `cpu_budget`
-    /// of CPU time.
+    /// of CPU time. No capability state yet: see [`HostState::insert_capability_state`].
     pub(crate) fn new(
         site: CallSite,
-        egress: Arc<dyn Egress>,
         limits: &Limits,
         deadline: Instant,
         cpu_budget: Duration,
@@ -103,21 +110,12 @@ impl HostState {
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(limits.resource_handles_limit());
-        let mut http = WasiHttpCtx::new();
-        http.set_field_size_limit(limits.header_bytes_limit());
         HostState {
             table,
             wasi,
-            http,
+            capabilities: CapabilityStates::default(),
             log: LogBudget::new(site.clone(), limits),
-            hooks: EgressHooks {
-                egress,
-                site,
-                in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_limit())),
-                in_flight_limit: limits.requests_in_flight_limit(),
-                in_flight_exceeded: Arc::new(AtomicBool::new(false)),
-                body_buffer_bytes: limits.body_buffer_bytes_limit(),
-            },
+            site,
             limiter: CallLimiter::new(limits),
             deadline,
             cpu: Arc::new(CpuMeter::default()),
@@ -127,23 +125,95 @@ impl HostState {
         }
     }
 
+    /// The call's resource table, shared by every capability: its capacity is the call's
+    /// `resource_handles` budget.
+    pub fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+
+    /// Who calls: the provider's host-assigned identity, its digest and the operation.
+    pub fn site(&self) -> &CallSite {
+        &self.site
+    }
+
+    /// When the operation's wall-clock deadline passes.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The call's state of the capability whose state type is `T` (what its
+    /// [`Capability::prepare`](crate::Capability::prepare) returned), with the call's resource
+    /// table. When the call has no such state, `ungranted(deadline)` makes one and it is kept:
+    /// give it the state of a provider without a grant, on which every use is denied. (The
+    /// runtime prepares every capability a component imports, so that happens only when a host
+    /// function is reached some other way.)
+    pub fn capability_state<T: Any + Send>(
+        &mut self,
+        ungranted: impl FnOnce(Instant) -> T,
+    ) -> (&mut T, &mut ResourceTable) {
+        let deadline = self.deadline;
+        (
+            self.capabilities.get_or_insert_with(|| ungranted(deadline)),
+            &mut self.table,
+        )
+    }
+
+    /// Keep `state`, a capability's per-call state, replacing one of the same type.
+    pub(crate) fn insert_capability_state(&mut self, state: Box<dyn Any + Send>) {
+        self.capabilities.insert(state);
+    }
+
+    /// The call's state of type `T`, if it has one.
+    pub(crate) fn capability_state_ref<T: Any + Send>(&self) -> Option<&T> {
+        self.capabilities.get::<T>()
+    }
+
     /// What the guest wrote to stderr so far, lossily decoded and trimmed.
     pub(crate) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.contents())
             .trim()
             .to_owned()
     }
+}
 
-    /// Whether the guest was refused a request beyond its in-flight budget: the call fails for
-    /// it, whatever the guest answered, unless something else stopped it first.
-    pub(crate) fn in_flight_exceeded(&self) -> Option<Stop> {
-        self.hooks
-            .in_flight_exceeded
-            .load(Ordering::Relaxed)
-            .then_some(Stop::Budget(
-                Budget::RequestsInFlight,
-                self.hooks.in_flight_limit as u64,
-            ))
+/// The per-call states of a call's capabilities, by type. A call has a few at most, so a list
+/// beats a map.
+#[derive(Default)]
+struct CapabilityStates {
+    states: Vec<Box<dyn Any + Send>>,
+}
+
+impl CapabilityStates {
+    fn insert(&mut self, state: Box<dyn Any + Send>) {
+        // `(*state).type_id()` is the boxed value's type, not the box's.
+        let id = (*state).type_id();
+        self.states.retain(|kept| (**kept).type_id() != id);
+        self.states.push(state);
+    }
+
+    fn get<T: Any>(&self) -> Option<&T> {
+        self.states
+            .iter()
+            .find_map(|state| state.downcast_ref::<T>())
+    }
+
+    fn get_or_insert_with<T: Any + Send>(&mut self, make: impl FnOnce() -> T) -> &mut T {
+        let index = match self
+            .states
+            .iter()
+            .position(|state| (**state).type_id() == TypeId::of::<T>())
+        {
+            Some(index) => index,
+            None => {
+                self.states.push(Box::new(make()));
+                self.states.len() - 1
+            }
+        };
+        match self.states[index].downcast_mut::<T>() {
+            Some(state) => state,
+            // The position was found by this very type id.
+            None => unreachable!("a state of the type just checked"),
+        }
     }
 }
 
@@ -156,16 +226,6 @@ impl WasiView for HostState {
     }
 }
 
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: &mut self.hooks,
-        }
-    }
-}
-
 impl LogView for HostState {
     fn log_budget(&mut self) -> &mut LogBudget {
         &mut self.log
@@ -173,102 +233,6 @@ impl LogView for HostState {
 
     fn exceeded(&mut self, budget: Budget, limit: u64) {
         self.stop.get_or_insert(Stop::Budget(budget, limit));
-    }
-}
-
-/// Adapts the runtime's [`Egress`] to wasmtime-wasi-http's hooks: the one place that knows the
-/// hook's shape. It also holds the call's in-flight budget: each request takes a permit, which
-/// its response body keeps until the guest drops it.
-struct EgressHooks {
-    egress: Arc<dyn Egress>,
-    site: CallSite,
-    /// Requests in flight for this call.
-    in_flight: Arc<Semaphore>,
-    in_flight_limit: usize,
-    /// Set when a request was refused for want of a permit.
-    in_flight_exceeded: Arc<AtomicBool>,
-    body_buffer_bytes: usize,
-}
-
-type IoFuture = Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
-
-impl WasiHttpHooks for EgressHooks {
-    fn is_forbidden_header(&mut self, name: &HeaderName) -> bool {
-        self.egress.is_forbidden_header(name)
-    }
-
-    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
-        let egress = Arc::clone(&self.egress);
-        Arc::new(move |name| egress.is_forbidden_header(name))
-    }
-
-    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
-        1
-    }
-
-    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
-        self.body_buffer_bytes
-    }
-
-    fn send_request(
-        &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        _request_body_errors: IoFuture,
-    ) -> Box<
-        dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>>
-            + Send,
-    > {
-        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
-            self.in_flight_exceeded.store(true, Ordering::Relaxed);
-            tracing::warn!(
-                provider = %self.site.provider,
-                operation = self.site.operation,
-                limit = self.in_flight_limit,
-                "outgoing HTTP refused: too many requests in flight"
-            );
-            return Box::new(async { Err(EgressError::ConnectionLimitReached) });
-        };
-        let response = self.egress.send(&self.site, request, options);
-        Box::new(async move {
-            let response = response.await?;
-            // The egress drives its own connection; there is no separate I/O task to report.
-            let io_done: IoFuture = Box::new(async { Ok(()) });
-            let response = response.map(|body| {
-                PermitBody {
-                    body,
-                    _permit: permit,
-                }
-                .boxed_unsync()
-            });
-            Ok((response, io_done))
-        })
-    }
-}
-
-/// A response body that holds its request's in-flight permit until the guest drops it.
-struct PermitBody {
-    body: WasiBody,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Body for PermitBody {
-    type Data = bytes::Bytes;
-    type Error = EgressError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

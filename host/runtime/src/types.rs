@@ -1,8 +1,9 @@
 //! Host-side domain types for the provider contract.
 //!
 //! The rest of the host (and the CLI, which prints these as JSON) uses these types, never the
-//! `bindgen!` output: each supported contract version converts into them in its own module
-//! (`wit/since_v0_1_0.rs`), so a new contract version does not ripple through the host.
+//! `bindgen!` output: each served contract version converts into them in its own module
+//! (`wit/since_v0_1_0.rs`, `wit/since_v0_2_0.rs`), so a new contract version does not ripple
+//! through the host.
 
 use std::fmt;
 use std::str::FromStr;
@@ -145,7 +146,10 @@ impl fmt::Display for ProviderError {
 
 impl std::error::Error for ProviderError {}
 
-/// A host capability a provider needs granted to do its work.
+/// A host capability a contract 0.1.0 component declares it needs in `describe` (its closed
+/// `enum capability`). Since 0.2.0 the host reads what a provider needs from its imports
+/// ([`Provider::capabilities`](crate::Provider::capabilities)); a 0.1.0 declaration is only
+/// compared with them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Capability {
@@ -153,6 +157,17 @@ pub enum Capability {
     Http,
     /// The host's libvirt interface.
     Libvirt,
+}
+
+impl Capability {
+    /// The name of the host capability that serves it (`http`, `libvirt`), as
+    /// [`crate::Capability::name`] says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Http => "http",
+            Capability::Libvirt => "libvirt",
+        }
+    }
 }
 
 /// What a provider says about itself.
@@ -163,11 +178,13 @@ pub struct Description {
     pub name: String,
     /// The provider's own version (semver).
     pub version: String,
-    /// The contract version the provider was built against (`0.1.0`).
+    /// The contract version the provider was built against (`0.1.0`, `0.2.0`).
     pub contract_version: String,
     /// A JSON Schema for the provider's configuration.
     pub config_schema: String,
-    /// Host capabilities the provider needs.
+    /// What a 0.1.0 component declares it needs; empty from contract 0.2.0 on, which dropped
+    /// the list. The host goes by the imports: see
+    /// [`Provider::capabilities`](crate::Provider::capabilities).
     pub capabilities: Vec<Capability>,
 }
 

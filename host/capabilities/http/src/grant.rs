@@ -18,7 +18,13 @@
 //!       http1Only: true
 //!     timeouts: { connectMs: 5000, firstByteMs: 30000, totalMs: 120000 }
 //!     maxResponseBytes: 16777216
+//!   kvm2:                                      # libvirt only: no origins, no HTTP grant
+//!     libvirt: { connections: [{ name: hv1, uri: "qemu:///system" }] }
 //! ```
+//!
+//! Each identity may also carry its **libvirt grant** under `libvirt`, which the broker does not
+//! read: `egress-capability-libvirt` parses it (`Grants::from_grants_file_yaml` there), and the
+//! identity's `digest` pins it too. An identity with only a `libvirt` key has no HTTP grant.
 //!
 //! [`Grants`] is only the parsed document; `Broker::new` validates it (origins, header names,
 //! the `{secret}` placeholder, the server name) and refuses a grant that cannot be served safely.
@@ -75,7 +81,9 @@ pub struct Grant {
     /// provider with this identity but other bytes is denied everything.
     #[serde(default)]
     pub digest: Option<String>,
-    /// Allowed origins, each `scheme://host[:port]` with no path. Default deny.
+    /// Allowed origins, each `scheme://host[:port]` with no path. Default deny. Required (not
+    /// empty) unless the entry is a libvirt grant only.
+    #[serde(default)]
     pub origins: Vec<String>,
     /// The credential the host injects into every request of this grant, if any.
     #[serde(default)]
@@ -89,6 +97,18 @@ pub struct Grant {
     /// Largest response body passed to the provider; more fails with `HTTP-response-body-size`.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
+    /// The identity's libvirt grant, which `egress-capability-libvirt` parses and the broker
+    /// ignores (it is only allowed here, so that one file holds every grant).
+    #[serde(default)]
+    pub libvirt: Option<serde::de::IgnoredAny>,
+}
+
+impl Grant {
+    /// Whether the entry grants HTTP at all: anything but a bare libvirt grant does (and an
+    /// entry with neither origins nor a libvirt grant is refused for its empty origins).
+    pub fn has_http(&self) -> bool {
+        self.libvirt.is_none() || !self.origins.is_empty() || self.credential.is_some()
+    }
 }
 
 /// A secret the host injects as one header; the provider never holds it.
@@ -260,6 +280,21 @@ grants:
         assert!(!grant.tls.http1_only);
         assert_eq!(grant.timeouts.connect_ms, DEFAULT_CONNECT_MS);
         assert_eq!(grant.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+    }
+
+    #[test]
+    fn an_identity_may_carry_a_libvirt_grant_the_broker_ignores() {
+        let grants = Grants::from_yaml(
+            "grants:\n  kvm2:\n    libvirt: { connections: [{ name: hv1, uri: \"qemu:///system\" }] }\n  both:\n    origins: [\"https://i.lab\"]\n    libvirt: {}\n",
+        )
+        .unwrap();
+        assert!(!grants.grants["kvm2"].has_http());
+        assert!(grants.grants["both"].has_http());
+        let none = Grants::from_yaml("grants:\n  p: {}\n").unwrap();
+        assert!(
+            none.grants["p"].has_http(),
+            "refused later for its empty origins"
+        );
     }
 
     #[test]

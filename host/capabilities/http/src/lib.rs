@@ -73,8 +73,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
-    default_forbidden_header,
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, Refusal, RefusalReporter,
+    RequestOptions, default_forbidden_header,
 };
 use http::{HeaderName, HeaderValue};
 use hyper::body::Body as _;
@@ -94,11 +94,12 @@ use crate::redact::{Redactor, redact_headers};
 use arc_swap::ArcSwap;
 
 /// The detail of `internal-error` when the secret could not be read: transient, and a provider's
-/// `check` reports it as `credentials-unavailable`.
+/// `check` reports it as `credentials-unavailable`. A contract 0.2.0 guest need not parse it: it
+/// reads [`Refusal::CredentialsUnavailable`] from `egress:http-broker/broker.last-refusal`.
 pub const CREDENTIALS_UNAVAILABLE: &str = "credentials-unavailable";
 
 /// The detail of `internal-error` when the grant's CA file is not there yet: transient, the next
-/// request loads it.
+/// request loads it. A 0.2.0 guest reads [`Refusal::CaUnavailable`] instead.
 pub const CA_UNAVAILABLE: &str = "ca-unavailable";
 
 /// The egress broker: an [`Egress`] that lets each provider reach its granted origins only, with
@@ -172,9 +173,15 @@ impl fmt::Debug for Broker {
 impl Broker {
     /// A broker serving `grants`. Validates every grant; reads no file (secrets and CAs are read
     /// when requests need them).
+    ///
+    /// An identity whose entry holds only a `libvirt` grant (no origins, no credential) has no
+    /// HTTP grant: its requests are denied.
     pub fn new(grants: &Grants) -> Result<Self, GrantError> {
         let mut active = HashMap::new();
         for (provider, grant) in &grants.grants {
+            if !grant.has_http() {
+                continue;
+            }
             active.insert(
                 provider.clone(),
                 Arc::new(activate(provider, grant, GrantSources::default())?),
@@ -403,6 +410,10 @@ fn activate(
 }
 
 impl Egress for Broker {
+    fn granted(&self, identity: &str) -> bool {
+        self.inner.grants.load().contains_key(identity)
+    }
+
     fn is_forbidden_header(&self, name: &HeaderName) -> bool {
         default_forbidden_header(name)
             || CREDENTIAL_HEADERS.contains(name)
@@ -474,10 +485,22 @@ impl Inner {
     ) -> Result<http::Response<EgressBody>, EgressError> {
         let started = Instant::now();
         let (mut parts, body) = request.into_parts();
+        // Why a refusal happened, for the guest to read as a value; nothing else of the
+        // extensions leaves the host.
+        let reporter = RefusalReporter::take(&mut parts.extensions);
+        let refuse = |refusal: Refusal| {
+            if let Some(reporter) = &reporter {
+                reporter.report(refusal);
+            }
+        };
         let provider = &*site.provider;
         let Authorized { grant, origin } = match self.authorize(site, &mut parts) {
             Ok(authorized) => authorized,
             Err(denied) => {
+                refuse(match denied {
+                    Denied::NoGrant | Denied::DigestMismatch => Refusal::NotGranted,
+                    _ => Refusal::Denied,
+                });
                 // The URL's authority only: its path or query could carry anything.
                 let target = parts
                     .uri
@@ -505,6 +528,7 @@ impl Inner {
         if let Some(injection) = &grant.injection {
             let secret = injection.source.read().await.map_err(|error| {
                 tracing::warn!(provider, origin = %origin_label, %error, "credentials unavailable");
+                refuse(Refusal::CredentialsUnavailable);
                 fail(
                     EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
                     "credentials",
@@ -518,6 +542,7 @@ impl Inner {
             ));
             let redactor = Redactor::new(secret.expose(), &value);
             let mut value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+                refuse(Refusal::CredentialsUnavailable);
                 fail(
                     EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
                     "credentials",
@@ -530,8 +555,14 @@ impl Inner {
         let client = grant.clients.client_for(&origin).await.map_err(|error| {
             tracing::warn!(provider, origin = %origin_label, %error, "no HTTP client for the grant");
             match error {
-                ClientError::CaMissing { .. } => fail(EgressError::InternalError(Some(CA_UNAVAILABLE.into())), "ca_missing"),
-                ClientError::CaUnusable { .. } => fail(EgressError::TlsCertificateError, "ca_unusable"),
+                ClientError::CaMissing { .. } => {
+                    refuse(Refusal::CaUnavailable);
+                    fail(EgressError::InternalError(Some(CA_UNAVAILABLE.into())), "ca_missing")
+                }
+                ClientError::CaUnusable { .. } => {
+                    refuse(Refusal::CaInvalid);
+                    fail(EgressError::TlsCertificateError, "ca_unusable")
+                }
                 ClientError::Build(_) => fail(EgressError::InternalError(None), "client_build"),
             }
         })?;
@@ -589,6 +620,7 @@ impl Inner {
         if let Some(redactor) = &redactor {
             if let Err((error, kind)) = only_identity_and_whole(&response) {
                 tracing::warn!(provider, origin = %origin_label, error.type = kind, "credentialed response refused: redaction could not see it");
+                refuse(Refusal::ResponseUnredactable);
                 return Err(fail(error, kind));
             }
             redact_headers(redactor, response.headers_mut());

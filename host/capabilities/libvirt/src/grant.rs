@@ -25,6 +25,29 @@
 //! [`Grants`] is only the parsed document; `LibvirtCapability::new` validates it and refuses a
 //! grant that cannot be served safely, naming the provider and the field. Validation reads no
 //! file: the SSH files and the CA are read when a call needs them.
+//!
+//! # In the host's grants file
+//!
+//! The host's one grants file (the CLI's `--grants`, parsed for HTTP by
+//! `egress-capability-http`) carries each identity's libvirt grant under its `libvirt` key,
+//! beside the HTTP grant's keys; [`Grants::from_grants_file_yaml`] reads those. The identity's
+//! `digest` pins both:
+//!
+//! ```yaml
+//! grants:
+//!   proxmox:                       # HTTP only
+//!     origins: ["https://192.168.2.8:8006"]
+//!   kvm2:                          # libvirt only
+//!     digest: "sha256:9f86d0…"     # optional: pins the HTTP and the libvirt grant
+//!     libvirt:
+//!       connections:
+//!         - name: hv1
+//!           uri: qemu+libssh2://egress@hv1.lab/system
+//!           sshKeyFile: /etc/egress/hv1/id_ed25519
+//!           knownHostsFile: /etc/egress/hv1/known_hosts
+//!           pools: [default]
+//!           networks: [default]
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -60,12 +83,84 @@ impl Grants {
     pub fn from_json(text: &str) -> Result<Self, GrantError> {
         serde_json::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))
     }
+
+    /// The libvirt grants of the host's grants file, YAML (see the [module docs](self)): each
+    /// identity's `libvirt` key, pinned by the identity's `digest` when it has one. Identities
+    /// without a `libvirt` key get no libvirt grant; the other keys are the HTTP broker's and are
+    /// not looked at here (the broker refuses unknown ones).
+    pub fn from_grants_file_yaml(text: &str) -> Result<Self, GrantError> {
+        let file: GrantsFile =
+            serde_norway::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))?;
+        file.into_grants()
+    }
+
+    /// [`Grants::from_grants_file_yaml`] for a JSON grants file.
+    pub fn from_grants_file_json(text: &str) -> Result<Self, GrantError> {
+        let file: GrantsFile =
+            serde_json::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))?;
+        file.into_grants()
+    }
+}
+
+/// The host's grants file, as far as libvirt is concerned.
+#[derive(Deserialize)]
+struct GrantsFile {
+    #[serde(default)]
+    grants: BTreeMap<String, IdentityGrant>,
+}
+
+/// One identity's entry of the grants file: the keys libvirt reads.
+#[derive(Deserialize)]
+struct IdentityGrant {
+    #[serde(default)]
+    digest: Option<String>,
+    #[serde(default)]
+    libvirt: Option<Grant>,
+}
+
+impl GrantsFile {
+    fn into_grants(self) -> Result<Grants, GrantError> {
+        let mut grants = BTreeMap::new();
+        for (identity, entry) in self.grants {
+            let Some(mut grant) = entry.libvirt else {
+                continue;
+            };
+            match (&grant.digest, entry.digest) {
+                (Some(own), Some(identity_digest)) if !same_digest(own, &identity_digest) => {
+                    return Err(GrantError::Invalid {
+                        provider: identity,
+                        field: "libvirt.digest".into(),
+                        reason: "differs from the identity's digest".into(),
+                    });
+                }
+                (None, Some(identity_digest)) => grant.digest = Some(identity_digest),
+                _ => {}
+            }
+            grants.insert(identity, grant);
+        }
+        Ok(Grants { grants })
+    }
+}
+
+/// Whether two digest pins (`sha256:<hex>` or bare hex) name the same bytes.
+fn same_digest(a: &str, b: &str) -> bool {
+    let bare = |pin: &str| {
+        pin.strip_prefix("sha256:")
+            .unwrap_or(pin)
+            .to_ascii_lowercase()
+    };
+    bare(a) == bare(b)
 }
 
 /// What one provider may reach through libvirt.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Grant {
+    /// Pins the grant to one component: `sha256:<hex>` of its bytes (or the bare hex). A
+    /// provider with this identity but other bytes gets the ungranted state: every call denied.
+    /// In the host's grants file, the identity's own `digest` pins it too.
+    #[serde(default)]
+    pub digest: Option<String>,
     /// The hypervisors, by the name the guest opens them with.
     pub connections: Vec<ConnectionGrant>,
     /// Where base images may be imported from; no imports when absent.
@@ -283,6 +378,51 @@ grants:
         assert_eq!(grant.max_upload_bytes, DEFAULT_MAX_UPLOAD_BYTES);
         assert_eq!(grant.connections[0].undefine_flags.len(), 4);
         assert!(grant.connections[0].pools.is_empty());
+    }
+
+    #[test]
+    fn the_grants_file_gives_libvirt_its_key_and_the_identity_digest() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let text = format!(
+            r#"
+grants:
+  proxmox:
+    origins: ["https://192.168.2.8:8006"]
+    credential: {{ header: Authorization, format: "PVEAPIToken={{secret}}", secretFile: /t }}
+    tls: {{ caFile: /ca.pem }}
+  kvm2:
+    digest: "{digest}"
+    origins: ["https://images.lab"]
+    tls: {{ caFile: /ca.pem }}
+    libvirt:
+      connections:
+        - {{ name: hv1, uri: "test:///default" }}
+"#
+        );
+        let grants = Grants::from_grants_file_yaml(&text).unwrap();
+        assert_eq!(grants.grants.keys().collect::<Vec<_>>(), ["kvm2"]);
+        let kvm2 = &grants.grants["kvm2"];
+        assert_eq!(kvm2.digest.as_deref(), Some(digest.as_str()));
+        assert_eq!(kvm2.connections[0].name, "hv1");
+
+        let json = r#"{"grants":{"p":{"origins":["http://h"]}}}"#;
+        assert!(
+            Grants::from_grants_file_json(json)
+                .unwrap()
+                .grants
+                .is_empty()
+        );
+
+        let clash = format!(
+            "grants:\n  kvm2:\n    digest: \"{digest}\"\n    libvirt:\n      digest: \"sha256:{}\"\n      connections: []\n",
+            "b".repeat(64)
+        );
+        let error = Grants::from_grants_file_yaml(&clash).unwrap_err();
+        assert!(error.to_string().contains("libvirt.digest"), "{error}");
+        let error =
+            Grants::from_grants_file_yaml("grants:\n  kvm2:\n    libvirt:\n      insecure: true\n")
+                .unwrap_err();
+        assert!(error.to_string().contains("insecure"), "{error}");
     }
 
     #[test]

@@ -139,6 +139,7 @@
 mod addresses;
 pub mod bindings;
 mod call;
+mod capability;
 mod conn;
 mod error;
 pub mod grant;
@@ -206,6 +207,8 @@ pub(crate) struct ActiveGrant {
     pub(crate) images: Option<ImageAccess>,
     pub(crate) timeouts: Timeouts,
     pub(crate) max_upload_bytes: u64,
+    /// The component digest (lowercase hex) the grant is pinned to; `None`: any component.
+    pub(crate) digest: Option<String>,
 }
 
 static QUIET: Once = Once::new();
@@ -227,14 +230,35 @@ impl LibvirtCapability {
     }
 
     /// The libvirt state of one call of the provider `identity`, stopping at `deadline`; `None`
-    /// when that provider has no libvirt grant.
+    /// when that provider has no libvirt grant, or a grant pinned to a component digest (the
+    /// bytes are not known here: see [`LibvirtCapability::prepare_for`]).
     pub fn prepare(&self, identity: &str, deadline: Instant) -> Option<LibvirtCallCtx> {
+        self.prepare_for(identity, "", deadline)
+    }
+
+    /// The libvirt state of one call of the provider `identity`, whose component's sha256 is
+    /// `digest` (lowercase hex), stopping at `deadline`; `None` when that provider has no libvirt
+    /// grant, or its grant is pinned to other bytes.
+    pub fn prepare_for(
+        &self,
+        identity: &str,
+        digest: &str,
+        deadline: Instant,
+    ) -> Option<LibvirtCallCtx> {
         let grant = self.grants.get(identity)?;
+        if grant.digest.as_ref().is_some_and(|pinned| pinned != digest) {
+            return None;
+        }
         Some(LibvirtCallCtx {
             grant: Some(grant.clone()),
             shared: self.shared.clone(),
             deadline,
         })
+    }
+
+    /// Whether the provider `identity` has a libvirt grant (pinned or not).
+    pub fn has_grant(&self, identity: &str) -> bool {
+        self.grants.contains_key(identity)
     }
 }
 
@@ -295,6 +319,21 @@ fn activate(identity: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
         .as_ref()
         .map(|images| ImageAccess::new(identity, images))
         .transpose()?;
+    let digest = grant
+        .digest
+        .as_ref()
+        .map(|pin| {
+            let hex = pin
+                .strip_prefix("sha256:")
+                .unwrap_or(pin)
+                .to_ascii_lowercase();
+            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                Ok(hex)
+            } else {
+                Err(invalid("digest", "is not sha256:<64 hex digits>"))
+            }
+        })
+        .transpose()?;
     Ok(ActiveGrant {
         identity: identity.to_owned(),
         namespace: format!("{METADATA_NAMESPACE_PREFIX}{identity}"),
@@ -302,6 +341,7 @@ fn activate(identity: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
         images,
         timeouts: grant.timeouts,
         max_upload_bytes: grant.max_upload_bytes,
+        digest,
     })
 }
 
@@ -369,6 +409,31 @@ mod tests {
             let error = grant(json).unwrap_err();
             assert!(error.to_string().contains(field), "{json}: {error}");
         }
+    }
+
+    #[test]
+    fn a_grant_pinned_to_a_digest_is_prepared_for_those_bytes_only() {
+        let pinned = "ab".repeat(32);
+        let capability = grant(&format!(
+            r#"{{"grants":{{"kvm2":{{"digest":"sha256:{}","connections":[{{"name":"c","uri":"test:///x"}}]}}}}}}"#,
+            pinned.to_uppercase()
+        ))
+        .unwrap();
+        let deadline = Instant::now();
+        assert!(capability.prepare_for("kvm2", &pinned, deadline).is_some());
+        assert!(
+            capability
+                .prepare_for("kvm2", &"cd".repeat(32), deadline)
+                .is_none()
+        );
+        assert!(
+            capability.prepare("kvm2", deadline).is_none(),
+            "bytes unknown"
+        );
+        assert!(capability.has_grant("kvm2"));
+        let error = grant(r#"{"grants":{"p":{"digest":"sha256:12","connections":[{"name":"c","uri":"test:///x"}]}}}"#)
+            .unwrap_err();
+        assert!(error.to_string().contains("digest"), "{error}");
     }
 
     #[test]

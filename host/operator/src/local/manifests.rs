@@ -47,10 +47,15 @@ pub struct FileObjects {
     pub config_maps: BTreeMap<(String, String), BTreeMap<String, String>>,
 }
 
+/// Secret or ConfigMap data by (namespace, name), then key.
+pub type Keyed<V> = BTreeMap<(String, String), BTreeMap<String, V>>;
+
 /// The folder's objects: the last good version of each file.
 #[derive(Clone, Debug, Default)]
 pub struct Folder {
     files: BTreeMap<PathBuf, FileObjects>,
+    /// The problems the last rescan found, so each one is reported once, not on every rescan.
+    reported: std::collections::BTreeSet<String>,
 }
 
 /// A manifest problem: one line naming the file, the document and what is wrong.
@@ -64,7 +69,8 @@ pub struct ManifestError {
 
 impl Folder {
     /// Re-read `dir`: files that parse replace their last version; files that do not keep it and
-    /// are reported; files that are gone take their objects with them.
+    /// are reported; files that are gone take their objects with them. A problem is returned by
+    /// the rescan that first finds it, not again while it stays.
     pub fn rescan(&mut self, dir: &Path) -> std::io::Result<Vec<ManifestError>> {
         let mut seen = Vec::new();
         let mut errors = Vec::new();
@@ -93,6 +99,9 @@ impl Folder {
         }
         self.files.retain(|path, _| seen.contains(path));
         errors.extend(self.duplicates());
+        let current = errors.iter().map(|error| error.message.clone()).collect();
+        let previous = std::mem::replace(&mut self.reported, current);
+        errors.retain(|error| !previous.contains(&error.message));
         Ok(errors)
     }
 
@@ -142,7 +151,7 @@ impl Folder {
 
     /// Every Secret's and ConfigMap's data (what references resolve to), to tell whether any
     /// changed.
-    pub fn references(&self) -> Vec<(&BTreeMap<(String, String), BTreeMap<String, Vec<u8>>>, &BTreeMap<(String, String), BTreeMap<String, String>>)> {
+    pub fn references(&self) -> Vec<(&Keyed<Vec<u8>>, &Keyed<String>)> {
         self.files
             .values()
             .map(|objects| (&objects.secrets, &objects.config_maps))
@@ -219,10 +228,12 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
         message: format!("{}: document {document}: {what}", path.display()),
     };
     let mut objects = FileObjects::default();
-    let is_json = path.extension().is_some_and(|extension| extension == "json");
+    let is_json = path
+        .extension()
+        .is_some_and(|extension| extension == "json");
     let documents: Vec<serde_json::Value> = if is_json {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|error| fail(1, format!("not JSON: {error}")))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|error| fail(1, format!("not JSON: {error}")))?;
         vec![value]
     } else {
         let mut documents = Vec::new();
@@ -263,7 +274,8 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
             ("egress-operator.io/v1alpha1", "Proxy") => objects.proxies.push(ProxyManifest {
                 namespace,
                 name,
-                spec: typed(spec()?).map_err(|error| fail(number, format!("{what}: spec.{error}")))?,
+                spec: typed(spec()?)
+                    .map_err(|error| fail(number, format!("{what}: spec.{error}")))?,
             }),
             ("egress-operator.io/v1alpha1", "ProviderConfig") => {
                 objects.provider_configs.push(ProviderConfigManifest {
@@ -291,14 +303,19 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
                 let data: Data<String> = typed(document.clone())
                     .map_err(|error| fail(number, format!("{what}: {error}")))?;
                 if let Some(key) = data.binary_data.keys().next() {
-                    return Err(fail(number, format!("{what}: binaryData.{key}: not supported for user-data or CAs")));
+                    return Err(fail(
+                        number,
+                        format!("{what}: binaryData.{key}: not supported for user-data or CAs"),
+                    ));
                 }
                 objects.config_maps.insert((namespace, name), data.data);
             }
             _ => {
                 return Err(fail(
                     number,
-                    format!("{api_version} {kind} is not a kind local mode reads (Proxy, ProviderConfig, Secret, ConfigMap)"),
+                    format!(
+                        "{api_version} {kind} is not a kind local mode reads (Proxy, ProviderConfig, Secret, ConfigMap)"
+                    ),
                 ));
             }
         }
@@ -310,10 +327,21 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
 /// field`, `grant.http.origins[0]: invalid type`).
 fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
     serde_path_to_error::deserialize(value).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
+        let mut path = error.path().to_string();
+        let inner = error.into_inner().to_string();
+        // serde reports a missing field at its parent: name the field itself.
+        if let Some(field) = inner
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.strip_suffix('`'))
+        {
+            path = if path == "." {
+                field.to_owned()
+            } else {
+                format!("{path}.{field}")
+            };
+        }
         if path == "." {
-            inner.to_string()
+            inner
         } else {
             format!("{path}: {inner}")
         }
@@ -357,9 +385,15 @@ spec:
     fn a_file_of_several_documents_gives_each_object() {
         let objects = parse_file(Path::new("lab.yaml"), GOOD).unwrap();
         assert_eq!(objects.provider_configs[0].name, "proxmox-lab");
-        assert_eq!(objects.provider_configs[0].spec.component.file, "proxmox.wasm");
+        assert_eq!(
+            objects.provider_configs[0].spec.component.file,
+            "proxmox.wasm"
+        );
         let proxy = &objects.proxies[0];
-        assert_eq!((proxy.namespace.as_str(), proxy.name.as_str()), ("team-a", "web"));
+        assert_eq!(
+            (proxy.namespace.as_str(), proxy.name.as_str()),
+            ("team-a", "web")
+        );
         assert_eq!(proxy.spec.provider_config_ref, "proxmox-lab");
         let secret = &objects.secrets[&("default".to_owned(), "proxmox-token".to_owned())];
         assert_eq!(secret["token"], b"root@pam!op=abc");
@@ -368,7 +402,10 @@ spec:
 
     #[test]
     fn a_bad_document_is_one_error_naming_the_file_the_document_and_the_field() {
-        let bad = GOOD.replace("providerConfigRef: proxmox-lab", "providerConfig: proxmox-lab");
+        let bad = GOOD.replace(
+            "providerConfigRef: proxmox-lab",
+            "providerConfig: proxmox-lab",
+        );
         let error = parse_file(Path::new("/m/lab.yaml"), &bad).unwrap_err();
         assert_eq!(
             error.message,
@@ -382,9 +419,15 @@ spec:
             error.message
         );
         for (text, expected) in [
-            ("kind: Proxy\nmetadata: {name: x}\n", "is not a kind local mode reads"),
+            (
+                "kind: Proxy\nmetadata: {name: x}\n",
+                "is not a kind local mode reads",
+            ),
             ("apiVersion: v1\nmetadata: {name: x}\n", "kind: missing"),
-            ("apiVersion: v1\nkind: Secret\ndata: {k: '!!'}\nmetadata: {name: s}\n", "data.k: not base64"),
+            (
+                "apiVersion: v1\nkind: Secret\ndata: {k: '!!'}\nmetadata: {name: s}\n",
+                "data.k: not base64",
+            ),
             ("a: [\n", "not YAML"),
         ] {
             let error = parse_file(Path::new("x.yaml"), text).unwrap_err();
@@ -404,9 +447,18 @@ spec:
         std::fs::write(dir.path().join("lab.yaml"), "kind: [").unwrap();
         let errors = folder.rescan(dir.path()).unwrap();
         assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(folder.proxies().contains_key("team-a/web"), "a typo does not delete");
+        assert!(
+            folder.rescan(dir.path()).unwrap().is_empty(),
+            "reported once while it stays"
+        );
+        assert!(
+            folder.proxies().contains_key("team-a/web"),
+            "a typo does not delete"
+        );
         assert_eq!(
-            folder.secret_value("default", "proxmox-token", "token").unwrap(),
+            folder
+                .secret_value("default", "proxmox-token", "token")
+                .unwrap(),
             b"root@pam!op=abc"
         );
 
@@ -426,7 +478,12 @@ spec:
         .unwrap();
         let mut folder = Folder::default();
         let errors = folder.rescan(dir.path()).unwrap();
-        assert!(errors.iter().any(|e| e.message.contains("Proxy team-a/web is already declared")), "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.message.contains("Proxy team-a/web is already declared")),
+            "{errors:?}"
+        );
         assert_eq!(folder.proxies()["team-a/web"].spec.tags["team"], "a");
     }
 }

@@ -116,11 +116,14 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     // Folder changes, debounced into rescans.
     let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Only manifests count: a log or an editor's swap file written beside them is no change.
         let relevant = event.is_ok_and(|event| {
-            !event
-                .paths
-                .iter()
-                .all(|path| path.components().any(|part| part.as_os_str() == STATE_DIR))
+            event.paths.iter().any(|path| {
+                !path.components().any(|part| part.as_os_str() == STATE_DIR)
+                    && path.extension().is_some_and(|extension| {
+                        matches!(extension.to_str(), Some("yaml" | "yml" | "json"))
+                    })
+            })
         });
         if relevant {
             let _ = changed.send(());
@@ -144,9 +147,10 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
             while let Some(key) = local.queue.next().await {
                 if let Err(error) = local.process(&key).await {
                     tracing::error!(proxy = %key, %error, "reconcile failed");
-                    local
-                        .queue
-                        .schedule(&key, Instant::now() + local.operator.reconciler.timing().backoff_base);
+                    local.queue.schedule(
+                        &key,
+                        Instant::now() + local.operator.reconciler.timing().backoff_base,
+                    );
                 }
                 local.queue.done(&key);
             }
@@ -230,7 +234,9 @@ impl Local {
             if !declared.contains_key(&record.name) {
                 self.operator.providers.remove(&record.name);
                 let name = record.name.clone();
-                self.store.run(move |store| store.remove_config(&name)).await?;
+                self.store
+                    .run(move |store| store.remove_config(&name))
+                    .await?;
                 self.applied_forget(&record.name);
                 tracing::info!(provider_config = %record.name, "ProviderConfig removed");
             }
@@ -249,7 +255,12 @@ impl Local {
             let (_, changed) = self
                 .store
                 .run(move |store| {
-                    store.declare_proxy(&manifest.namespace, &manifest.name, &manifest.spec, &created)
+                    store.declare_proxy(
+                        &manifest.namespace,
+                        &manifest.name,
+                        &manifest.spec,
+                        &created,
+                    )
                 })
                 .await?;
             if changed || (refers && references_changed) {
@@ -306,7 +317,13 @@ impl Local {
             let applied = self
                 .operator
                 .providers
-                .apply(&record.name, record.generation, &manifest.spec, &record.status, &objects)
+                .apply(
+                    &record.name,
+                    record.generation,
+                    &manifest.spec,
+                    &record.status,
+                    &objects,
+                )
                 .await;
             for note in &applied.notes {
                 log_note(&format!("ProviderConfig {}", record.name), note);
@@ -381,7 +398,11 @@ impl Local {
         for note in &outcome.notes {
             log_note(&format!("Proxy {key}"), note);
         }
-        let (namespace, name, uid) = (record.namespace.clone(), record.name.clone(), record.uid.clone());
+        let (namespace, name, uid) = (
+            record.namespace.clone(),
+            record.name.clone(),
+            record.uid.clone(),
+        );
         match outcome.next {
             Next::Finalized => {
                 self.store
@@ -465,7 +486,11 @@ impl Local {
                 _ => return None,
             }
         }
-        Some(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        Some(if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
     }
 }
 
@@ -492,13 +517,23 @@ struct Table {
 
 impl Table {
     fn header(&self) {
-        print_line(&row("NAMESPACE", "NAME", "READY", "PHASE", "PROVIDER", "ADDRESS", "VM"));
+        print_line(&row(
+            "NAMESPACE",
+            "NAME",
+            "READY",
+            "PHASE",
+            "PROVIDER",
+            "ADDRESS",
+            "VM",
+        ));
     }
 
     fn changed(&self, record: &ProxyRecord, status: &ProxyStatus) {
         let ready = condition(&status.conditions, conditions::READY)
             .map_or("Unknown", |ready| ready.status.as_str());
-        let phase = status.phase.map_or_else(|| "-".to_owned(), |phase| format!("{phase:?}"));
+        let phase = status
+            .phase
+            .map_or_else(|| "-".to_owned(), |phase| format!("{phase:?}"));
         let line = row(
             &record.namespace,
             &record.name,
@@ -535,7 +570,15 @@ impl Table {
     }
 }
 
-fn row(namespace: &str, name: &str, ready: &str, phase: &str, provider: &str, address: &str, vm: &str) -> String {
+fn row(
+    namespace: &str,
+    name: &str,
+    ready: &str,
+    phase: &str,
+    provider: &str,
+    address: &str,
+    vm: &str,
+) -> String {
     format!("{namespace:<12} {name:<20} {ready:<7} {phase:<13} {provider:<16} {address:<16} {vm}")
 }
 
@@ -549,7 +592,11 @@ fn print_line(line: &str) {
 pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
     let path = dir.join(STATE_DIR).join("state.db");
     if !path.exists() {
-        anyhow::bail!("{} has no local-mode state yet (run `egress-operator run --local {}` first)", dir.display(), dir.display());
+        anyhow::bail!(
+            "{} has no local-mode state yet (run `egress-operator run --local {}` first)",
+            dir.display(),
+            dir.display()
+        );
     }
     let store = Store::open_read_only(&path)?;
     let records = store.proxies()?;
@@ -575,11 +622,15 @@ pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
     match output {
         "json" => println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}))?
+            serde_json::to_string_pretty(
+                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
+            )?
         ),
         "yaml" => print!(
             "{}",
-            serde_norway::to_string(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects}))?
+            serde_norway::to_string(
+                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
+            )?
         ),
         "table" => {
             let table = Table::default();

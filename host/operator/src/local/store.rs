@@ -160,25 +160,26 @@ impl Store {
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
             )
             .optional()?;
-        let changed = match existing {
-            None => {
-                transaction.execute(
+        let changed =
+            match existing {
+                None => {
+                    transaction.execute(
                     "INSERT INTO proxies (namespace, name, uid, generation, spec, status, created)
                      VALUES (?1, ?2, ?3, 1, ?4, '{}', ?5)",
                     params![namespace, name, uuid::Uuid::new_v4().to_string(), spec_json, created],
                 )?;
-                true
-            }
-            Some((_, _, stored, deleting)) if stored != spec_json && !deleting => {
-                transaction.execute(
-                    "UPDATE proxies SET spec = ?3, generation = generation + 1
+                    true
+                }
+                Some((_, _, stored, deleting)) if stored != spec_json && !deleting => {
+                    transaction.execute(
+                        "UPDATE proxies SET spec = ?3, generation = generation + 1
                      WHERE namespace = ?1 AND name = ?2",
-                    params![namespace, name, spec_json],
-                )?;
-                true
-            }
-            Some(_) => false,
-        };
+                        params![namespace, name, spec_json],
+                    )?;
+                    true
+                }
+                Some(_) => false,
+            };
         transaction.commit()?;
         drop(connection);
         let record = self
@@ -320,8 +321,10 @@ impl Store {
 
     /// Remove ProviderConfig `name`.
     pub fn remove_config(&self, name: &str) -> Result<(), StoreError> {
-        self.lock()
-            .execute("DELETE FROM provider_configs WHERE name = ?1", params![name])?;
+        self.lock().execute(
+            "DELETE FROM provider_configs WHERE name = ?1",
+            params![name],
+        )?;
         Ok(())
     }
 }
@@ -392,38 +395,57 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".egress-operator/state.db");
         let store = Store::open(&path).unwrap();
-        let (first, changed) = store.declare_proxy("default", "web", &spec("a"), "t").unwrap();
+        let (first, changed) = store
+            .declare_proxy("default", "web", &spec("a"), "t")
+            .unwrap();
         assert!(changed);
         assert_eq!(first.generation, 1);
-        let (same, changed) = store.declare_proxy("default", "web", &spec("a"), "t").unwrap();
+        let (same, changed) = store
+            .declare_proxy("default", "web", &spec("a"), "t")
+            .unwrap();
         assert!(!changed);
         assert_eq!(same.uid, first.uid);
         drop(store);
 
         let store = Store::open(&path).unwrap();
-        let (moved, changed) = store.declare_proxy("default", "web", &spec("b"), "t").unwrap();
+        let (moved, changed) = store
+            .declare_proxy("default", "web", &spec("b"), "t")
+            .unwrap();
         assert!(changed);
-        assert_eq!((moved.uid.as_str(), moved.generation), (first.uid.as_str(), 2));
+        assert_eq!(
+            (moved.uid.as_str(), moved.generation),
+            (first.uid.as_str(), 2)
+        );
 
-        let mut status = ProxyStatus::default();
-        status.provider_id = Some("pv1-1/100".into());
-        store.write_status("default", "web", &first.uid, &status).unwrap();
+        let status = ProxyStatus {
+            provider_id: Some("pv1-1/100".into()),
+            ..ProxyStatus::default()
+        };
+        store
+            .write_status("default", "web", &first.uid, &status)
+            .unwrap();
         // A status for another UID (an older object of the same name) is not written.
-        store.write_status("default", "web", "another", &ProxyStatus::default()).unwrap();
+        store
+            .write_status("default", "web", "another", &ProxyStatus::default())
+            .unwrap();
         let read = store.proxy("default", "web").unwrap().unwrap();
         assert_eq!(read.status.provider_id.as_deref(), Some("pv1-1/100"));
 
         // Deleting holds the record, ignores spec changes, then it goes.
         assert!(store.mark_deleting("default", "web").unwrap());
         assert!(!store.mark_deleting("default", "web").unwrap());
-        let (held, changed) = store.declare_proxy("default", "web", &spec("c"), "t").unwrap();
+        let (held, changed) = store
+            .declare_proxy("default", "web", &spec("c"), "t")
+            .unwrap();
         assert!(!changed && held.deleting);
         let reader = Store::open_read_only(&path).unwrap();
         assert_eq!(reader.proxies().unwrap().len(), 1);
         store.remove_proxy("default", "web", &first.uid).unwrap();
         assert!(store.proxies().unwrap().is_empty());
         // Declared again after its deletion: a new object, a new UID.
-        let (fresh, _) = store.declare_proxy("default", "web", &spec("c"), "t").unwrap();
+        let (fresh, _) = store
+            .declare_proxy("default", "web", &spec("c"), "t")
+            .unwrap();
         assert_ne!(fresh.uid, first.uid);
     }
 
@@ -435,8 +457,10 @@ mod tests {
         spec.component.file = "proxmox.wasm".into();
         let (record, changed) = store.declare_config("lab", &spec).unwrap();
         assert!(changed && record.generation == 1);
-        let mut status = ProviderConfigStatus::default();
-        status.observed_generation = Some(1);
+        let status = ProviderConfigStatus {
+            observed_generation: Some(1),
+            ..ProviderConfigStatus::default()
+        };
         store.write_config_status("lab", &status).unwrap();
         spec.component.file = "other.wasm".into();
         let (record, changed) = store.declare_config("lab", &spec).unwrap();

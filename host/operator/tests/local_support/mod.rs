@@ -96,8 +96,14 @@ impl Local {
             child: None,
             cache: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-mode-cache"),
         };
-        local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
-        local.write("credentials.yaml", &credentials(&local.sim, local.sim.token()));
+        local.write(
+            "providerconfig.yaml",
+            &provider_config(&local.sim, "Delete"),
+        );
+        local.write(
+            "credentials.yaml",
+            &credentials(&local.sim, local.sim.token()),
+        );
         local
     }
 
@@ -167,7 +173,9 @@ impl Local {
     }
 
     pub fn proxy(&self, key: &str) -> Option<ProxyRecord> {
-        self.proxies().into_iter().find(|record| record.key() == key)
+        self.proxies()
+            .into_iter()
+            .find(|record| record.key() == key)
     }
 
     /// Poll until `check` holds of the stored Proxies, at most `limit`; panics with `what`, the
@@ -221,7 +229,8 @@ impl Drop for Local {
 pub fn running(record: &ProxyRecord) -> bool {
     record.status.phase == Some(Phase::Running)
         && !record.status.addresses.is_empty()
-        && condition(&record.status.conditions, conditions::READY).is_some_and(|c| c.status == "True")
+        && condition(&record.status.conditions, conditions::READY)
+            .is_some_and(|c| c.status == "True")
 }
 
 /// The reason of `record`'s condition `kind`.
@@ -230,8 +239,13 @@ pub fn reason(record: &ProxyRecord, kind: &str) -> String {
 }
 
 pub fn component() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
-    assert!(path.exists(), "{} is missing: run `just build-components` first", path.display());
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `just build-components` first",
+        path.display()
+    );
     path
 }
 

@@ -68,7 +68,7 @@ async fn a_future_contract_version_is_refused() {
     assert!(
         error
             .to_string()
-            .ends_with("exports egress:provider/provider@0.9.0; this host serves 0.1.0"),
+            .ends_with("exports egress:provider/provider@0.9.0; this host serves contract versions >=0.1.0, <0.3.0"),
         "{error}"
     );
 }

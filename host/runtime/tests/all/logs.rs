@@ -169,3 +169,53 @@ async fn a_huge_message_is_cut_to_what_is_kept() {
         "{run} bytes of the message kept"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_0_2_0_guest_logs_through_the_same_bounded_escaping_log() {
+    captured();
+    let provider = runtime()
+        .load_file(&component_path("contract-v2"))
+        .await
+        .unwrap();
+    let context = CallContext {
+        proxy: Some("team-c/v2".into()),
+    };
+    // contract-v2 logs `creating` with the name as a field: a name that tries to start a line.
+    let request = Request::Create {
+        request: CreateRequest {
+            name: "web\n2026-11-30T00:00:00.000000Z  INFO v2-forged".into(),
+            uid: "uid-8".into(),
+            tags: Vec::new(),
+            user_data: String::new(),
+            config: "{}".into(),
+        },
+    };
+    // It answers with that name in its provider ID, which the host refuses as a result; the log
+    // line was written before.
+    let outcome = provider.call(request, &context).await;
+    assert!(
+        matches!(
+            outcome,
+            Err(egress_runtime::CallError::InvalidResult { .. })
+        ),
+        "{outcome:?}"
+    );
+
+    let output = output();
+    let line = output
+        .lines()
+        .find(|line| line.contains("egress_runtime::guest") && line.contains("team-c/v2"))
+        .unwrap_or_else(|| panic!("no egress:log/log line in:\n{output}"));
+    for expected in [
+        "provider=contract-v2",
+        "operation=\"create\"",
+        "creating",
+        r#"name="web\n2026-11-30T00:00:00.000000Z  INFO v2-forged""#,
+    ] {
+        assert!(line.contains(expected), "missing {expected:?} in {line}");
+    }
+    assert!(
+        !output.lines().any(|line| line.starts_with("2026-11-30")),
+        "a forged line starts at the left margin"
+    );
+}

@@ -4,9 +4,11 @@
 mod budgets;
 mod cache;
 mod calls;
+mod capabilities;
 mod common;
 mod hot_swap;
 mod limits;
 mod load;
 mod logs;
 mod memory_creator;
+mod versions;

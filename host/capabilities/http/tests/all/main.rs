@@ -6,5 +6,6 @@ mod grants;
 mod hostile;
 mod memory;
 mod reflection;
+mod refusals;
 mod support;
 mod through_runtime;

@@ -4,6 +4,7 @@
 
 mod daemon;
 mod denials;
+mod runtime;
 mod ssh;
 mod support;
 mod test_driver;

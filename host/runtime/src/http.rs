@@ -1,0 +1,290 @@
+//! The HTTP capability: `wasi:http` (types and outgoing handler) and `egress:http-broker/broker`,
+//! over the runtime's one [`Egress`].
+//!
+//! The runtime owns the `wasi:http` plumbing; the [`Egress`] (default [`DenyAll`], or the broker
+//! of `egress-capability-http`) decides what happens to each request. This module is the one
+//! place that knows the shape of wasmtime-wasi-http's hooks ([`EgressHooks`]). Per call it holds
+//! the in-flight budget (each request takes a permit, which its response body keeps until the
+//! guest drops it), the header list limit, the outgoing body buffer, and the record of why the
+//! latest request was refused, which `egress:http-broker/broker.last-refusal` answers.
+//!
+//! [`DenyAll`]: crate::egress::DenyAll
+
+use std::any::Any;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::HeaderName;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi_http::{
+    ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
+
+use crate::capability::{Capability, PrepareContext, import_matches};
+use crate::egress::{CallSite, DenyAll, Egress, EgressError, Refusal, RefusalSlot};
+use crate::error::Budget;
+use crate::limits::Limits;
+use crate::state::{HostState, Stop};
+
+/// `wasi:http` interfaces this capability provides, at any 0.2 version.
+const WASI_HTTP: &[&str] = &["wasi:http/types", "wasi:http/outgoing-handler"];
+/// The WASI version the interfaces above are matched against.
+const WASI_HTTP_VERSION: &str = "0.2.0";
+/// The broker's own interface and its version.
+const BROKER_INTERFACE: &str = "egress:http-broker/broker";
+const BROKER_VERSION: &str = "0.1.0";
+
+/// Bindings of `egress:http-broker`, for the `Host` trait implemented below.
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../../wit/http-broker",
+        world: "egress:http-broker/imports",
+    });
+}
+
+use bindings::egress::http_broker::broker::{self as wit, Refusal as WitRefusal};
+
+/// Outgoing HTTP through the runtime's [`Egress`]: the capability `Runtime::new` builds from the
+/// egress it is given.
+pub(crate) struct HttpCapability {
+    egress: Arc<dyn Egress>,
+}
+
+impl HttpCapability {
+    pub(crate) fn new(egress: Arc<dyn Egress>) -> Self {
+        HttpCapability { egress }
+    }
+}
+
+impl Capability for HttpCapability {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn provides(&self, import: &str) -> bool {
+        WASI_HTTP
+            .iter()
+            .any(|interface| import_matches(import, interface, WASI_HTTP_VERSION))
+            || import_matches(import, BROKER_INTERFACE, BROKER_VERSION)
+    }
+
+    fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+    }
+
+    fn granted(&self, identity: &str) -> bool {
+        self.egress.granted(identity)
+    }
+
+    fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn Any + Send> {
+        Box::new(HttpCallState::new(
+            Arc::clone(&self.egress),
+            call.site.clone(),
+            call.limits,
+        ))
+    }
+}
+
+/// The HTTP state of one call.
+pub(crate) struct HttpCallState {
+    /// wasi:http state (the header list size limit).
+    http: WasiHttpCtx,
+    /// Where outgoing HTTP goes: the runtime's shared [`Egress`], tagged with this call's site.
+    hooks: EgressHooks,
+}
+
+impl HttpCallState {
+    fn new(egress: Arc<dyn Egress>, site: CallSite, limits: &Limits) -> Self {
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(limits.header_bytes_limit());
+        HttpCallState {
+            http,
+            hooks: EgressHooks {
+                egress,
+                site,
+                in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_limit())),
+                in_flight_limit: limits.requests_in_flight_limit(),
+                in_flight_exceeded: Arc::new(AtomicBool::new(false)),
+                body_buffer_bytes: limits.body_buffer_bytes_limit(),
+                refusals: Arc::new(RefusalSlot::default()),
+            },
+        }
+    }
+
+    /// The state of a call nobody prepared HTTP for: every request is denied, under the default
+    /// limits. (The runtime prepares HTTP for every component that imports it.)
+    fn ungranted(_deadline: Instant) -> Self {
+        let site = CallSite {
+            provider: Arc::from(""),
+            digest: Arc::from(""),
+            operation: "-",
+        };
+        HttpCallState::new(Arc::new(DenyAll), site, &Limits::default())
+    }
+}
+
+/// Whether the guest was refused a request beyond its in-flight budget: the call fails for it,
+/// whatever the guest answered, unless something else stopped it first.
+pub(crate) fn in_flight_exceeded(state: &HostState) -> Option<Stop> {
+    let hooks = &state.capability_state_ref::<HttpCallState>()?.hooks;
+    hooks
+        .in_flight_exceeded
+        .load(Ordering::Relaxed)
+        .then_some(Stop::Budget(
+            Budget::RequestsInFlight,
+            hooks.in_flight_limit as u64,
+        ))
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        let (state, table) = self.capability_state(HttpCallState::ungranted);
+        WasiHttpCtxView {
+            ctx: &mut state.http,
+            table,
+            hooks: &mut state.hooks,
+        }
+    }
+}
+
+impl wit::Host for HostState {
+    fn last_refusal(&mut self) -> Option<WitRefusal> {
+        let (state, _) = self.capability_state(HttpCallState::ungranted);
+        state.hooks.refusals.last().map(|refusal| match refusal {
+            Refusal::NotGranted => WitRefusal::NotGranted,
+            Refusal::Denied => WitRefusal::Denied,
+            Refusal::CredentialsUnavailable => WitRefusal::CredentialsUnavailable,
+            Refusal::CaUnavailable => WitRefusal::CaUnavailable,
+            Refusal::CaInvalid => WitRefusal::CaInvalid,
+            Refusal::ResponseUnredactable => WitRefusal::ResponseUnredactable,
+            Refusal::RequestsInFlight => WitRefusal::RequestsInFlight,
+        })
+    }
+}
+
+/// Adapts the runtime's [`Egress`] to wasmtime-wasi-http's hooks: the one place that knows the
+/// hook's shape. It also holds the call's in-flight budget: each request takes a permit, which
+/// its response body keeps until the guest drops it.
+struct EgressHooks {
+    egress: Arc<dyn Egress>,
+    site: CallSite,
+    /// Requests in flight for this call.
+    in_flight: Arc<Semaphore>,
+    in_flight_limit: usize,
+    /// Set when a request was refused for want of a permit.
+    in_flight_exceeded: Arc<AtomicBool>,
+    body_buffer_bytes: usize,
+    /// Why the call's latest request was refused; the egress reports through the reporter each
+    /// request carries in its extensions.
+    refusals: Arc<RefusalSlot>,
+}
+
+type IoFuture = Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
+
+impl WasiHttpHooks for EgressHooks {
+    fn is_forbidden_header(&mut self, name: &HeaderName) -> bool {
+        self.egress.is_forbidden_header(name)
+    }
+
+    fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
+        let egress = Arc::clone(&self.egress);
+        Arc::new(move |name| egress.is_forbidden_header(name))
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.body_buffer_bytes
+    }
+
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _request_body_errors: IoFuture,
+    ) -> Box<
+        dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>>
+            + Send,
+    > {
+        let reporter = self.refusals.begin();
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            self.in_flight_exceeded.store(true, Ordering::Relaxed);
+            reporter.report(Refusal::RequestsInFlight);
+            tracing::warn!(
+                provider = %self.site.provider,
+                operation = self.site.operation,
+                limit = self.in_flight_limit,
+                "outgoing HTTP refused: too many requests in flight"
+            );
+            return Box::new(async { Err(EgressError::ConnectionLimitReached) });
+        };
+        request.extensions_mut().insert(reporter);
+        let response = self.egress.send(&self.site, request, options);
+        Box::new(async move {
+            let response = response.await?;
+            // The egress drives its own connection; there is no separate I/O task to report.
+            let io_done: IoFuture = Box::new(async { Ok(()) });
+            let response = response.map(|body| {
+                PermitBody {
+                    body,
+                    _permit: permit,
+                }
+                .boxed_unsync()
+            });
+            Ok((response, io_done))
+        })
+    }
+}
+
+/// A response body that holds its request's in-flight permit until the guest drops it.
+struct PermitBody {
+    body: WasiBody,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Body for PermitBody {
+    type Data = bytes::Bytes;
+    type Error = EgressError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_provides_wasi_http_0_2_and_the_broker_interface() {
+        let http = HttpCapability::new(Arc::new(DenyAll));
+        assert!(http.provides("wasi:http/outgoing-handler@0.2.12"));
+        assert!(http.provides("wasi:http/types@0.2.6"));
+        assert!(http.provides("egress:http-broker/broker@0.1.0"));
+        assert!(!http.provides("wasi:http/outgoing-handler@0.3.0"));
+        assert!(!http.provides("wasi:io/streams@0.2.12"));
+        assert!(!http.provides("egress:libvirt/libvirt@0.1.0"));
+        assert!(!http.granted("anyone"), "DenyAll grants nobody");
+    }
+}

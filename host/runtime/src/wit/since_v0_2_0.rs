@@ -1,0 +1,43 @@
+//! Contract `egress:provider@0.2.0`, the version in development (`wit/provider/`): bindings and
+//! conversions to the host's domain types.
+//!
+//! What 0.2.0 changes against 0.1.0: capabilities are packages of their own
+//! (`egress:log/log`, `egress:libvirt/libvirt`, `egress:http-broker/broker`) that the world may
+//! import, and `describe` no longer lists capabilities (the closed `enum capability` could not
+//! grow): the host reads what a provider needs from its imports. See `docs/contract.md`.
+
+use semver::Version;
+
+/// The contract version these bindings implement.
+pub(crate) const VERSION: &str = "0.2.0";
+
+/// The first version this module serves; it serves the patch releases of its minor too.
+pub(crate) const MIN_VERSION: Version = Version::new(0, 2, 0);
+
+wasmtime::component::bindgen!({
+    path: "../../wit/provider",
+    world: "provider-world",
+    exports: { default: async },
+    with: {
+        // Reuse wasmtime's own WASI bindings so their host implementations serve our world.
+        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        "wasi:random": wasmtime_wasi::p2::bindings::random,
+    },
+});
+
+served_version!();
+
+impl From<wit::Description> for types::Description {
+    fn from(description: wit::Description) -> Self {
+        types::Description {
+            name: description.name,
+            version: description.version,
+            contract_version: description.contract_version,
+            config_schema: description.config_schema,
+            // Read from the imports instead: `Provider::capabilities`.
+            capabilities: Vec::new(),
+        }
+    }
+}
