@@ -106,12 +106,15 @@ mod tests {
         }
     }
 
+    /// `(tag@parent, attribute, value)` a document must carry.
+    type Attribute<'a> = (&'a str, &'a str, &'a str);
+
     /// Each row: a config, and attributes the document must carry (`tag@parent`).
     #[test]
     fn the_definition_says_what_the_config_asks() {
         let mut raw_qemu_bridge = config(r#","bridge":"br0","domainType":"qemu""#);
         raw_qemu_bridge.image.format = crate::config::VolumeFormat::Raw;
-        let rows: [(Config, &[(&str, &str, &str)]); 3] = [
+        let rows: [(Config, &[Attribute]); 3] = [
             (
                 config(r#","network":"default""#),
                 &[

@@ -92,7 +92,10 @@ mod tests {
         }
     }
 
-    fn reported(addresses: &[(&str, AddressType, &str)]) -> InterfaceAddresses {
+    /// `(interface, type tag, literal)` as the capability reports one address.
+    type Reported<'a> = (&'a str, AddressType, &'a str);
+
+    fn reported(addresses: &[Reported]) -> InterfaceAddresses {
         InterfaceAddresses {
             source: AddressSource::Agent,
             interfaces: addresses
@@ -113,7 +116,7 @@ mod tests {
     #[test]
     fn the_first_real_ipv4_is_chosen() {
         use AddressType::{Ipv4, Ipv6};
-        let rows: [(&[(&str, AddressType, &str)], Option<&str>); 7] = [
+        let rows: [(&[Reported], Option<&str>); 7] = [
             (&[], None),
             (&[("eth0", Ipv4, "192.168.122.23")], Some("192.168.122.23")),
             (
