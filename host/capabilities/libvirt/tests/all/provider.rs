@@ -223,7 +223,7 @@ impl Daemon {
             .ok()
             .map(|domain| domain.get_state().unwrap());
         connect.close().unwrap();
-        state.map(|(state, reason)| (state as u32, reason))
+        state
     }
 
     /// Removes the base volume, so the next create imports it again.
