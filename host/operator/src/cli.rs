@@ -18,6 +18,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use egress_capability_http::{Broker, Grants};
+use egress_capability_libvirt::{Grants as LibvirtGrants, LibvirtCapability};
 use egress_runtime::egress::{DenyAll, Egress};
 use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
 use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig};
@@ -130,9 +131,10 @@ enum ProviderCommand {
         /// The provider's configuration (a JSON file). Defaults to `{}`.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Egress grants (YAML, see docs/egress.md): which origins the provider may reach and the
-        /// credentials the host injects, keyed by provider identity. Without it every outgoing
-        /// request is denied.
+        /// Grants (YAML, see docs/egress.md): which origins the provider may reach and the
+        /// credentials the host injects, keyed by provider identity, and under each identity's
+        /// `libvirt` key its libvirt grant (docs/providers/libvirt.md). Without it every outgoing
+        /// request and every libvirt call is denied.
         #[arg(long)]
         grants: Option<PathBuf>,
         /// The identity the provider runs as, which the grants file names. Defaults to the file's
@@ -222,8 +224,10 @@ async fn load(
     file: &Path,
     identity: Option<&str>,
     egress: Arc<dyn Egress>,
+    libvirt: LibvirtCapability,
 ) -> anyhow::Result<Arc<Provider>> {
-    let runtime = Runtime::new(RuntimeConfig::default(), egress)?;
+    let config = RuntimeConfig::default().capability(Arc::new(libvirt));
+    let runtime = Runtime::new(config, egress)?;
     Ok(match identity {
         None => runtime.load_file(file).await?,
         Some(identity) => {
@@ -236,7 +240,9 @@ async fn load(
 }
 
 async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let provider = load(file, None, Arc::new(DenyAll)).await?;
+    // No grants: a provider importing libvirt loads and is described, and every call is denied.
+    let libvirt = LibvirtCapability::new(&LibvirtGrants::default())?;
+    let provider = load(file, None, Arc::new(DenyAll), libvirt).await?;
     let description = provider.description();
     if json {
         let report = serde_json::json!({
@@ -319,11 +325,15 @@ async fn call(
         None => "{}".to_owned(),
     };
     let request = build_request(operation, config, input)?;
-    let egress: Arc<dyn Egress> = match grants {
-        Some(path) => Arc::new(read_grants(path)?),
-        None => Arc::new(DenyAll),
+    let (egress, libvirt): (Arc<dyn Egress>, LibvirtGrants) = match grants {
+        Some(path) => {
+            let (broker, libvirt) = read_grants(path)?;
+            (Arc::new(broker), libvirt)
+        }
+        None => (Arc::new(DenyAll), LibvirtGrants::default()),
     };
-    let provider = load(file, identity, egress).await?;
+    let libvirt = LibvirtCapability::new(&libvirt).context("libvirt grants")?;
+    let provider = load(file, identity, egress, libvirt).await?;
     let context = CallContext { proxy: None };
     match provider.call(request, &context).await {
         Ok(response) => {
@@ -380,11 +390,16 @@ fn read_config(path: &Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn read_grants(path: &Path) -> anyhow::Result<Broker> {
+/// The grants file's HTTP grants as a broker, and its libvirt grants (each identity's `libvirt`
+/// key).
+fn read_grants(path: &Path) -> anyhow::Result<(Broker, LibvirtGrants)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading grants {}", path.display()))?;
     let grants = Grants::from_yaml(&text).with_context(|| format!("grants {}", path.display()))?;
-    Broker::new(&grants).with_context(|| format!("grants {}", path.display()))
+    let broker = Broker::new(&grants).with_context(|| format!("grants {}", path.display()))?;
+    let libvirt = LibvirtGrants::from_grants_file_yaml(&text)
+        .with_context(|| format!("grants {}", path.display()))?;
+    Ok((broker, libvirt))
 }
 
 fn parse_input<T: serde::de::DeserializeOwned>(

@@ -82,6 +82,81 @@ fn inspect_reads_the_contract_version_and_capabilities_from_the_component() {
     );
 }
 
+/// The libvirt provider: contract 0.2.0, the libvirt capability read from its imports, and
+/// neither a filesystem nor a socket among them (#9).
+#[test]
+fn inspect_shows_the_libvirt_provider_and_its_imports_hold_no_filesystem_or_socket() {
+    let libvirt = component("libvirt");
+    let output = run(&["provider", "inspect", "--json", libvirt.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(report["contractVersion"], "0.2.0");
+    assert_eq!(report["capabilities"], serde_json::json!(["libvirt"]));
+    let imports: Vec<&str> = report["imports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|import| import.as_str().unwrap())
+        .collect();
+    assert!(
+        imports.contains(&"egress:libvirt/libvirt@0.1.0"),
+        "{imports:?}"
+    );
+    for refused in ["wasi:filesystem/", "wasi:sockets/", "wasi:http/"] {
+        assert!(
+            !imports.iter().any(|import| import.starts_with(refused)),
+            "{refused} in {imports:?}"
+        );
+    }
+}
+
+/// `provider call` reads the libvirt grant from the same grants file as the HTTP grants: with
+/// it, check reaches libvirt's test driver; without it, the connection is denied.
+#[test]
+fn call_gives_the_provider_the_libvirt_grant_of_the_grants_file() {
+    let libvirt = component("libvirt");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({
+            "connection": "node",
+            "pool": "default-pool",
+            "network": "default",
+            "image": { "url": "https://images.invalid/b.raw", "sha256": "a".repeat(64), "format": "raw" },
+            "domainType": "test",
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(
+        &grants,
+        "grants:\n  proxmox:\n    origins: [\"http://127.0.0.1:8006\"]\n  libvirt:\n    libvirt:\n      connections:\n        - { name: node, uri: \"test:///default\", pools: [default-pool], networks: [default], undefineFlags: [managedSave] }\n",
+    )
+    .unwrap();
+    let check = |grants: Option<&std::path::Path>| {
+        let mut args = vec![
+            "provider",
+            "call",
+            libvirt.to_str().unwrap(),
+            "check",
+            "--config",
+            config.to_str().unwrap(),
+        ];
+        if let Some(grants) = grants {
+            args.extend(["--grants", grants.to_str().unwrap()]);
+        }
+        let output = run(&args);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_str::<serde_json::Value>(&stdout(&output)).unwrap()
+    };
+    let granted = check(Some(&grants));
+    assert_eq!(granted["result"]["reason"], "ok", "{granted}");
+    let ungranted = check(None);
+    assert_eq!(ungranted["result"]["reason"], "forbidden", "{ungranted}");
+}
+
 #[test]
 fn inspect_json_is_machine_readable() {
     let reference = component("reference");

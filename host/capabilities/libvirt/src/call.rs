@@ -79,6 +79,7 @@ impl LibvirtCallCtx {
         on: Option<&Arc<Conn>>,
         work: impl FnOnce() -> Result<T, Error> + Send + 'static,
     ) -> wasmtime::Result<Result<T, Error>> {
+        self.shared.count_call()?;
         let Some(stop) = self.stop_at(self.call_timeout()) else {
             return Ok(Err(Error::Timeout));
         };

@@ -583,6 +583,7 @@ impl HostStoragePool for LibvirtCtxView<'_> {
         url: String,
         sha256: String,
     ) -> Outcome<Resource<Volume>> {
+        self.ctx.shared.count_call()?;
         let pool = self.table.get(&this)?;
         let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
         let imported = import::import(self.ctx, conn.clone(), handle, name, url, sha256).await?;

@@ -194,6 +194,36 @@ impl fmt::Debug for LibvirtCapability {
 #[derive(Default)]
 pub(crate) struct Shared {
     pub(crate) pool: ConnectionPool,
+    /// TEST ONLY: capability calls left before each later one traps ([`LibvirtCapability::cut_after`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) cut: std::sync::Mutex<Option<usize>>,
+}
+
+impl Shared {
+    /// Counts one capability call about to reach libvirt; a trap when a test cut falls here.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn count_call(&self) -> wasmtime::Result<()> {
+        let mut cut = self
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match cut.as_mut() {
+            Some(0) => Err(wasmtime::format_err!(
+                "fault injection: the host stopped here"
+            )),
+            Some(left) => {
+                *left -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Counts one capability call about to reach libvirt (nothing to count outside tests).
+    #[cfg(not(feature = "fault-injection"))]
+    pub(crate) fn count_call(&self) -> wasmtime::Result<()> {
+        Ok(())
+    }
 }
 
 /// One provider's grant, validated: shared by every call of that provider.
@@ -254,6 +284,19 @@ impl LibvirtCapability {
             shared: self.shared.clone(),
             deadline,
         })
+    }
+
+    /// TEST ONLY (feature `fault-injection`): let `calls` more capability calls reach libvirt,
+    /// then make every later one trap before it does, as if the host had died there; `None`
+    /// lets every call through again. Calls that reach libvirt are those that open a connection,
+    /// run a libvirt function or import an image; handle accessors and drops are not counted.
+    #[cfg(feature = "fault-injection")]
+    pub fn cut_after(&self, calls: Option<usize>) {
+        *self
+            .shared
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = calls;
     }
 
     /// Whether the provider `identity` has a libvirt grant (pinned or not).

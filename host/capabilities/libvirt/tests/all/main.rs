@@ -4,6 +4,7 @@
 
 mod daemon;
 mod denials;
+mod provider;
 mod runtime;
 mod ssh;
 mod support;

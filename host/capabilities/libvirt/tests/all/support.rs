@@ -198,40 +198,7 @@ pub fn libvirtd() {
             return;
         }
         prepare_system();
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("libvirtd-parent".into())
-            .spawn(move || {
-                use std::os::unix::process::CommandExt;
-                let mut command = std::process::Command::new("libvirtd");
-                command
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .process_group(0);
-                // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-                unsafe {
-                    command.pre_exec(|| {
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
-                let spawned = command.spawn();
-                let started = spawned.is_ok();
-                let _ = sender.send(spawned.map(drop));
-                // The daemon dies with this thread: keep it for the life of the process.
-                if started {
-                    loop {
-                        std::thread::park();
-                    }
-                }
-            })
-            .unwrap();
-        receiver.recv().unwrap().expect(
-            "starting libvirtd (apt-get install libvirt-daemon libvirt-daemon-driver-qemu)",
-        );
+        spawn_for_life("libvirtd");
         wait_for(Duration::from_secs(30), "libvirtd answering", answers);
     });
 }
@@ -421,4 +388,96 @@ pub fn pattern(length: usize, seed: u8) -> Vec<u8> {
     (0..length)
         .map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// What starting a qemu domain on the real daemon needs beyond `libvirtd`: `virtlogd` (started
+/// once when its socket is missing, as `libvirtd` is), the `qemu-system-x86_64` binary, and a
+/// host bridge for the NIC, [`TEST_BRIDGE`], made here when missing. Without a guest OS there is
+/// no agent and, on a bridge, no lease: such domains run without an address.
+pub fn qemu_host() {
+    static READY: OnceLock<()> = OnceLock::new();
+    READY.get_or_init(|| {
+        libvirtd();
+        assert!(
+            Path::new("/usr/bin/qemu-system-x86_64").exists(),
+            "qemu-system-x86_64 is missing (apt-get install qemu-system-x86 qemu-utils)"
+        );
+        allow_kvm_group();
+        if !Path::new("/run/libvirt/virtlogd-sock").exists() {
+            spawn_for_life("virtlogd");
+            wait_for(Duration::from_secs(30), "virtlogd's socket", || {
+                Path::new("/run/libvirt/virtlogd-sock").exists()
+            });
+        }
+        if !Path::new("/sys/class/net").join(TEST_BRIDGE).exists() {
+            let made = std::process::Command::new("ip")
+                .args(["link", "add", TEST_BRIDGE, "type", "bridge"])
+                .status()
+                .expect("ip (iproute2) runs");
+            assert!(made.success(), "making bridge {TEST_BRIDGE}");
+        }
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", TEST_BRIDGE, "up"])
+            .status()
+            .expect("ip (iproute2) runs");
+        assert!(up.success(), "bringing bridge {TEST_BRIDGE} up");
+    });
+}
+
+/// Gives `/dev/kvm` the owner and mode Debian's udev rule gives it (`root:kvm`, 0660), which a
+/// container's device node may lack. Without it libvirt finds KVM unusable for its qemu user,
+/// judges its cached qemu capabilities stale and probes qemu again on every define (over a
+/// minute each on a loaded machine).
+fn allow_kvm_group() {
+    use std::os::unix::fs::PermissionsExt;
+    let kvm = Path::new("/dev/kvm");
+    if !kvm.exists() {
+        return;
+    }
+    let _ = std::process::Command::new("chgrp")
+        .args(["kvm", "/dev/kvm"])
+        .status();
+    let _ = std::fs::set_permissions(kvm, std::fs::Permissions::from_mode(0o660));
+}
+
+/// The host bridge test domains' NICs join (no address on it: nothing is routed).
+pub const TEST_BRIDGE: &str = "egresstestbr0";
+
+/// Starts `program` in its own process group, stopped with SIGTERM when this test process exits
+/// (as [`libvirtd`] does).
+fn spawn_for_life(program: &'static str) {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("{program}-parent"))
+        .spawn(move || {
+            use std::os::unix::process::CommandExt;
+            let mut command = std::process::Command::new(program);
+            command
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0);
+            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let spawned = command.spawn();
+            let started = spawned.is_ok();
+            let _ = sender.send(spawned.map(drop));
+            if started {
+                loop {
+                    std::thread::park();
+                }
+            }
+        })
+        .unwrap();
+    receiver
+        .recv()
+        .unwrap()
+        .unwrap_or_else(|error| panic!("starting {program}: {error}"));
 }

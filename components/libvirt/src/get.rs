@@ -1,0 +1,43 @@
+//! `get`: one domain's state and address.
+
+use crate::Step;
+use crate::egress::libvirt::libvirt::{Connection, DomainState};
+use crate::egress::provider::types::{Error, Instance};
+use crate::errors::{code, is_code};
+use crate::mark::Mark;
+use crate::state::{first_ipv4, instance_state};
+
+/// The operation. `not-found` when the domain is gone; `permanent` when a domain with the name
+/// exists but is not this provider's.
+pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
+    let (connection_name, name) = crate::id::parse(provider_id)?;
+    let connection = Connection::open(connection_name).at("open the connection")?;
+    let Some(domain) = connection.lookup_domain(name).at("look up the domain")? else {
+        return Err(Error::NotFound(format!("domain {name} is gone")));
+    };
+    let Some(mark) = Mark::parse(domain.metadata().at("read the mark")?.as_deref()) else {
+        return Err(Error::Permanent(format!(
+            "domain {name} does not carry this provider's mark"
+        )));
+    };
+    let status = domain.status().at("read the domain state")?;
+    let address = match status.state {
+        DomainState::Running | DomainState::Blocked => match domain.interface_addresses() {
+            Ok(reported) => first_ipv4(&reported),
+            Err(error) if is_code(&error, code::NO_DOMAIN) => {
+                return Err(Error::NotFound(format!("domain {name} is gone")));
+            }
+            // No agent yet and no lease: still provisioning.
+            Err(_) => None,
+        },
+        _ => None,
+    };
+    Ok(Instance {
+        provider_id: provider_id.to_owned(),
+        name: name.to_owned(),
+        state: instance_state(status, address.is_some()),
+        addresses: address.into_iter().collect(),
+        created_at: mark.created_at,
+        uid: mark.uid,
+    })
+}

@@ -1,0 +1,100 @@
+//! # The libvirt/KVM provider
+//!
+//! An egress provider component (contract `egress:provider@0.2.0`) that makes egress-proxy VMs on
+//! KVM hypervisors through the host's libvirt capability (`egress:libvirt/libvirt@0.1.0`): each
+//! VM's disk is cloned from a base image the host imports once per checksum, its NoCloud seed
+//! (built by `nocloud`) is uploaded as a CD-ROM volume, and the domain carries an ownership mark
+//! in the provider's own metadata namespace. It ports the behaviour of the Go predecessor's kvm2
+//! provider; the operator's guide is `docs/providers/libvirt.md`.
+//!
+//! ## Layout
+//!
+//! * `lib.rs` (this file): export wiring and the error-mapping helper.
+//! * Operations, one file each: [`create`], [`get`], [`delete`], [`list_by_tag`], [`check`];
+//!   `describe` is here and `validate-config` in [`config`].
+//! * Pure rules, table-tested on the host: [`domain_xml`], [`volume_xml`] (names and XML),
+//!   [`mark`] (the metadata element), [`state`] (state from state and reason, address choice),
+//!   [`errors`] (classification), [`id`] (provider IDs).
+//!
+//! The provider never sees a URI, key or image byte: it names a granted connection and pool, and
+//! the host does the rest. Every call runs in a fresh instance and keeps no state.
+
+pub mod check;
+pub mod config;
+pub mod create;
+pub mod delete;
+pub mod domain_xml;
+pub mod errors;
+pub mod get;
+pub mod id;
+pub mod list_by_tag;
+pub mod mark;
+pub mod state;
+pub mod volume_xml;
+
+wit_bindgen::generate!({
+    path: "../../wit/provider",
+    world: "egress:provider/provider-world@0.2.0",
+    generate_all,
+});
+
+use egress::libvirt::libvirt::Error as LibvirtError;
+use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance};
+use exports::egress::provider::provider::Guest;
+
+/// The contract version this provider implements (the WIT package version).
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
+/// A capability result, classified with the step it failed at.
+pub(crate) trait Step<T> {
+    /// The value, or the contract error for a failure during `what`.
+    fn at(self, what: &str) -> Result<T, Error>;
+}
+
+impl<T> Step<T> for Result<T, LibvirtError> {
+    fn at(self, what: &str) -> Result<T, Error> {
+        self.map_err(|error| errors::classify(what, error))
+    }
+}
+
+/// The exported provider; each method hands over to its operation's module.
+struct LibvirtProvider;
+
+impl Guest for LibvirtProvider {
+    fn describe() -> Description {
+        Description {
+            name: "libvirt".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            contract_version: CONTRACT_VERSION.into(),
+            config_schema: config::SCHEMA.into(),
+        }
+    }
+
+    fn validate_config(config: String) -> Result<(), Error> {
+        config::validate_config(&config)
+    }
+
+    fn create(request: CreateRequest) -> Result<Instance, Error> {
+        create::create(&request)
+    }
+
+    fn get(config: String, provider_id: String) -> Result<Instance, Error> {
+        get::get(&config, &provider_id)
+    }
+
+    fn delete(config: String, provider_id: String) -> Result<(), Error> {
+        delete::delete(&config, &provider_id)
+    }
+
+    fn list_by_tag(config: String, key: String, value: String) -> Result<Vec<Instance>, Error> {
+        list_by_tag::list_by_tag(&config, &key, &value)
+    }
+
+    fn check(config: String) -> CheckResult {
+        check::check(&config)
+    }
+}
+
+// Only the component exports these functions; a host build (unit tests) leaves them out.
+#[cfg(target_arch = "wasm32")]
+export!(LibvirtProvider);

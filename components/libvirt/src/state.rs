@@ -1,0 +1,155 @@
+//! What a domain's (state, reason) and its reported addresses mean for the contract: pure,
+//! table-tested.
+
+use std::net::Ipv4Addr;
+
+use crate::egress::libvirt::libvirt::{AddressType, DomainState, DomainStatus, InterfaceAddresses};
+use crate::egress::provider::types::InstanceState;
+
+/// `VIR_DOMAIN_PAUSED_STARTING_UP`: paused by libvirt while the domain starts.
+const PAUSED_STARTING_UP: i32 = 11;
+/// `VIR_DOMAIN_PAUSED_IOERROR`, `_WATCHDOG`, `_CRASHED`, `_POSTCOPY_FAILED`: paused by a failure.
+const PAUSED_BY_FAILURE: &[i32] = &[5, 6, 10, 13];
+/// `VIR_DOMAIN_SHUTOFF_CRASHED`, `_FAILED` (failed to start).
+const SHUTOFF_BY_FAILURE: &[i32] = &[3, 6];
+
+/// The instance state for a domain `status` with `has_address` (whether an address is known).
+pub fn instance_state(status: DomainStatus, has_address: bool) -> InstanceState {
+    match status.state {
+        DomainState::Running | DomainState::Blocked if has_address => InstanceState::Running,
+        DomainState::Running | DomainState::Blocked | DomainState::NoState => {
+            InstanceState::Provisioning
+        }
+        DomainState::Paused if status.reason == PAUSED_STARTING_UP => InstanceState::Provisioning,
+        DomainState::Paused if PAUSED_BY_FAILURE.contains(&status.reason) => InstanceState::Failed,
+        DomainState::Shutoff if SHUTOFF_BY_FAILURE.contains(&status.reason) => {
+            InstanceState::Failed
+        }
+        DomainState::Crashed => InstanceState::Failed,
+        DomainState::Paused
+        | DomainState::PmSuspended
+        | DomainState::Shutdown
+        | DomainState::Shutoff => InstanceState::Stopped,
+    }
+}
+
+/// The proxy's address: the first IPv4 address reported (the capability asks the guest agent
+/// first and falls back to DHCP leases), skipping loopback and link-local addresses and any
+/// address whose type tag and literal disagree (an agent's garbled report is not an address).
+pub fn first_ipv4(reported: &InterfaceAddresses) -> Option<String> {
+    reported
+        .interfaces
+        .iter()
+        .flat_map(|interface| interface.addresses.iter())
+        .filter(|address| address.type_ == AddressType::Ipv4)
+        .filter_map(|address| address.address.parse::<Ipv4Addr>().ok())
+        .find(|address| {
+            !address.is_loopback() && !address.is_link_local() && !address.is_unspecified()
+        })
+        .map(|address| address.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::libvirt::libvirt::{AddressSource, GuestInterface, IpAddress};
+
+    fn status(state: DomainState, reason: i32) -> DomainStatus {
+        DomainStatus { state, reason }
+    }
+
+    #[test]
+    fn state_and_reason_table() {
+        use DomainState as D;
+        use InstanceState as I;
+        let rows = [
+            (D::Running, 1, true, I::Running),
+            (D::Running, 1, false, I::Provisioning),
+            (D::Blocked, 0, true, I::Running),
+            (D::Blocked, 0, false, I::Provisioning),
+            (D::NoState, 0, true, I::Provisioning),
+            (D::Paused, 1, true, I::Stopped),
+            (D::Paused, 11, false, I::Provisioning),
+            (D::Paused, 5, true, I::Failed),
+            (D::Paused, 6, true, I::Failed),
+            (D::Paused, 10, true, I::Failed),
+            (D::Paused, 13, true, I::Failed),
+            (D::PmSuspended, 0, true, I::Stopped),
+            (D::Shutdown, 1, true, I::Stopped),
+            (D::Shutoff, 1, false, I::Stopped),
+            (D::Shutoff, 2, false, I::Stopped),
+            (D::Shutoff, 3, false, I::Failed),
+            (D::Shutoff, 6, false, I::Failed),
+            (D::Crashed, 0, false, I::Failed),
+            (D::Crashed, 1, true, I::Failed),
+        ];
+        for (state, reason, has_address, want) in rows {
+            assert_eq!(
+                instance_state(status(state, reason), has_address),
+                want,
+                "{state:?}/{reason} with address {has_address}"
+            );
+        }
+    }
+
+    /// `(interface, type tag, literal)` as the capability reports one address.
+    type Reported<'a> = (&'a str, AddressType, &'a str);
+
+    fn reported(addresses: &[Reported]) -> InterfaceAddresses {
+        InterfaceAddresses {
+            source: AddressSource::Agent,
+            interfaces: addresses
+                .iter()
+                .map(|(name, type_, address)| GuestInterface {
+                    name: name.to_string(),
+                    hwaddr: None,
+                    addresses: vec![IpAddress {
+                        type_: *type_,
+                        address: address.to_string(),
+                        prefix: 24,
+                    }],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_first_real_ipv4_is_chosen() {
+        use AddressType::{Ipv4, Ipv6};
+        let rows: [(&[Reported], Option<&str>); 7] = [
+            (&[], None),
+            (&[("eth0", Ipv4, "192.168.122.23")], Some("192.168.122.23")),
+            (
+                &[("lo", Ipv4, "127.0.0.1"), ("eth0", Ipv4, "10.1.2.3")],
+                Some("10.1.2.3"),
+            ),
+            (
+                &[("eth0", Ipv6, "fe80::1"), ("eth0", Ipv4, "10.1.2.3")],
+                Some("10.1.2.3"),
+            ),
+            // Type and literal disagree: dropped both ways.
+            (
+                &[("eth0", Ipv4, "fd00::5"), ("eth1", Ipv6, "10.9.9.9")],
+                None,
+            ),
+            (
+                &[
+                    ("eth0", Ipv4, "169.254.0.7"),
+                    ("eth1", Ipv4, "not an address"),
+                ],
+                None,
+            ),
+            (
+                &[("eth0", Ipv4, "10.0.0.1"), ("eth1", Ipv4, "10.0.0.2")],
+                Some("10.0.0.1"),
+            ),
+        ];
+        for (addresses, want) in rows {
+            assert_eq!(
+                first_ipv4(&reported(addresses)).as_deref(),
+                want,
+                "{addresses:?}"
+            );
+        }
+    }
+}
