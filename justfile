@@ -14,8 +14,8 @@ setup:
     rustup target add wasm32-wasip2 wasm32-wasip1
     command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
     {{ if `id -u` == "0" { "" } else { "sudo " } }}bash -c 'export DEBIAN_FRONTEND=noninteractive; \
-        dpkg -s pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv >/dev/null 2>&1 || \
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv ca-certificates; }; \
+        dpkg -s pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv >/dev/null 2>&1 || \
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv ca-certificates; }; \
         command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends kubernetes-client; }'
 
 # Build every provider component with cargo-component into target/components/<name>.wasm.
