@@ -130,3 +130,185 @@ async fn only_runs_the_one_rule_named() {
     let error = unknown.expect_err("an unknown rule is refused").to_string();
     assert!(error.contains("create.idempotent"), "the rules are listed: {error}");
 }
+
+/// The broken provider (components/conformance-broken): no backend, no grant.
+const BROKEN: Subject = Subject {
+    file: "conformance-broken.wasm",
+    identity: "conformance-broken",
+    build: "just build-components",
+    config: |_| json!({}),
+};
+
+/// What the broken provider breaks, each with a word its reason must carry.
+const BROKEN_RULES: [(&str, &str); 4] = [
+    ("lifecycle.create-get-list-delete", "list-by-tag"),
+    ("create.idempotent", "duplicate"),
+    ("create.foreign-uid-permanent", "another UID"),
+    ("get.unknown-not-found", "deleted VM"),
+];
+
+fn broken_options(only: Option<&str>) -> Options {
+    Options {
+        file: component_path(&BROKEN),
+        config: "{}".to_owned(),
+        grants: "grants: {}".to_owned(),
+        identity: None,
+        only: only.map(str::to_owned),
+        runtime: RuntimeConfig::default().cache_dir(None),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broken_provider_fails_exactly_the_rules_it_breaks() {
+    let report = conformance::run(&broken_options(None))
+        .await
+        .expect("the suite runs");
+    println!("{}", report.text());
+    let failed = failures(&report);
+    let ids: Vec<&str> = failed.iter().map(|(id, _)| *id).collect();
+    let expected: Vec<&str> = BROKEN_RULES.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, expected, "{}", report.text());
+    for ((_, reason), (id, word)) in failed.iter().zip(BROKEN_RULES) {
+        assert!(reason.contains(word), "{id}: {reason}");
+    }
+    // Not pvesim: the fault rules say why they did not run; the schema requires nothing.
+    let skipped: Vec<&str> = report
+        .rules
+        .iter()
+        .filter(|rule| matches!(rule.outcome, Outcome::Skip(_)))
+        .map(|rule| rule.id)
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "validate.refuses-missing-required",
+            "faults.server-error-transient",
+            "faults.lock-transient",
+            "faults.check-hung-endpoint"
+        ]
+    );
+    assert!(report.text().contains("the backend is not pvesim"), "{}", report.text());
+}
+
+/// Runs the binary as a user does; its exit status, stdout and the JUnit file.
+async fn run_binary(args: Vec<String>) -> (Option<i32>, String) {
+    let cache = tempfile::tempdir().unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+            .args(&args)
+            .env("XDG_CACHE_HOME", cache.path())
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+/// (tests, failures, skipped) of the JUnit document, checked against its test cases.
+fn junit_counts(xml: &str) -> (usize, usize, usize) {
+    let document = roxmltree::Document::parse(xml).expect("the JUnit file parses as XML");
+    let suite = document
+        .descendants()
+        .find(|node| node.has_tag_name("testsuite"))
+        .expect("a testsuite");
+    let cases: Vec<_> = suite
+        .children()
+        .filter(|node| node.has_tag_name("testcase"))
+        .collect();
+    let with = |tag: &str| {
+        cases
+            .iter()
+            .filter(|case| case.children().any(|child| child.has_tag_name(tag)))
+            .count()
+    };
+    let attribute = |name: &str| -> usize { suite.attribute(name).unwrap().parse().unwrap() };
+    assert_eq!(attribute("tests"), cases.len());
+    assert_eq!(attribute("failures"), with("failure"));
+    assert_eq!(attribute("skipped"), with("skipped"));
+    (cases.len(), with("failure"), with("skipped"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_passes_the_proxmox_provider_against_pvesim_and_writes_junit() {
+    let backend = pvesim_for(&PROXMOX).await;
+    let dir = backend.files.path();
+    let config = write_file(dir, "config.json", &backend.config.to_string());
+    let grants = write_file(dir, "grants.yaml", &backend.grants);
+    let junit = dir.join("junit.xml");
+    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+    let (status, stdout) = run_binary(vec![
+        "conformance".into(),
+        path(&component_path(&PROXMOX)),
+        "--config".into(),
+        path(&config),
+        "--grants".into(),
+        path(&grants),
+        "--junit".into(),
+        path(&junit),
+    ])
+    .await;
+    assert_eq!(status, Some(0), "{stdout}");
+    assert_eq!(stdout.lines().count(), RULES.len() + 1, "{stdout}");
+    for rule in RULES {
+        assert!(
+            stdout.lines().any(|line| line == format!("pass  {}", rule.id)),
+            "{}: {stdout}",
+            rule.id
+        );
+    }
+    assert!(
+        stdout.ends_with(&format!("{0} rules: {0} passed, 0 failed, 0 skipped\n", RULES.len())),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(junit_counts(&xml), (RULES.len(), 0, 0));
+    assert_clean(&backend);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_exits_1_for_the_broken_provider_and_its_junit_counts_the_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_file(dir.path(), "config.json", "{}");
+    let grants = write_file(dir.path(), "grants.yaml", "grants: {}\n");
+    let junit = dir.path().join("junit.xml");
+    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+    let (status, stdout) = run_binary(vec![
+        "conformance".into(),
+        path(&component_path(&BROKEN)),
+        "--config".into(),
+        path(&config),
+        "--grants".into(),
+        path(&grants),
+        "--junit".into(),
+        path(&junit),
+    ])
+    .await;
+    assert_eq!(status, Some(1), "{stdout}");
+    for (id, _) in BROKEN_RULES {
+        assert!(
+            stdout.lines().any(|line| line.starts_with(&format!("fail  {id}: "))),
+            "{id}: {stdout}"
+        );
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(junit_counts(&xml), (RULES.len(), BROKEN_RULES.len(), 4));
+    // `--only` with the binary: one rule, one line and the summary.
+    let (status, stdout) = run_binary(vec![
+        "conformance".into(),
+        path(&component_path(&BROKEN)),
+        "--config".into(),
+        path(&config),
+        "--grants".into(),
+        path(&grants),
+        "--only".into(),
+        "describe.valid".into(),
+    ])
+    .await;
+    assert_eq!(status, Some(0), "{stdout}");
+    assert_eq!(stdout, "pass  describe.valid\n1 rules: 1 passed, 0 failed, 0 skipped\n");
+}
