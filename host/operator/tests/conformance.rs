@@ -2,14 +2,19 @@
 //! Proxmox providers against `pvesim` pass every rule; a deliberately broken provider fails
 //! exactly the rules it breaks; `--only` runs one rule; `--junit` writes XML a CI system reads.
 //!
-//! Needs `target/components/{proxmox,python-proxmox,conformance-broken}.wasm`
+//! The reference provider runs in its endpoint mode against a small inventory service
+//! (`conformance_support`).
+//!
+//! Needs `target/components/{proxmox,python-proxmox,reference,conformance-broken}.wasm`
 //! (`just build-components`).
 
+mod conformance_support;
 mod proxmox_support;
 
 use std::path::PathBuf;
 use std::process::Command;
 
+use conformance_support::Inventory;
 use egress_operator::conformance::{self, Options, Outcome, RULES, Report};
 use egress_runtime::RuntimeConfig;
 use proxmox_support::*;
@@ -39,7 +44,9 @@ struct Backend {
 }
 
 async fn pvesim_for(subject: &Subject) -> Backend {
-    let sim = Simulator::start(quick_sim_config()).await.expect("simulator starts");
+    let sim = Simulator::start(quick_sim_config())
+        .await
+        .expect("simulator starts");
     let files = tempfile::tempdir().unwrap();
     let secret_file = write_file(files.path(), "token", sim.token());
     let grants = grant_json_for(
@@ -128,7 +135,10 @@ async fn only_runs_the_one_rule_named() {
     assert_eq!(report.rules[0].outcome, Outcome::Pass, "{}", report.text());
     let unknown = conformance::run(&options(&PROXMOX, &backend, Some("create.nope"))).await;
     let error = unknown.expect_err("an unknown rule is refused").to_string();
-    assert!(error.contains("create.idempotent"), "the rules are listed: {error}");
+    assert!(
+        error.contains("create.idempotent"),
+        "the rules are listed: {error}"
+    );
 }
 
 /// The broken provider (components/conformance-broken): no backend, no grant.
@@ -187,7 +197,11 @@ async fn the_broken_provider_fails_exactly_the_rules_it_breaks() {
             "faults.check-hung-endpoint"
         ]
     );
-    assert!(report.text().contains("the backend is not pvesim"), "{}", report.text());
+    assert!(
+        report.text().contains("the backend is not pvesim"),
+        "{}",
+        report.text()
+    );
 }
 
 /// Runs the binary as a user does; its exit status, stdout and the JUnit file.
@@ -256,13 +270,18 @@ async fn the_binary_passes_the_proxmox_provider_against_pvesim_and_writes_junit(
     assert_eq!(stdout.lines().count(), RULES.len() + 1, "{stdout}");
     for rule in RULES {
         assert!(
-            stdout.lines().any(|line| line == format!("pass  {}", rule.id)),
+            stdout
+                .lines()
+                .any(|line| line == format!("pass  {}", rule.id)),
             "{}: {stdout}",
             rule.id
         );
     }
     assert!(
-        stdout.ends_with(&format!("{0} rules: {0} passed, 0 failed, 0 skipped\n", RULES.len())),
+        stdout.ends_with(&format!(
+            "{0} rules: {0} passed, 0 failed, 0 skipped\n",
+            RULES.len()
+        )),
         "{stdout}"
     );
     let xml = std::fs::read_to_string(&junit).unwrap();
@@ -291,7 +310,9 @@ async fn the_binary_exits_1_for_the_broken_provider_and_its_junit_counts_the_fai
     assert_eq!(status, Some(1), "{stdout}");
     for (id, _) in BROKEN_RULES {
         assert!(
-            stdout.lines().any(|line| line.starts_with(&format!("fail  {id}: "))),
+            stdout
+                .lines()
+                .any(|line| line.starts_with(&format!("fail  {id}: "))),
             "{id}: {stdout}"
         );
     }
@@ -310,5 +331,136 @@ async fn the_binary_exits_1_for_the_broken_provider_and_its_junit_counts_the_fai
     ])
     .await;
     assert_eq!(status, Some(0), "{stdout}");
-    assert_eq!(stdout, "pass  describe.valid\n1 rules: 1 passed, 0 failed, 0 skipped\n");
+    assert_eq!(
+        stdout,
+        "pass  describe.valid\n1 rules: 1 passed, 0 failed, 0 skipped\n"
+    );
+}
+
+/// The reference provider (components/reference) in its endpoint mode.
+const REFERENCE: Subject = Subject {
+    file: "reference.wasm",
+    identity: "reference",
+    build: "just build-components",
+    config: |_| json!({}),
+};
+
+/// The reference provider against an inventory service that keeps the contract on its side. Its
+/// create sends the endpoint only the name and the UID, not the tags
+/// (components/reference/src/create.rs), so list-by-tag never finds what it made: the lifecycle
+/// fails on it, and the two create rules, which count VMs by tag, cannot count. Every other rule
+/// holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_provider_fails_only_where_list_by_tag_is_needed_against_its_endpoint() {
+    let inventory = Inventory::start().await;
+    let grants = json!({"grants": {"reference": {"origins": [inventory.origin()]}}});
+    let options = Options {
+        file: component_path(&REFERENCE),
+        config: json!({"endpoint": inventory.origin()}).to_string(),
+        grants: grants.to_string(),
+        identity: None,
+        only: None,
+        runtime: RuntimeConfig::default().cache_dir(None),
+    };
+    let report = conformance::run(&options).await.expect("the suite runs");
+    println!("{}", report.text());
+    let failed = failures(&report);
+    let ids: Vec<&str> = failed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        [
+            "lifecycle.create-get-list-delete",
+            "create.idempotent",
+            "create.foreign-uid-permanent"
+        ],
+        "{}",
+        report.text()
+    );
+    for (id, reason) in &failed {
+        assert!(reason.contains("list-by-tag"), "{id}: {reason}");
+    }
+    assert_eq!(
+        report.skipped(),
+        4,
+        "faults and required fields: {}",
+        report.text()
+    );
+    assert_eq!(inventory.len(), 0, "the run deleted what it made");
+}
+
+/// Runs one rule against `file` with `config` and no grant; its outcome.
+async fn only(file: &str, config: Value, grants: Value, rule: &str) -> Outcome {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/components")
+        .join(file);
+    let options = Options {
+        file: path,
+        config: config.to_string(),
+        grants: grants.to_string(),
+        identity: None,
+        only: Some(rule.to_owned()),
+        runtime: RuntimeConfig::default().cache_dir(None),
+    };
+    let report = conformance::run(&options).await.expect("the suite runs");
+    report.rules[0].outcome.clone()
+}
+
+fn failed_with(outcome: &Outcome, words: &str) -> bool {
+    matches!(outcome, Outcome::Fail(reason) if reason.contains(words))
+}
+
+/// The rules that judge every call fail, alone, a provider that traps, outgrows its memory, sets
+/// `Authorization` or reaches outside its grant (misbehave and the reference's TEST ONLY switch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_wide_rules_fail_traps_memory_credentials_and_denials() {
+    let no_grants = json!({"grants": {}});
+    let trap = only(
+        "misbehave.wasm",
+        json!({"mode": "trap"}),
+        no_grants.clone(),
+        "errors.classified-no-secret",
+    )
+    .await;
+    assert!(
+        failed_with(&trap, "classified error of its own"),
+        "{trap:?}"
+    );
+    let grow = only(
+        "misbehave.wasm",
+        json!({"mode": "grow"}),
+        no_grants.clone(),
+        "limits.deadline-memory",
+    )
+    .await;
+    assert!(failed_with(&grow, "hit a limit"), "{grow:?}");
+
+    let inventory = Inventory::start().await;
+    let granted = json!({"grants": {"reference": {"origins": [inventory.origin()]}}});
+    let authorization = only(
+        "reference.wasm",
+        json!({"endpoint": inventory.origin(), "debugSendAuthorization": "Bearer guest"}),
+        granted.clone(),
+        "egress.no-denials",
+    )
+    .await;
+    assert!(
+        failed_with(&authorization, "credential header"),
+        "{authorization:?}"
+    );
+    let elsewhere = only(
+        "reference.wasm",
+        json!({"endpoint": format!("http://127.0.0.1:{}", closed_port())}),
+        granted.clone(),
+        "egress.no-denials",
+    )
+    .await;
+    assert!(failed_with(&elsewhere, "denied"), "{elsewhere:?}");
+    let kept = only(
+        "reference.wasm",
+        json!({"endpoint": inventory.origin()}),
+        granted,
+        "egress.no-denials",
+    )
+    .await;
+    assert_eq!(kept, Outcome::Pass);
 }

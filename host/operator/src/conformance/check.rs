@@ -1,7 +1,7 @@
 //! `check`: a reason for a good config and for a bad credential, never an error.
 
-use egress_runtime::types::{CheckReason, CheckResult};
 use egress_runtime::CallError;
+use egress_runtime::types::{CheckReason, CheckResult};
 
 use super::{Outcome, RuleResult, Session, outcome};
 
@@ -16,7 +16,12 @@ async fn check_reasons(session: &Session) -> RuleResult {
     match session.check_with_wrong_credential().await {
         // Nothing to swap: the grant injects no credential.
         None => Ok(()),
-        Some(bad) => expect(session, bad, CheckReason::Unauthorized, "a wrong credential"),
+        Some(bad) => expect(
+            session,
+            bad,
+            CheckReason::Unauthorized,
+            "a wrong credential",
+        ),
     }
 }
 

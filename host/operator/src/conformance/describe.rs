@@ -41,8 +41,7 @@ fn check_description(session: &Session) -> RuleResult {
     if let Some(error) = validator.iter_errors(session.config()).next() {
         return Err(format!(
             "the run's config does not fit the provider's schema: {} at {}",
-            error,
-            error.instance_path
+            error, error.instance_path
         ));
     }
     Ok(())

@@ -11,14 +11,19 @@ use super::backend::Pvesim;
 use super::check::reason_name;
 use super::{Outcome, RuleResult, Session, outcome};
 
-const NOT_PVESIM: &str = "needs a backend fault; the backend is not pvesim (no /_sim/info on the grant's origins)";
+const NOT_PVESIM: &str =
+    "needs a backend fault; the backend is not pvesim (no /_sim/info on the grant's origins)";
 
 /// `faults.server-error-transient`
 pub(crate) async fn server_error_transient(session: &Session) -> Outcome {
     let Some(backend) = session.backend() else {
         return Outcome::Skip(NOT_PVESIM.to_owned());
     };
-    let (name, uid, tag) = (session.name("fault5xx"), session.uid(), session.tag("fault5xx"));
+    let (name, uid, tag) = (
+        session.name("fault5xx"),
+        session.uid(),
+        session.tag("fault5xx"),
+    );
     let created = match session.create(&name, &uid, &tag).await {
         Ok(created) => created,
         Err(reason) => return Outcome::Fail(reason),
@@ -122,7 +127,11 @@ async fn with_faults(
 }
 
 /// The outcome must be a `transient` error.
-fn transient(session: &Session, operation: Operation, outcome: Result<(), CallError>) -> RuleResult {
+fn transient(
+    session: &Session,
+    operation: Operation,
+    outcome: Result<(), CallError>,
+) -> RuleResult {
     match outcome {
         Err(error) if error.class() == ErrorClass::Transient => Ok(()),
         Ok(()) => Err(format!(

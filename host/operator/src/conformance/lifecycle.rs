@@ -121,16 +121,13 @@ async fn foreign_uid(session: &Session) -> RuleResult {
             ));
         }
     }
-    let kept = session
-        .get(&first.provider_id)
-        .await
-        .map_err(|error| {
-            format!(
-                "get {} after the refused create: {}",
-                first.provider_id,
-                session.error_text(&error)
-            )
-        })?;
+    let kept = session.get(&first.provider_id).await.map_err(|error| {
+        format!(
+            "get {} after the refused create: {}",
+            first.provider_id,
+            session.error_text(&error)
+        )
+    })?;
     if kept.uid != ours {
         return Err(format!(
             "after the refused create, {} carries UID {:?}, not the first create's",

@@ -212,7 +212,10 @@ impl Report {
     }
 
     fn count(&self, which: impl Fn(&Outcome) -> bool) -> usize {
-        self.rules.iter().filter(|rule| which(&rule.outcome)).count()
+        self.rules
+            .iter()
+            .filter(|rule| which(&rule.outcome))
+            .count()
     }
 
     /// One line per rule and a summary, as the CLI prints them.
@@ -271,9 +274,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let bytes = tokio::fs::read(&options.file)
         .await
         .with_context(|| format!("reading {}", options.file.display()))?;
-    let provider = runtime
-        .load_bytes(&identity, &bytes, &options.file)
-        .await?;
+    let provider = runtime.load_bytes(&identity, &bytes, &options.file).await?;
     let grant = grants.grants.get(&identity).cloned();
     let session = Session::start(provider, broker, watch, grant, config).await?;
     let mut reports = Vec::new();

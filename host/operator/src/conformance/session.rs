@@ -99,7 +99,8 @@ impl Session {
             .as_ref()
             .map(|grant| grant.origins.clone())
             .unwrap_or_default();
-        let backend = Pvesim::detect(&broker, provider.identity(), provider.digest(), &origins).await;
+        let backend =
+            Pvesim::detect(&broker, provider.identity(), provider.digest(), &origins).await;
         let denied_before = denied(&broker, provider.identity());
         let run = format!("{:08x}", rand::random::<u32>());
         Ok(Session {
@@ -175,16 +176,18 @@ impl Session {
 
     /// `text` with every credential replaced, for a failure reason.
     pub(crate) fn scrub(&self, text: &str) -> String {
-        self.secrets
-            .iter()
-            .fold(text.to_owned(), |text, secret| {
-                text.replace(secret.as_str(), "[credential]")
-            })
+        self.secrets.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret.as_str(), "[credential]")
+        })
     }
 
     /// An error as a failure reason: `class: message`.
     pub(crate) fn error_text(&self, error: &CallError) -> String {
-        format!("{}: {}", error.class().as_str(), self.scrub(&error.to_string()))
+        format!(
+            "{}: {}",
+            error.class().as_str(),
+            self.scrub(&error.to_string())
+        )
     }
 
     /// One call, recorded.
@@ -195,7 +198,10 @@ impl Session {
             Ok(response) => serde_json::to_string(response).unwrap_or_default(),
             Err(error) => format!("{error} {error:?}"),
         };
-        let leaked = self.secrets.iter().any(|secret| text.contains(secret.as_str()));
+        let leaked = self
+            .secrets
+            .iter()
+            .any(|secret| text.contains(secret.as_str()));
         let record = CallRecord {
             operation,
             ending: match &outcome {
@@ -260,7 +266,9 @@ impl Session {
                     attempt += 1;
                     tokio::time::sleep(PAUSE).await;
                 }
-                outcome => return outcome.map_err(|error| format!("create: {}", self.error_text(&error))),
+                outcome => {
+                    return outcome.map_err(|error| format!("create: {}", self.error_text(&error)));
+                }
             }
         }
     }
@@ -296,8 +304,9 @@ impl Session {
                     tokio::time::sleep(PAUSE).await;
                 }
                 outcome => {
-                    return outcome
-                        .map_err(|error| format!("delete {provider_id}: {}", self.error_text(&error)));
+                    return outcome.map_err(|error| {
+                        format!("delete {provider_id}: {}", self.error_text(&error))
+                    });
                 }
             }
         }
@@ -332,7 +341,10 @@ impl Session {
     pub(crate) async fn check_with_wrong_credential(
         &self,
     ) -> Option<Result<CheckResult, CallError>> {
-        let grant = self.grant.as_ref().filter(|grant| grant.credential.is_some())?;
+        let grant = self
+            .grant
+            .as_ref()
+            .filter(|grant| grant.credential.is_some())?;
         let identity = self.provider.identity();
         let wrong = Arc::new(MemorySource::new("conformance: a wrong credential"));
         wrong.set(Some(WRONG_CREDENTIAL));
@@ -420,7 +432,9 @@ fn denied(broker: &Broker, identity: &str) -> u64 {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The runtime answers each operation with its own response variant; should it not, the rule
