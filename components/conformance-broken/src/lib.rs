@@ -42,7 +42,9 @@ impl Guest for Broken {
     fn validate_config(config: String) -> Result<(), Error> {
         match serde_json::from_str::<serde_json::Value>(&config) {
             Ok(value) if value.is_object() => Ok(()),
-            _ => Err(Error::Permanent("the config must be a JSON object".to_string())),
+            _ => Err(Error::Permanent(
+                "the config must be a JSON object".to_string(),
+            )),
         }
     }
 
@@ -64,7 +66,9 @@ impl Guest for Broken {
             .split('/');
         match (parts.next(), parts.next()) {
             (Some(name), Some(uid)) => Ok(instance(&provider_id, name, uid)),
-            _ => Err(Error::Permanent(format!("unknown provider ID {provider_id}"))),
+            _ => Err(Error::Permanent(format!(
+                "unknown provider ID {provider_id}"
+            ))),
         }
     }
 

@@ -85,7 +85,7 @@ async fn answer(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let mut instances = instances.lock().unwrap();
-    let name = path.strip_prefix("/instances/").map(|name| decode(name));
+    let name = path.strip_prefix("/instances/").map(decode);
     match (&method, path.as_str(), name) {
         (&Method::GET, "/health", _) => reply(StatusCode::OK, json!({"status": "ok"})),
         (&Method::POST, "/instances", _) => {
