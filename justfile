@@ -2,7 +2,7 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-components := "reference proxmox libvirt misbehave hostile future-contract bad-import contract-v2 libvirt-probe"
+components := "reference proxmox libvirt conformance-broken misbehave hostile future-contract bad-import contract-v2 libvirt-probe"
 
 # Show the recipes.
 default:

@@ -5,6 +5,8 @@
 //! - `egress-operator get proxies --local DIR`: what local mode knows of its Proxies.
 //! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
 //! - `egress-operator provider inspect|call FILE`: one provider component, one operation.
+//! - `egress-operator conformance FILE --config C --grants G`: the contract's rules against a
+//!   provider and its backend ([`crate::conformance`]); exit 0 when no rule fails.
 //!
 //! Exit status: 0 on success, 1 when a provider operation answered a (classified) error (or, with
 //! `run --exit-when-settled`, when a Proxy failed), 2 when the command could not run at all (bad
@@ -61,6 +63,32 @@ enum Command {
     /// Work with one provider component file.
     #[command(subcommand)]
     Provider(ProviderCommand),
+    /// Run the contract's conformance rules against a provider component and the backend its
+    /// config points at (docs/contract.md cites each rule's id). Exit 0 when no rule fails.
+    Conformance(ConformanceArgs),
+}
+
+/// `conformance`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ConformanceArgs {
+    /// The provider component (`.wasm`).
+    file: PathBuf,
+    /// The provider's configuration (a JSON file) for a backend the run may create and delete
+    /// VMs on.
+    #[arg(long)]
+    config: PathBuf,
+    /// Egress grants (YAML, see docs/egress.md) naming the provider's identity.
+    #[arg(long)]
+    grants: PathBuf,
+    /// The identity the provider runs as; defaults to the file's name without `.wasm`.
+    #[arg(long)]
+    identity: Option<String>,
+    /// Run only this rule (for example `create.idempotent`).
+    #[arg(long, value_name = "RULE")]
+    only: Option<String>,
+    /// Also write the results as JUnit XML to this file.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
 }
 
 /// `run`'s options.
@@ -199,6 +227,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Crdgen { out_dir } => crdgen(out_dir.as_deref()),
         Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
+        Command::Conformance(args) => conformance(&args).await,
         Command::Provider(ProviderCommand::Call {
             file,
             operation,
@@ -349,6 +378,30 @@ async fn call(
             Ok(ExitCode::from(1))
         }
     }
+}
+
+async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
+    let grants = std::fs::read_to_string(&args.grants)
+        .with_context(|| format!("reading grants {}", args.grants.display()))?;
+    let options = crate::conformance::Options {
+        file: args.file.clone(),
+        config: read_config(&args.config)?,
+        grants,
+        identity: args.identity.clone(),
+        only: args.only.clone(),
+        runtime: RuntimeConfig::default(),
+    };
+    let report = crate::conformance::run(&options).await?;
+    print!("{}", report.text());
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(if report.failed() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The CRDs, one YAML document each, by file name.

@@ -15,9 +15,11 @@
 //! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
-//! The command line is in [`cli`]; `egress-operator crdgen` prints the CRDs.
+//! The command line is in [`cli`]; `egress-operator crdgen` prints the CRDs; [`conformance`]
+//! runs the contract's rules against a provider component.
 
 pub mod cli;
+pub mod conformance;
 pub mod crd;
 pub mod kube_mode;
 pub mod local;

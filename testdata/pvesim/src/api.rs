@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 
 use crate::access;
+use crate::admin;
 use crate::faults::{Decision, FaultAction, Faults};
 use crate::model;
 use crate::params::{Params, is_dns_name, parse_vmid};
@@ -96,6 +97,10 @@ where
         server.state.lock().requests.push(record);
     };
 
+    if path.starts_with(admin::PREFIX) {
+        return Ok(admin_request(&server, request).await);
+    }
+
     let mut task_override = None;
     match server.faults.decide(&method, &api_path) {
         Decision::Proceed => {}
@@ -161,6 +166,25 @@ where
     };
     log(Some(response.status().as_u16()));
     Ok(response)
+}
+
+/// An admin request (see [`admin`]): authenticated like the API, never faulted nor logged.
+async fn admin_request<B>(server: &Server, request: Request<B>) -> HttpResponse
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Err(err) = authenticate(server, &request) {
+        return reply::error(&err);
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
+        return reply::error(&ApiError::new(413, "request entity too large"));
+    };
+    match admin::dispatch(server, &parts.method, parts.uri.path(), &body.to_bytes()) {
+        Ok(value) => reply::data(value),
+        Err(err) => reply::error(&err),
+    }
 }
 
 /// F22: wrong secret or unknown token → `Authentication failed!`; no credentials → `No ticket`.

@@ -30,12 +30,17 @@
 //! Datastore.Allocate on `proxy-seeds` only (the recorded setup, F13/F17); the limited one holds
 //! it nowhere, so its seed deletes get 403.
 //!
+//! Beside the Proxmox API, an admin API under `/_sim/` (same tokens) recognises the simulator,
+//! sets and clears faults, counts requests and lists VMs, for tools that only hold its URL and
+//! token, such as `egress-operator conformance` (see `admin.rs`).
+//!
 //! State lives in memory for the life of the [`Simulator`]; the state directory only receives
 //! the CA and the tokens. Faults ([`Faults`]) and seeding ([`SimState`]) work while it runs.
 
 #![warn(missing_docs)]
 
 mod access;
+mod admin;
 mod api;
 mod faults;
 mod model;
