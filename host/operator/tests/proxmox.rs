@@ -562,7 +562,7 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
     // Errors quoting the server (F2's not-found, a 500 from a fault) carry no secret either.
     harness.sim.faults().add(FaultRule::new(
         "GET",
-        "/cluster/resources",
+        "/nodes/*/qemu/*/config",
         Trigger::Nth(1),
         FaultAction::Status {
             status: 500,
@@ -655,7 +655,13 @@ async fn correction1_f8_a_mid_clone_vm_is_transient_before_its_config_is_read() 
         .state()
         .vmids()
         .into_iter()
-        .find(|vmid| harness.sim.state().guest(*vmid).is_some_and(|g| g.mid_clone))
+        .find(|vmid| {
+            harness
+                .sim
+                .state()
+                .guest(*vmid)
+                .is_some_and(|g| g.mid_clone)
+        })
         .expect("a VM mid-clone");
 
     // On its node: status/current carries the clone's lock.

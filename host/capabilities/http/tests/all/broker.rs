@@ -272,6 +272,27 @@ async fn certificate_from_another_ca_is_a_certificate_error() {
 }
 
 #[tokio::test]
+async fn a_changed_ca_file_is_used_from_the_next_request_entry_14() {
+    let setup = Setup::new(ok_json()).await;
+    let good = std::fs::read_to_string(setup.files.path("ca.pem")).unwrap();
+    let broker = setup.broker();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    // Another CA: the pooled connection trusting the old one must not be reused.
+    setup.files.write("ca.pem", &Ca::new("unrelated CA").pem());
+    let result = send(&broker, "proxmox", get(&setup.url("/"), &[])).await;
+    assert!(
+        matches!(result, Err(EgressError::TlsCertificateError)),
+        "{result:?}"
+    );
+    setup.files.write("ca.pem", &good);
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn certificate_for_another_name_fails_unless_server_name_says_it_phase_0() {
     let setup = Setup::with(&["pv1-1.home.lab"], Protocol::Http1, ok_json()).await;
     let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
