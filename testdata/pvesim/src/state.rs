@@ -270,7 +270,7 @@ impl SimState {
         let mut added = Vec::with_capacity(count);
         let mut vmid = 1000;
         while added.len() < count {
-            if !inner.guests.contains_key(&vmid) {
+            if let std::collections::btree_map::Entry::Vacant(free) = inner.guests.entry(vmid) {
                 let config = [
                     ("name".to_string(), format!("other-{vmid}")),
                     ("memory".to_string(), "2048".to_string()),
@@ -286,18 +286,15 @@ impl SimState {
                     ),
                     ("tags".to_string(), "other".to_string()),
                 ];
-                inner.guests.insert(
-                    vmid,
-                    Guest {
-                        kind: GuestKind::Qemu,
-                        config: config.into_iter().collect(),
-                        run: RunState::Stopped,
-                        started: None,
-                        placeholder: false,
-                        busy: None,
-                        guest_ip: DEFAULT_GUEST_IP.to_string(),
-                    },
-                );
+                free.insert(Guest {
+                    kind: GuestKind::Qemu,
+                    config: config.into_iter().collect(),
+                    run: RunState::Stopped,
+                    started: None,
+                    placeholder: false,
+                    busy: None,
+                    guest_ip: DEFAULT_GUEST_IP.to_string(),
+                });
                 added.push(vmid);
             }
             vmid += 1;
