@@ -242,6 +242,27 @@ fn assert_no_secret(received: &Received) {
 }
 
 #[tokio::test]
+async fn a_rotated_secret_is_redacted_too_entry_14() {
+    let setup = Setup::new(echo_handler(64)).await;
+    let broker = setup.broker();
+    let first = send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    assert_no_secret(&first);
+    // The redactor is built once per secret: a rotated one needs its own.
+    let rotated = "root@pam!operator=0a0b0c0d-1111-2222-3333-444455556666";
+    setup.files.write("token", rotated);
+    let second = send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.text(),
+        r#"{"message":"bad header [redacted]","b64":"[redacted]","raw":"[redacted]"}"#
+    );
+    assert_eq!(second.headers["x-echo"], "[redacted]");
+}
+
+#[tokio::test]
 async fn echoed_secret_is_redacted_from_headers_and_body_phase_4() {
     for chunk_size in [7, 64, 4096] {
         let setup = Setup::new(echo_handler(chunk_size)).await;
