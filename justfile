@@ -82,3 +82,4 @@ demo: build
 bench: build-components
     cargo bench -p egress-runtime
     cargo bench -p egress-operator --bench budgets
+    cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 3

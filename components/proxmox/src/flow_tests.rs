@@ -190,27 +190,43 @@ fn id(vmid: u32) -> VmId {
     }
 }
 
+fn agent_path(node: &str, vmid: u32) -> String {
+    format!("/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces")
+}
+
+const AGENT_ENS18: &str = r#"{"result":[{"name":"lo","ip-addresses":[{"ip-address":"127.0.0.1","ip-address-type":"ipv4"}]},{"name":"ens18","ip-addresses":[{"ip-address":"192.168.4.147","ip-address-type":"ipv4"}]}]}"#;
+
+const MISSING_100123: &str = "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist";
+
 #[test]
-fn correction1_get_of_a_mid_clone_entry_is_transient_before_the_name_is_read() {
+fn correction1_get_of_a_mid_clone_vm_is_transient_before_the_name_is_read() {
     let config = simulator_config();
-    let steps = vec![resources(
-        r#"{"type":"qemu","vmid":100123,"id":"qemu/100123","node":"pv1-1","lock":"clone","status":"unknown"}"#,
+    // On its node: status/current carries the clone's lock (the conf is the temporary file).
+    let steps = vec![ok(
+        Method::Get,
+        status_path(100_123),
+        r#"{"status":"stopped","qmpstatus":"stopped","lock":"clone"}"#,
     )];
     let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
     assert!(matches!(result, Err(Error::Transient(_))), "{result:?}");
-    assert_eq!(requests, 1);
+    assert_eq!(requests, 1, "the config (and its name) is never read");
+
+    // Through the listing (the node did not know it): the nameless entry of F8.
+    let steps = vec![
+        fail(Method::Get, status_path(100_123), 500, MISSING_100123),
+        resources(
+            r#"{"type":"qemu","vmid":100123,"id":"qemu/100123","node":"pv1-1","lock":"clone","status":"unknown"}"#,
+        ),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::Transient(_))), "{result:?}");
+    assert_eq!(requests, 2);
 }
 
 #[test]
-fn entry9_running_get_makes_four_calls_and_reports_the_address() {
+fn running_get_reads_only_the_vms_own_endpoints_and_reports_the_address() {
     let config = simulator_config();
     let steps = vec![
-        resources(&vm_entry(100_123, "proxy-a", "running")),
-        ok(
-            Method::Get,
-            config_path(100_123),
-            &our_config(100_123, "proxy-a"),
-        ),
         ok(
             Method::Get,
             status_path(100_123),
@@ -218,13 +234,14 @@ fn entry9_running_get_makes_four_calls_and_reports_the_address() {
         ),
         ok(
             Method::Get,
-            format!("/nodes/{NODE}/qemu/100123/agent/network-get-interfaces"),
-            r#"{"result":[{"name":"lo","ip-addresses":[{"ip-address":"127.0.0.1","ip-address-type":"ipv4"}]},{"name":"ens18","ip-addresses":[{"ip-address":"192.168.4.147","ip-address-type":"ipv4"}]}]}"#,
+            config_path(100_123),
+            &our_config(100_123, "proxy-a"),
         ),
+        ok(Method::Get, agent_path(NODE, 100_123), AGENT_ENS18),
     ];
     let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
     let instance = result.unwrap();
-    assert_eq!(requests, 4);
+    assert_eq!(requests, 3, "no cluster listing");
     assert_eq!(instance.state, InstanceState::Running);
     assert_eq!(instance.addresses, ["192.168.4.147"]);
     assert_eq!(
@@ -239,13 +256,39 @@ fn entry9_running_get_makes_four_calls_and_reports_the_address() {
 }
 
 #[test]
-fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_status() {
+fn a_vm_that_migrated_is_found_through_the_listing_on_its_new_node() {
     let config = simulator_config();
-    let entry = r#"{"type":"qemu","vmid":100123,"node":"pv1-1","name":"proxy-a","status":"stopped","lock":"suspended"}"#;
+    let steps = vec![
+        fail(Method::Get, status_path(100_123), 500, MISSING_100123),
+        resources(
+            r#"{"type":"qemu","vmid":100123,"node":"pv1-2","name":"proxy-a","status":"running"}"#,
+        ),
+        ok(
+            Method::Get,
+            "/nodes/pv1-2/qemu/100123/status/current",
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+        ok(
+            Method::Get,
+            "/nodes/pv1-2/qemu/100123/config",
+            &our_config(100_123, "proxy-a"),
+        ),
+        ok(Method::Get, agent_path("pv1-2", 100_123), AGENT_ENS18),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    let instance = result.unwrap();
+    assert_eq!(instance.provider_id, "pv1-2/100123");
+    assert_eq!(instance.state, InstanceState::Running);
+}
+
+#[test]
+fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_the_agent() {
+    let config = simulator_config();
+    let status = r#"{"status":"stopped","qmpstatus":"stopped","lock":"suspended"}"#;
     let suspended_config =
         our_config(100_123, "proxy-a").replace(r#""digest""#, r#""lock":"suspended","digest""#);
     let steps = vec![
-        resources(entry),
+        ok(Method::Get, status_path(100_123), status),
         ok(Method::Get, config_path(100_123), &suspended_config),
     ];
     let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
@@ -253,7 +296,7 @@ fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_stat
 
     // Foreign hibernated VM at our VMID: not ours, not-found.
     let steps = vec![
-        resources(entry),
+        ok(Method::Get, status_path(100_123), status),
         ok(
             Method::Get,
             config_path(100_123),
@@ -267,21 +310,41 @@ fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_stat
 #[test]
 fn f2_get_of_a_vm_that_vanished_is_not_found_and_a_missing_entry_too() {
     let config = simulator_config();
+    // Gone between status and config: the listing no longer has it.
     let steps = vec![
-        resources(&vm_entry(100_123, "proxy-a", "running")),
-        fail(
+        ok(
             Method::Get,
-            config_path(100_123),
-            500,
-            "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist",
+            status_path(100_123),
+            r#"{"status":"running","qmpstatus":"running"}"#,
         ),
+        fail(Method::Get, config_path(100_123), 500, MISSING_100123),
+        resources(TEMPLATE_ENTRY),
     ];
     let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
     assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
-    let (result, _, _) = run(&config, vec![resources(TEMPLATE_ENTRY)], |pve| {
-        get(pve, &id(100_123))
-    });
+    // Listed, then gone from its node.
+    let steps = vec![
+        fail(Method::Get, status_path(100_123), 500, MISSING_100123),
+        resources(&vm_entry(100_123, "proxy-a", "running")),
+        fail(Method::Get, status_path(100_123), 500, MISSING_100123),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
     assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+    let steps = vec![
+        fail(Method::Get, status_path(100_123), 500, MISSING_100123),
+        resources(TEMPLATE_ENTRY),
+    ];
+    let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::NotFound(_))), "{result:?}");
+}
+
+#[test]
+fn a_refused_token_on_the_node_is_permanent_without_the_listing() {
+    let config = simulator_config();
+    let steps = vec![fail(Method::Get, status_path(100_123), 401, "")];
+    let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
+    assert!(matches!(result, Err(Error::Permanent(_))), "{result:?}");
+    assert_eq!(requests, 1);
 }
 
 /// The steps of a clean create of `proxy-a` at its start VMID, with the given clone config and

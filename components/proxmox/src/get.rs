@@ -1,15 +1,20 @@
-//! `get`: one VM by provider ID, in entry 9's order (Phase 5):
+//! `get`: one VM by provider ID, reading only the VM's own endpoints, so its cost does not grow
+//! with the cluster (an operator resyncing N proxies would otherwise read N listings of N VMs):
 //!
-//! 1. resources entry: missing → `not-found`; locked by a task or `status: unknown` → `transient`,
-//!    before the name is ever read (correction 1, F8);
+//! 1. `status/current` on the node the provider ID names: a task lock or `status: unknown` →
+//!    `transient`, before the name is ever read (correction 1, F8). The node not knowing the VM
+//!    (F2's missing config, a 404, the node failing) sends get to the cluster listing: missing
+//!    there → `not-found`; a busy entry → `transient`; else the node the entry names (a VM that
+//!    migrated since create is still found), whose `status/current` is read instead;
 //! 2. config: name and ownership mark (no mark → `not-found`: not ours); a task lock → `transient`;
 //!    `lock: suspended` → `stopped` after the mark check (Phase 5 judgment);
-//! 3. `status/current`: stopped, paused → `stopped`, prelaunch → `provisioning` (F14, correction 6);
+//! 3. the status read in 1: stopped, paused → `stopped`, prelaunch → `provisioning` (F14,
+//!    correction 6);
 //! 4. the agent: addresses → `running`, else the agent table in [`crate::state::agent_state`].
 //!
 //! A VM elsewhere with the same name is ignored: get addresses one VMID (Phase 5 judgment).
 
-use crate::api::{Io, Pve, Resource, VmConfig};
+use crate::api::{ApiError, Io, Pve, Resource, VmConfig, VmStatus};
 use crate::egress::provider::types::{Error, Instance, InstanceState};
 use crate::errors::{api_missing_vm, classify};
 use crate::id::VmId;
@@ -47,8 +52,32 @@ pub fn instance(
     }
 }
 
-/// `get` for `id`.
+/// `get` for `id`: the VM's own endpoints on the node its provider ID names; the cluster
+/// listing only when that node cannot answer for it (it migrated, or is gone).
 pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
+    let vmid = id.vmid;
+    let status = match pve.vm_status(&id.node, vmid) {
+        Ok(status) => status,
+        Err(error) if not_on_node(&error) => return get_from_listing(pve, id),
+        Err(error) => {
+            return Err(classify(&format!("read status of VM {vmid}"), &error));
+        }
+    };
+    match read_on_node(pve, &id.node, vmid, &status)? {
+        Some(instance) => Ok(instance),
+        // Gone from the node between two reads: migrated just now, or deleted.
+        None => get_from_listing(pve, id),
+    }
+}
+
+/// Whether the node's answer means the VM is not (or no longer) there: F2's missing config, a
+/// 404, or the node itself failing (5xx, 595/596). The listing then says where it is, if anywhere.
+fn not_on_node(error: &ApiError) -> bool {
+    api_missing_vm(error) || matches!(error, ApiError::Http { status, .. } if *status == 404 || *status >= 500)
+}
+
+/// The pre-scaling path (entry 9): the cluster listing says whether the VM exists and where.
+fn get_from_listing<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
     let vmid = id.vmid;
     let entries = pve
         .resources()
@@ -68,11 +97,41 @@ pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
     } else {
         entry.node.clone()
     };
-    let missing =
-        |what: &str| Error::NotFound(format!("VM {vmid} disappeared while reading its {what}"));
+    let status = match pve.vm_status(&node, vmid) {
+        Err(error) if api_missing_vm(&error) => return Err(disappeared(vmid, "status")),
+        other => other.map_err(|error| classify(&format!("read status of VM {vmid}"), &error))?,
+    };
+    read_on_node(pve, &node, vmid, &status)?.ok_or_else(|| disappeared(vmid, "config"))
+}
 
-    let config = match pve.vm_config(&node, vmid) {
-        Err(error) if api_missing_vm(&error) => return Err(missing("config")),
+fn disappeared(vmid: u32, what: &str) -> Error {
+    Error::NotFound(format!("VM {vmid} disappeared while reading its {what}"))
+}
+
+/// Steps 1–4 on the node the VM is on, given its `status/current`; `None` when its config is
+/// gone (F2).
+fn read_on_node<I: Io>(
+    pve: &mut Pve<'_, I>,
+    node: &str,
+    vmid: u32,
+    status: &VmStatus,
+) -> Result<Option<Instance>, Error> {
+    // Correction 1, F8: a task lock (mid-clone, the VM has no name yet) or an unknown status is
+    // transient before the name is ever read.
+    let status_lock = lock_state(status.lock.as_deref());
+    if let LockState::Held(lock) = &status_lock {
+        return Err(Error::Transient(format!(
+            "VM {vmid} is locked ({lock}): a task is running on it"
+        )));
+    }
+    if status.status == "unknown" {
+        return Err(Error::Transient(format!(
+            "VM {vmid} has status \"unknown\": a task is running on it"
+        )));
+    }
+
+    let config = match pve.vm_config(node, vmid) {
+        Err(error) if api_missing_vm(&error) => return Ok(None),
         other => other.map_err(|error| classify(&format!("read config of VM {vmid}"), &error))?,
     };
     let lock = lock_state(config.get("lock").map(String::as_str));
@@ -86,25 +145,21 @@ pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
             "VM {vmid} carries no egress-operator mark: it is not ours"
         ))
     })?;
-    if lock == LockState::Suspended || lock_state(entry.lock.as_deref()) == LockState::Suspended {
-        return Ok(instance(
-            &node,
+    if lock == LockState::Suspended || status_lock == LockState::Suspended {
+        return Ok(Some(instance(
+            node,
             vmid,
             &config,
             &mark,
             InstanceState::Stopped,
             Vec::new(),
-        ));
+        )));
     }
 
-    let status = match pve.vm_status(&node, vmid) {
-        Err(error) if api_missing_vm(&error) => return Err(missing("status")),
-        other => other.map_err(|error| classify(&format!("read status of VM {vmid}"), &error))?,
-    };
-    let (state, addresses) = match power(&status) {
+    let (state, addresses) = match power(status) {
         Power::Settled(state) => (state, Vec::new()),
         Power::Unsettled(why) => return Err(Error::Transient(format!("VM {vmid}: {why}"))),
-        Power::AskAgent => agent_state(&pve.agent_interfaces(&node, vmid))?,
+        Power::AskAgent => agent_state(&pve.agent_interfaces(node, vmid))?,
     };
-    Ok(instance(&node, vmid, &config, &mark, state, addresses))
+    Ok(Some(instance(node, vmid, &config, &mark, state, addresses)))
 }

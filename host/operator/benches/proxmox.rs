@@ -1,21 +1,36 @@
-//! The Proxmox provider's `get` of a running VM through the real path (component → runtime →
-//! broker → simulator over TLS) against the same HTTP requests sent directly by a pooled host
-//! client (same CA, HTTP/1.1 only, same token header), on the same simulator in the same run.
-//! Also: the component's size and its cold compile time (`Component::new`).
+//! The Proxmox provider's `get` of a running VM by four paths, on the same simulator in the same
+//! run:
+//!
+//! - **component**: the real path (component → runtime → broker → simulator over TLS);
+//! - **broker**: the same requests sent through the broker from host code (no wasm), so
+//!   component ÷ broker is the sandbox's share;
+//! - **broker, secret read per request**: the same, through a broker whose credential source
+//!   reads the secret file on a blocking thread for every request, as the broker did before it
+//!   cached the secret: the before/after of that change in the same run;
+//! - **direct**: the same requests sent by a pooled host client (same CA, HTTP/1.1 only, same
+//!   token header), so broker ÷ direct is the broker's share.
+//!
+//! Also: the component's size and its cold compile time (`Component::new`), and `get` through
+//! the component on clusters of 10, 1,000 and 10,000 VMs (goal: get at 10,000 ≤ 1.2 × get at 10;
+//! an operator resyncing N proxies calls get N times, so a get reading every VM costs O(N²)).
 //!
 //! Run: `cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 5`
-//! (needs `just build-components`). Goals: median ratio component/direct ≤ 1.05; component
-//! ≤ 1 MiB; cold compile ≤ 1 s. Besides criterion's report, the bench prints the ratio of
-//! medians from an interleaved run, so both paths see the same machine load.
+//! (needs `just build-components`). Goals: component ÷ direct ≤ 1.05, broker ÷ direct ≤ 1.02;
+//! component ≤ 1 MiB; cold compile ≤ 1 s. Besides criterion's report, the bench prints the ratios
+//! of medians from an interleaved run, so every path sees the same machine load.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use egress_capability_http::{Broker, Grants};
+use egress_capability_http::credentials::{CredentialSource, FileSource, SecretFuture};
+use egress_capability_http::{Broker, GrantSources, Grants};
+use egress_runtime::egress::{CallSite, Egress, EgressBody};
 use egress_runtime::types::{CreateRequest, Request, Response};
 use egress_runtime::{CallContext, InstanceState, Provider, Runtime, RuntimeConfig};
+use http_body_util::{BodyExt, Empty};
 use pvesim::{SimConfig, Simulator};
 use serde_json::{Value, json};
 use wasmtime::component::Component;
@@ -23,6 +38,10 @@ use wasmtime::component::Component;
 const NAME: &str = "proxy-benchaaaaaaaaaaaa";
 /// Interleaved samples per path for the printed ratio.
 const RATIO_SAMPLES: usize = 400;
+/// VMs on the simulated cluster, ours and the two templates included, for the scaling bench.
+const CLUSTER_SIZES: [usize; 3] = [10, 1_000, 10_000];
+/// Interleaved samples per cluster size for the printed scaling ratio.
+const SCALING_SAMPLES: usize = 200;
 
 fn component_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm")
@@ -31,6 +50,9 @@ fn component_path() -> PathBuf {
 struct Setup {
     sim: Simulator,
     runtime: Runtime,
+    broker: Broker,
+    /// The same grant, its secret read from the file on every request.
+    uncached_broker: Broker,
     provider: Arc<Provider>,
     config: String,
     direct: reqwest::Client,
@@ -38,7 +60,9 @@ struct Setup {
     _files: tempfile::TempDir,
 }
 
-async fn setup(bytes: &[u8]) -> Setup {
+/// A simulator holding `other_vms` VMs that are not ours beside the templates, and one running VM
+/// of ours created through the component.
+async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
     let sim = Simulator::start(SimConfig {
         task_latency: Duration::from_millis(5),
         agent_delay: Duration::ZERO,
@@ -46,6 +70,7 @@ async fn setup(bytes: &[u8]) -> Setup {
     })
     .await
     .expect("simulator starts");
+    sim.state().add_other_vms(other_vms);
     let files = tempfile::tempdir().unwrap();
     let secret_file = files.path().join("token");
     std::fs::write(&secret_file, sim.token()).unwrap();
@@ -59,8 +84,22 @@ async fn setup(bytes: &[u8]) -> Setup {
     )
     .expect("grant parses");
     let broker = Broker::new(&grants).expect("grant is valid");
-    let runtime =
-        Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(broker)).expect("runtime");
+    let uncached_broker = Broker::new(&Grants::default()).unwrap();
+    uncached_broker
+        .set_grant(
+            "proxmox",
+            &grants.grants["proxmox"],
+            GrantSources {
+                credential: Some(Arc::new(ReadEveryTime(FileSource::new(&secret_file)))),
+                ..GrantSources::default()
+            },
+        )
+        .expect("grant is valid");
+    let runtime = Runtime::new(
+        RuntimeConfig::default().cache_dir(None),
+        Arc::new(broker.clone()),
+    )
+    .expect("runtime");
     let provider = runtime
         .load_bytes("proxmox", bytes, &component_path())
         .await
@@ -97,6 +136,8 @@ async fn setup(bytes: &[u8]) -> Setup {
     Setup {
         sim,
         runtime,
+        broker,
+        uncached_broker,
         provider,
         config,
         direct,
@@ -117,18 +158,26 @@ impl Setup {
         }
     }
 
-    /// The paths a running get reads (entry 9): resources, config, status, agent.
-    fn get_paths(&self) -> Vec<String> {
-        let vm = format!(
-            "/api2/json/nodes/pv1-1/qemu/{}",
-            self.provider_id.rsplit('/').next().unwrap()
-        );
-        vec![
-            "/api2/json/cluster/resources?type=vm".into(),
-            format!("{vm}/config"),
-            format!("{vm}/status/current"),
-            format!("{vm}/agent/network-get-interfaces"),
-        ]
+    /// Waits (bounded) until get reports the VM running; returns the paths that get requested.
+    async fn wait_running(&self) -> Vec<String> {
+        for _ in 0..500 {
+            let before = self.sim.state().request_log().len();
+            let request = Request::Get {
+                config: self.config.clone(),
+                provider_id: self.provider_id.clone(),
+            };
+            if let Ok(Response::Get(instance)) =
+                self.provider.call(request, &CallContext::default()).await
+                && instance.state == InstanceState::Running
+            {
+                return self.sim.state().request_log()[before..]
+                    .iter()
+                    .map(|r| r.path.clone())
+                    .collect();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the VM never reported running");
     }
 
     /// The same requests from the host, each body parsed as the component parses it.
@@ -149,6 +198,49 @@ impl Setup {
             let body: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
             assert!(!body["data"].is_null(), "{path}");
         }
+    }
+
+    /// The same requests through the broker from host code, as the runtime hands them over for
+    /// the component (identity `proxmox`, a `Host` header, an empty body, no credential: the
+    /// broker injects it), each body read whole and parsed as the component parses it.
+    async fn broker_get(&self, broker: &Broker, paths: &[String], site: &CallSite) {
+        for path in paths {
+            let request = http::Request::get(format!("{}{path}", self.sim.url()))
+                .header(
+                    http::header::HOST,
+                    self.sim.url().trim_start_matches("https://"),
+                )
+                .body(EgressBody::new(
+                    Empty::<Bytes>::new().map_err(|never| match never {}),
+                ))
+                .unwrap();
+            let response = broker
+                .send(site, request, None)
+                .await
+                .expect("brokered request");
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert!(!body["data"].is_null(), "{path}");
+        }
+    }
+}
+
+/// The secret file read on a blocking thread for every request: the broker before it cached it.
+struct ReadEveryTime(FileSource);
+
+impl CredentialSource for ReadEveryTime {
+    fn read(&self) -> SecretFuture<'_> {
+        let file = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || file.read_blocking())
+                .await
+                .expect("the read does not panic")
+        })
     }
 }
 
@@ -177,62 +269,81 @@ fn proxmox_benchmarks(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let setup = executor.block_on(setup(&bytes));
+    let setup = executor.block_on(setup(&bytes, 0));
     let auth = setup.sim.token_header();
-    let paths = setup.get_paths();
 
-    // Both paths must send the same requests: compare with what the simulator logged for one get.
-    executor.block_on(async {
-        for _ in 0..500 {
-            let before = setup.sim.state().request_log().len();
-            let request = Request::Get {
-                config: setup.config.clone(),
-                provider_id: setup.provider_id.clone(),
-            };
-            if let Ok(Response::Get(instance)) =
-                setup.provider.call(request, &CallContext::default()).await
-                && instance.state == InstanceState::Running
-            {
-                let logged: Vec<String> = setup.sim.state().request_log()[before..]
-                    .iter()
-                    .map(|r| r.path.clone())
-                    .collect();
-                let expected: Vec<String> = paths
-                    .iter()
-                    .map(|p| p.split('?').next().unwrap().to_string())
-                    .collect();
-                assert_eq!(
-                    logged, expected,
-                    "the direct client must replay the component's requests"
-                );
-                return;
+    // Every path sends the same requests: those the simulator logged for one get of the component
+    // (the log leaves out the query; the listing's is `type=vm`).
+    let paths: Vec<String> = executor
+        .block_on(setup.wait_running())
+        .into_iter()
+        .map(|path| {
+            if path.ends_with("/cluster/resources") {
+                format!("{path}?type=vm")
+            } else {
+                path
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the VM never reported running");
-    });
+        })
+        .collect();
+    println!("get requests: {paths:?}");
 
-    // Interleaved, so both paths share the machine's state; the ratio of medians is printed.
-    let (mut through, mut direct) = (Vec::new(), Vec::new());
+    let site = CallSite {
+        provider: Arc::from("proxmox"),
+        digest: Arc::from(""),
+        operation: "get",
+    };
+
+    // Interleaved, so every path shares the machine's state; the ratios of medians are printed.
+    let (mut through, mut brokered, mut uncached, mut direct) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     executor.block_on(async {
         for _ in 0..RATIO_SAMPLES {
             let start = Instant::now();
             setup.component_get().await;
             through.push(start.elapsed());
             let start = Instant::now();
+            setup.broker_get(&setup.broker, &paths, &site).await;
+            brokered.push(start.elapsed());
+            let start = Instant::now();
+            setup
+                .broker_get(&setup.uncached_broker, &paths, &site)
+                .await;
+            uncached.push(start.elapsed());
+            let start = Instant::now();
             setup.direct_get(&paths, &auth).await;
             direct.push(start.elapsed());
         }
     });
-    let (through, direct) = (median(&mut through), median(&mut direct));
+    let (through, brokered, uncached, direct) = (
+        median(&mut through),
+        median(&mut brokered),
+        median(&mut uncached),
+        median(&mut direct),
+    );
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
-        "get, interleaved medians: component {through:?}, direct {direct:?}, ratio {:.3} (goal <= 1.05)",
-        through.as_secs_f64() / direct.as_secs_f64()
+        "get, interleaved medians: component {through:?}, broker {brokered:?}, direct {direct:?}; \
+         component/broker {:.3}, broker/direct {:.3} (goal <= 1.02), component/direct {:.3} (goal <= 1.05)",
+        ratio(through, brokered),
+        ratio(brokered, direct),
+        ratio(through, direct),
+    );
+    println!(
+        "get, broker with the secret read per request (before caching) {uncached:?}: its ratio to direct {:.3}",
+        ratio(uncached, direct)
     );
 
     let mut group = c.benchmark_group("proxmox get of a running VM");
     group.bench_function("component (runtime + broker)", |b| {
         b.to_async(&executor).iter(|| setup.component_get())
+    });
+    group.bench_function("broker from host code (no wasm)", |b| {
+        b.to_async(&executor)
+            .iter(|| setup.broker_get(&setup.broker, &paths, &site))
+    });
+    group.bench_function("broker, secret read per request", |b| {
+        b.to_async(&executor)
+            .iter(|| setup.broker_get(&setup.uncached_broker, &paths, &site))
     });
     group.bench_function("direct (pooled reqwest)", |b| {
         b.to_async(&executor)
@@ -254,5 +365,56 @@ fn proxmox_benchmarks(c: &mut Criterion) {
     compile.finish();
 }
 
-criterion_group!(benches, proxmox_benchmarks);
+/// `get` of our running VM through the component on clusters of each of [`CLUSTER_SIZES`].
+fn get_scaling(c: &mut Criterion) {
+    let bytes = std::fs::read(component_path()).expect("run `just build-components` first");
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let setups: Vec<(usize, Setup)> = CLUSTER_SIZES
+        .iter()
+        .map(|&size| {
+            // The templates and our VM count towards the cluster's size.
+            let setup = executor.block_on(setup(&bytes, size - 3));
+            executor.block_on(setup.wait_running());
+            (size, setup)
+        })
+        .collect();
+
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); setups.len()];
+    executor.block_on(async {
+        for _ in 0..SCALING_SAMPLES {
+            for ((_, setup), samples) in setups.iter().zip(&mut samples) {
+                let start = Instant::now();
+                setup.component_get().await;
+                samples.push(start.elapsed());
+            }
+        }
+    });
+    let medians: Vec<Duration> = samples.iter_mut().map(|s| median(s)).collect();
+    let report: Vec<String> = setups
+        .iter()
+        .zip(&medians)
+        .map(|((size, _), median)| format!("{size} VMs {median:?}"))
+        .collect();
+    println!(
+        "get by cluster size, interleaved medians: {}; {} ÷ {} VMs {:.3} (goal <= 1.2)",
+        report.join(", "),
+        CLUSTER_SIZES[2],
+        CLUSTER_SIZES[0],
+        medians[2].as_secs_f64() / medians[0].as_secs_f64()
+    );
+
+    let mut group = c.benchmark_group("proxmox get by cluster size");
+    for (size, setup) in &setups {
+        group.bench_function(format!("{size} VMs"), |b| {
+            b.to_async(&executor).iter(|| setup.component_get())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, proxmox_benchmarks, get_scaling);
 criterion_main!(benches);

@@ -562,7 +562,7 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
     // Errors quoting the server (F2's not-found, a 500 from a fault) carry no secret either.
     harness.sim.faults().add(FaultRule::new(
         "GET",
-        "/cluster/resources",
+        "/nodes/*/qemu/*/config",
         Trigger::Nth(1),
         FaultAction::Status {
             status: 500,
@@ -576,5 +576,114 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
     assert_eq!(
         class(&harness.get("pv1-1/199998").await),
         Some(ErrorClass::NotFound)
+    );
+}
+
+/// The paths (without `/api2/json`) the simulator logged since request `from`.
+fn paths_since(harness: &Harness, from: usize) -> Vec<String> {
+    harness.sim.state().request_log()[from..]
+        .iter()
+        .map(|record| record.path.trim_start_matches("/api2/json").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_reads_only_the_vms_own_endpoints_however_large_the_cluster() {
+    let harness = Harness::start().await;
+    harness.sim.state().add_other_vms(1_000);
+    let created = harness.create(NAME, UID).await.expect("create");
+    wait_running(&harness, &created.provider_id).await;
+    let from = harness.requests();
+    let running = harness.get(&created.provider_id).await.expect("get");
+    assert_eq!(running.state, InstanceState::Running);
+    let vm = format!("/nodes/pv1-1/qemu/{}", vmid_of(&created.provider_id));
+    assert_eq!(
+        paths_since(&harness, from),
+        [
+            format!("{vm}/status/current"),
+            format!("{vm}/config"),
+            format!("{vm}/agent/network-get-interfaces"),
+        ],
+        "no cluster listing in the common case"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_no_longer_on_the_node_its_id_names_is_found_through_the_listing() {
+    let harness = Harness::start().await;
+    let created = harness.create(NAME, UID).await.expect("create");
+    wait_running(&harness, &created.provider_id).await;
+    let vmid = vmid_of(&created.provider_id);
+    // As after a migration: the ID names a node that no longer holds the VM (here one the
+    // simulator does not know, which answers 500 as an unreachable node does).
+    let from = harness.requests();
+    let found = harness
+        .get(&format!("pv1-0/{vmid}"))
+        .await
+        .expect("found through the listing");
+    assert_eq!(found.provider_id, created.provider_id, "where it is now");
+    assert_eq!(found.state, InstanceState::Running);
+    assert_eq!(
+        paths_since(&harness, from)[..2],
+        [
+            format!("/nodes/pv1-0/qemu/{vmid}/status/current"),
+            "/cluster/resources".to_string(),
+        ]
+    );
+
+    // Gone from everywhere: not-found, after the listing.
+    harness.delete(&created.provider_id).await.expect("delete");
+    let gone = harness.get(&created.provider_id).await;
+    assert_eq!(class(&gone), Some(ErrorClass::NotFound), "{gone:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correction1_f8_a_mid_clone_vm_is_transient_before_its_config_is_read() {
+    let harness = Harness::start_with(SimConfig {
+        // The clone outlives the test.
+        task_latency: std::time::Duration::from_secs(120),
+        ..quick_sim_config()
+    })
+    .await;
+    // resources, template config, clone: then the crash, leaving the clone running.
+    harness.sim.faults().abort_after(3);
+    let first = harness.create(NAME, UID).await;
+    assert_eq!(class(&first), Some(ErrorClass::Transient), "{first:?}");
+    harness.sim.faults().clear_abort();
+    let vmid = harness
+        .sim
+        .state()
+        .vmids()
+        .into_iter()
+        .find(|vmid| {
+            harness
+                .sim
+                .state()
+                .guest(*vmid)
+                .is_some_and(|g| g.mid_clone)
+        })
+        .expect("a VM mid-clone");
+
+    // On its node: status/current carries the clone's lock.
+    let from = harness.requests();
+    let on_node = harness.get(&format!("pv1-1/{vmid}")).await;
+    assert_eq!(class(&on_node), Some(ErrorClass::Transient), "{on_node:?}");
+    assert_eq!(
+        paths_since(&harness, from),
+        [format!("/nodes/pv1-1/qemu/{vmid}/status/current")],
+        "the config, and the name in it, is never read"
+    );
+
+    // Through the listing: F8's nameless entry with status unknown.
+    let from = harness.requests();
+    let listed = harness.get(&format!("pv1-0/{vmid}")).await;
+    assert_eq!(class(&listed), Some(ErrorClass::Transient), "{listed:?}");
+    assert_eq!(
+        paths_since(&harness, from),
+        [
+            format!("/nodes/pv1-0/qemu/{vmid}/status/current"),
+            "/cluster/resources".to_string(),
+        ],
+        "the entry alone decides"
     );
 }

@@ -32,6 +32,9 @@ struct Args {
     /// Seed for rate-triggered faults.
     #[arg(long, default_value_t = 0)]
     fault_seed: u64,
+    /// Preload this many stopped VMs that are not the operator's (a cluster of that size).
+    #[arg(long, default_value_t = 0)]
+    other_vms: usize,
     /// Serve this many requests, then reset every connection.
     #[arg(long)]
     abort_after: Option<u64>,
@@ -49,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         fault_seed: args.fault_seed,
     };
     let sim = Simulator::start(config).await?;
+    sim.state().add_other_vms(args.other_vms);
     for rule in args.faults {
         sim.faults().add(rule);
     }

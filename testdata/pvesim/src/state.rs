@@ -262,6 +262,46 @@ impl SimState {
         );
     }
 
+    /// Adds `count` stopped QEMU VMs that belong to someone else (named `other-<vmid>`, no
+    /// ownership mark), at the lowest free VMIDs from 1000: a cluster of a given size, for
+    /// measuring what an operation costs as the cluster grows. Returns their VMIDs.
+    pub fn add_other_vms(&self, count: usize) -> Vec<u32> {
+        let mut inner = self.lock();
+        let mut added = Vec::with_capacity(count);
+        let mut vmid = 1000;
+        while added.len() < count {
+            if let std::collections::btree_map::Entry::Vacant(free) = inner.guests.entry(vmid) {
+                let config = [
+                    ("name".to_string(), format!("other-{vmid}")),
+                    ("memory".to_string(), "2048".to_string()),
+                    ("cores".to_string(), "2".to_string()),
+                    ("boot".to_string(), "order=scsi0".to_string()),
+                    (
+                        "scsi0".to_string(),
+                        format!("local-lvm:vm-{vmid}-disk-0,size=8G"),
+                    ),
+                    (
+                        "net0".to_string(),
+                        "virtio=BC:24:11:00:00:01,bridge=vmbr0".to_string(),
+                    ),
+                    ("tags".to_string(), "other".to_string()),
+                ];
+                free.insert(Guest {
+                    kind: GuestKind::Qemu,
+                    config: config.into_iter().collect(),
+                    run: RunState::Stopped,
+                    started: None,
+                    placeholder: false,
+                    busy: None,
+                    guest_ip: DEFAULT_GUEST_IP.to_string(),
+                });
+                added.push(vmid);
+            }
+            vmid += 1;
+        }
+        added
+    }
+
     /// Adds a stopped LXC container named `hostname`.
     pub fn add_lxc(&self, vmid: u32, hostname: &str) {
         let config = BTreeMap::from([

@@ -4,8 +4,10 @@
 //! The CA file is loaded on the first request, not at start-up (Proxmox entry 14): a missing
 //! file is a host that is not ready yet, so the request fails and the next one tries again; a
 //! file that holds no certificate is a wrong file, which retrying cannot fix. Once a CA loads it
-//! is cached, and a client (one pool) per origin is built from it and kept. The file is read on a
-//! blocking thread, never on the async executor.
+//! is cached, and a client (one pool) per origin is built from it and kept, until the file
+//! changes ([`FileWatch`]): then the next request loads it again and builds new clients. A
+//! changed file that holds no certificate (a write caught half-way) keeps the last good CA until
+//! the file changes again. The file is read on a blocking thread, never on the async executor.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -21,6 +23,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
 use crate::policy::{Origin, Scheme};
+use crate::watch::{FileWatch, Freshness};
 
 /// Idle pooled connections kept per origin.
 const MAX_IDLE_PER_ORIGIN: usize = 16;
@@ -68,19 +71,36 @@ pub struct ClientSettings {
 #[derive(Debug)]
 pub struct GrantClients {
     settings: ClientSettings,
-    /// Shared by every request of the grant; `None` until the CA file loads.
-    roots: Mutex<Option<Arc<Vec<reqwest::Certificate>>>>,
-    /// One pool per origin, shared by every request of the grant.
-    clients: Mutex<HashMap<Origin, reqwest::Client>>,
+    /// Watches `ca_file` (when the CA comes from a file).
+    ca_watch: Option<Arc<FileWatch>>,
+    /// The CA and the clients built from it, shared by every request of the grant.
+    state: Mutex<ClientState>,
+    /// Serialises loads of the CA file, so the last one stored is the last one read.
+    loading: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    /// `None` until the CA loads.
+    roots: Option<Arc<Vec<reqwest::Certificate>>>,
+    /// The CA file changed since `roots` was read.
+    stale: bool,
+    /// One pool per origin, built from `roots`.
+    clients: HashMap<Origin, reqwest::Client>,
 }
 
 impl GrantClients {
     /// Clients for a grant with these settings. Reads no file.
     pub fn new(settings: ClientSettings) -> Self {
+        let ca_watch = match (&settings.ca_pem, &settings.ca_file) {
+            (None, Some(file)) => Some(Arc::new(FileWatch::new(file))),
+            _ => None,
+        };
         Self {
             settings,
-            roots: Mutex::new(None),
-            clients: Mutex::new(HashMap::new()),
+            ca_watch,
+            state: Mutex::new(ClientState::default()),
+            loading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -93,48 +113,88 @@ impl GrantClients {
         }
     }
 
-    /// The pooled client for `origin`, building it (and loading the CA) on first use.
+    /// The pooled client for `origin`, building it (and loading the CA) on first use and after
+    /// the CA file changed.
     pub async fn client_for(&self, origin: &Origin) -> Result<reqwest::Client, ClientError> {
-        if let Some(client) = lock(&self.clients).get(origin) {
-            return Ok(client.clone());
+        if origin.scheme() == Scheme::Https {
+            self.refresh_roots().await?;
         }
-        let roots = match origin.scheme() {
-            Scheme::Https => Some(self.roots().await?),
-            Scheme::Http => None,
+        let roots = {
+            let state = lock(&self.state);
+            if let Some(client) = state.clients.get(origin) {
+                return Ok(client.clone());
+            }
+            state.roots.clone()
         };
         let client = self.build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
-        Ok(lock(&self.clients)
+        Ok(lock(&self.state)
+            .clients
             .entry(origin.clone())
             .or_insert(client)
             .clone())
     }
 
-    async fn roots(&self) -> Result<Arc<Vec<reqwest::Certificate>>, ClientError> {
-        if let Some(roots) = lock(&self.roots).as_ref() {
-            return Ok(roots.clone());
+    /// Loads the CA if it has not loaded yet or its file changed. Without blocking when neither.
+    async fn refresh_roots(&self) -> Result<(), ClientError> {
+        // Unwatched (no watch could be had, or a load is arming it): keep what loaded.
+        let changed = self
+            .ca_watch
+            .as_ref()
+            .is_some_and(|watch| watch.check() == Freshness::Changed);
+        {
+            let mut state = lock(&self.state);
+            state.stale |= changed && state.roots.is_some();
+            if state.roots.is_some() && !state.stale {
+                return Ok(());
+            }
         }
-        let loaded = if let Some(pem) = &self.settings.ca_pem {
-            parse_ca(pem.as_bytes(), Path::new("(in memory)"))
-        } else {
-            let path = self
-                .settings
-                .ca_file
-                .clone()
-                .ok_or_else(|| ClientError::CaUnusable {
-                    path: PathBuf::new(),
-                    reason: "no CA for an https origin".into(),
-                })?;
-            let loading = path.clone();
-            tokio::task::spawn_blocking(move || load_ca(&loading))
+        let _loading = self.loading.lock().await;
+        {
+            let mut state = lock(&self.state);
+            if state.roots.is_some() && !state.stale {
+                return Ok(());
+            }
+            state.stale = false;
+        }
+        let loaded = match (
+            &self.settings.ca_pem,
+            &self.settings.ca_file,
+            &self.ca_watch,
+        ) {
+            (Some(pem), _, _) => parse_ca(pem.as_bytes(), Path::new("(in memory)")),
+            (None, Some(path), Some(watch)) => {
+                let (path, watch) = (path.clone(), watch.clone());
+                let loading = path.clone();
+                // Armed before the read: a change made while it is read is seen next time.
+                tokio::task::spawn_blocking(move || {
+                    watch.arm_blocking();
+                    load_ca(&loading)
+                })
                 .await
                 .map_err(|join_error| ClientError::CaUnusable {
                     path,
                     reason: join_error.to_string(),
                 })?
+            }
+            _ => Err(ClientError::CaUnusable {
+                path: PathBuf::new(),
+                reason: "no CA for an https origin".into(),
+            }),
         };
-        let roots = Arc::new(loaded?);
-        *lock(&self.roots) = Some(roots.clone());
-        Ok(roots)
+        let mut state = lock(&self.state);
+        match loaded {
+            Ok(roots) => {
+                state.roots = Some(Arc::new(roots));
+                // Pools trusting the previous CA go; requests in flight keep theirs.
+                state.clients.clear();
+                Ok(())
+            }
+            Err(error) if state.roots.is_some() => {
+                tracing::warn!(%error, "the CA file changed but cannot be used: keeping the last good CA until it changes again");
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     fn build(

@@ -1,13 +1,17 @@
-//! Where injected secrets come from. A source is read on every request, so a rotated secret is
+//! Where injected secrets come from. A source is asked on every request, so a rotated secret is
 //! used from the next request on, with no restart (Proxmox entry 14: the token is read per
-//! request). Reading never blocks the async executor: a file is read on a blocking thread.
+//! request). Asking never blocks the async executor: a file source keeps the secret in memory
+//! and reads the file again, on a blocking thread, only when its [`FileWatch`] saw it change.
 
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use zeroize::Zeroizing;
+
+use crate::watch::{FileWatch, Freshness};
 
 /// A secret value. Its `Debug` and `Display` print `[redacted]`; its memory is zeroed on drop.
 pub struct Secret(Zeroizing<String>);
@@ -71,57 +75,134 @@ pub trait CredentialSource: Send + Sync {
     fn read(&self) -> SecretFuture<'_>;
 }
 
-/// A secret in a file (for example a mounted Kubernetes Secret), read and trimmed on every call.
+/// A secret in a file (for example a mounted Kubernetes Secret), trimmed, kept in memory (zeroed
+/// on drop) and read again once the file changed: an edit, a file renamed over it, a Secret's
+/// `..data` swap. Clones share the cache.
 #[derive(Clone, Debug)]
 pub struct FileSource {
+    shared: Arc<FileShared>,
+}
+
+#[derive(Debug)]
+struct FileShared {
     path: PathBuf,
+    watch: FileWatch,
+    cache: Mutex<Cached>,
+}
+
+/// The last secret read, and how many changes were seen: a read that started before a change
+/// must not store what it read after that change was seen.
+#[derive(Default)]
+struct Cached {
+    secret: Option<Zeroizing<String>>,
+    changes: u64,
+}
+
+impl fmt::Debug for Cached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cached")
+            .field("secret", &self.secret.as_ref().map(|_| "[redacted]"))
+            .field("changes", &self.changes)
+            .finish()
+    }
 }
 
 impl FileSource {
     /// A source reading `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+        let path = path.into();
+        Self {
+            shared: Arc::new(FileShared {
+                watch: FileWatch::new(&path),
+                path,
+                cache: Mutex::new(Cached::default()),
+            }),
+        }
     }
 
     /// The file read.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.shared.path
+    }
+
+    /// Read and check the file now, blocking the calling thread. Bypasses the cache.
+    pub fn read_blocking(&self) -> Result<Secret, CredentialError> {
+        read_file(&self.shared.path).map(|secret| Secret::new(secret.to_string()))
+    }
+
+    /// The cached secret if the file has not changed since it was read; else the count of
+    /// changes seen, for [`FileSource::store`].
+    fn cached(&self) -> Result<Secret, u64> {
+        let mut cache = lock(&self.shared.cache);
+        match self.shared.watch.check() {
+            Freshness::Unchanged => {}
+            // Unwatched: a read is under way, or no watch could be had; read it every time.
+            Freshness::Changed | Freshness::Unwatched => {
+                cache.secret = None;
+                cache.changes += 1;
+            }
+        }
+        match &cache.secret {
+            Some(secret) => Ok(Secret::new(secret.to_string())),
+            None => Err(cache.changes),
+        }
+    }
+
+    /// Arm the watch, then read the file (blocking): the watch must see a change made while
+    /// the file is read.
+    fn reload_blocking(&self, changes: u64) -> Result<Secret, CredentialError> {
+        self.shared.watch.arm_blocking();
+        let secret = read_file(&self.shared.path)?;
+        let mut cache = lock(&self.shared.cache);
+        if cache.changes == changes {
+            cache.secret = Some(secret.clone());
+        }
+        Ok(Secret::new(secret.to_string()))
     }
 }
 
-impl FileSource {
-    /// Read and check the file now, blocking the calling thread.
-    pub fn read_blocking(&self) -> Result<Secret, CredentialError> {
-        let bytes = Zeroizing::new(std::fs::read(&self.path).map_err(|source| {
-            CredentialError::Unreadable {
-                path: self.path.clone(),
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Read, trim and check a secret file.
+fn read_file(path: &Path) -> Result<Zeroizing<String>, CredentialError> {
+    let bytes =
+        Zeroizing::new(
+            std::fs::read(path).map_err(|source| CredentialError::Unreadable {
+                path: path.to_owned(),
                 source,
-            }
-        })?);
-        let text = std::str::from_utf8(&bytes).map_err(|_| CredentialError::Unusable {
-            path: self.path.clone(),
-        })?;
-        let trimmed = text.trim();
-        if trimmed.is_empty() {
-            return Err(CredentialError::Empty {
-                path: self.path.clone(),
-            });
-        }
-        if trimmed.chars().any(|c| c.is_control()) {
-            return Err(CredentialError::Unusable {
-                path: self.path.clone(),
-            });
-        }
-        Ok(Secret::new(trimmed.to_owned()))
+            })?,
+        );
+    let text = std::str::from_utf8(&bytes).map_err(|_| CredentialError::Unusable {
+        path: path.to_owned(),
+    })?;
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(CredentialError::Empty {
+            path: path.to_owned(),
+        });
     }
+    if trimmed.chars().any(|c| c.is_control()) {
+        return Err(CredentialError::Unusable {
+            path: path.to_owned(),
+        });
+    }
+    Ok(Zeroizing::new(trimmed.to_owned()))
 }
 
 impl CredentialSource for FileSource {
     fn read(&self) -> SecretFuture<'_> {
+        let changes = match self.cached() {
+            Ok(secret) => return Box::pin(std::future::ready(Ok(secret))),
+            Err(changes) => changes,
+        };
         let source = self.clone();
         Box::pin(async move {
-            let path = source.path.clone();
-            tokio::task::spawn_blocking(move || source.read_blocking())
+            let path = source.shared.path.clone();
+            tokio::task::spawn_blocking(move || source.reload_blocking(changes))
                 .await
                 .unwrap_or_else(|join_error| {
                     Err(CredentialError::Unreadable {
@@ -201,7 +282,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn file_source_trims_and_rereads_every_call() {
+    async fn file_source_trims_and_rereads_once_the_file_changed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "  first-secret\n").unwrap();
@@ -209,6 +290,33 @@ mod tests {
         assert_eq!(source.read().await.unwrap().expose(), "first-secret");
         std::fs::write(&path, "second-secret\r\n").unwrap();
         assert_eq!(source.read().await.unwrap().expose(), "second-secret");
+        // A Kubernetes Secret rotates by renaming a new file over the old one.
+        let next = dir.path().join("token.next");
+        std::fs::write(&next, "third-secret").unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        assert_eq!(source.read().await.unwrap().expose(), "third-secret");
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            source.read().await,
+            Err(CredentialError::Unreadable { .. })
+        ));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn an_unchanged_file_is_served_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first-secret").unwrap();
+        let source = FileSource::new(&path);
+        assert_eq!(source.read().await.unwrap().expose(), "first-secret");
+        let before = lock(&source.shared.cache).changes;
+        assert!(source.read().await.is_ok());
+        assert_eq!(lock(&source.shared.cache).changes, before, "no change seen");
+        assert!(
+            lock(&source.shared.cache).secret.is_some(),
+            "served from memory"
+        );
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    cannot even set those headers ([`Egress::is_forbidden_header`]); this is the second check.
 //!    On a credentialed request, `Range`/`If-Range` are denied and `Accept-Encoding` becomes
 //!    `identity`: a server that reflects the credential must reflect it where redaction sees it;
-//! 5. read the secret ([`credentials::CredentialSource`], on every request, off the executor) and
+//! 5. take the secret ([`credentials::CredentialSource`]: held in memory, read again off the
+//!    executor once its file changed, so a rotated secret is used from the next request) and
 //!    inject it;
 //! 6. connect to the origin's host with the grant's client: the grant's CA only, optional
 //!    `serverName` for verification, HTTP/1.1 only if asked, no proxy, no redirects
@@ -67,6 +68,7 @@ pub mod grant;
 pub mod metrics;
 pub mod policy;
 pub mod redact;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -160,6 +162,27 @@ struct Injection {
     prefix: String,
     suffix: String,
     source: Arc<dyn CredentialSource>,
+    /// The redactor for the last header value injected: building one (an Aho-Corasick automaton
+    /// of every form of the secret) costs more than the request, so it is built once per secret.
+    redactor: std::sync::Mutex<Option<(zeroize::Zeroizing<String>, Redactor)>>,
+}
+
+impl Injection {
+    /// The redactor for `secret` injected as `value`, built once per value.
+    fn redactor(&self, secret: &str, value: &str) -> Redactor {
+        let mut cached = self
+            .redactor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match cached.as_ref() {
+            Some((known, redactor)) if known.as_str() == value => redactor.clone(),
+            _ => {
+                let redactor = Redactor::new(secret, value);
+                *cached = Some((zeroize::Zeroizing::new(value.to_owned()), redactor.clone()));
+                redactor
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Broker {
@@ -380,6 +403,7 @@ fn activate(
                 prefix: prefix.to_owned(),
                 suffix: suffix.to_owned(),
                 source,
+                redactor: std::sync::Mutex::new(None),
             })
         }
     };
@@ -540,7 +564,7 @@ impl Inner {
                 secret.expose(),
                 injection.suffix
             ));
-            let redactor = Redactor::new(secret.expose(), &value);
+            let redactor = injection.redactor(secret.expose(), &value);
             let mut value = HeaderValue::try_from(value.as_str()).map_err(|_| {
                 refuse(Refusal::CredentialsUnavailable);
                 fail(

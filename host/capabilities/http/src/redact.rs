@@ -41,7 +41,8 @@ pub const REDACTED: &[u8] = b"[redacted]";
 /// reveal little anyway.
 const MIN_FRAGMENT: usize = 8;
 
-/// The patterns to remove for one request's secret.
+/// The patterns to remove for one secret. Cheap to clone (the matcher is shared).
+#[derive(Clone)]
 pub struct Redactor {
     /// Every form of the secret and of the header value, found in one leftmost-longest pass.
     matcher: AhoCorasick,

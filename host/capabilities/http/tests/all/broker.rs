@@ -242,6 +242,27 @@ fn assert_no_secret(received: &Received) {
 }
 
 #[tokio::test]
+async fn a_rotated_secret_is_redacted_too_entry_14() {
+    let setup = Setup::new(echo_handler(64)).await;
+    let broker = setup.broker();
+    let first = send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    assert_no_secret(&first);
+    // The redactor is built once per secret: a rotated one needs its own.
+    let rotated = "root@pam!operator=0a0b0c0d-1111-2222-3333-444455556666";
+    setup.files.write("token", rotated);
+    let second = send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.text(),
+        r#"{"message":"bad header [redacted]","b64":"[redacted]","raw":"[redacted]"}"#
+    );
+    assert_eq!(second.headers["x-echo"], "[redacted]");
+}
+
+#[tokio::test]
 async fn echoed_secret_is_redacted_from_headers_and_body_phase_4() {
     for chunk_size in [7, 64, 4096] {
         let setup = Setup::new(echo_handler(chunk_size)).await;
@@ -269,6 +290,27 @@ async fn certificate_from_another_ca_is_a_certificate_error() {
         "{result:?}"
     );
     assert!(setup.server.seen().is_empty());
+}
+
+#[tokio::test]
+async fn a_changed_ca_file_is_used_from_the_next_request_entry_14() {
+    let setup = Setup::new(ok_json()).await;
+    let good = std::fs::read_to_string(setup.files.path("ca.pem")).unwrap();
+    let broker = setup.broker();
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
+    // Another CA: the pooled connection trusting the old one must not be reused.
+    setup.files.write("ca.pem", &Ca::new("unrelated CA").pem());
+    let result = send(&broker, "proxmox", get(&setup.url("/"), &[])).await;
+    assert!(
+        matches!(result, Err(EgressError::TlsCertificateError)),
+        "{result:?}"
+    );
+    setup.files.write("ca.pem", &good);
+    send(&broker, "proxmox", get(&setup.url("/"), &[]))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
