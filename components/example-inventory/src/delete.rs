@@ -1,4 +1,5 @@
-//! `delete`: idempotent (gone is success); a VM without our mark is never deleted (`permanent`).
+//! `delete`: idempotent (gone is success); a VM without our mark, or an ID this provider never
+//! makes, is never deleted (`permanent`).
 
 use egress_guest::{ErrorClass, Method, Request};
 
@@ -7,8 +8,8 @@ use crate::egress::provider::types::Error;
 
 pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
     let endpoint = backend::endpoint(config)?;
-    // A malformed ID names no VM of ours: there is nothing to delete.
-    let Ok(id) = backend::vm_id(provider_id) else { return Ok(()) };
+    // An ID of another shape is none this provider made: refuse rather than guess (`permanent`).
+    let id = backend::vm_id(provider_id).map_err(|problem| Error::Permanent(problem.message))?;
     let path = format!("/vms/{id}");
     let vm: Vm = match egress_guest::get_json(&endpoint, &path) {
         Err(problem) if problem.class == ErrorClass::NotFound => return Ok(()),
