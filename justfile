@@ -86,3 +86,5 @@ demo: build
 bench: build-components
     cargo bench -p egress-runtime
     cargo bench -p egress-operator --bench budgets
+    # The Python provider beside the Rust one: size, cold compile, cached load, fresh instance, a get.
+    cargo bench -p egress-operator --bench python -- --warm-up-time 1 --measurement-time 3

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """A toy inventory service: the backend of the example provider (components/example-inventory).
 
-    python3 testdata/inventory/inventory.py [--listen 127.0.0.1:0] [--token-file FILE] [--hang]
+    python3 testdata/inventory/inventory.py [--listen 127.0.0.1:0] [--tls-cert PEM --tls-key PEM]
+                                            [--token-file FILE] [--hang] [--seed NAME]
 
-Prints `url: http://127.0.0.1:PORT` once it listens. Standard library only, state in memory.
+Prints `url: http(s)://127.0.0.1:PORT` once it listens. Standard library only, state in memory.
+The host's broker injects a credential only over https: with --token-file, give --tls-cert and
+--tls-key too (a certificate for 127.0.0.1, made for example by
+`openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=inventory
+-addext subjectAltName=IP:127.0.0.1 -keyout key.pem -out cert.pem`; the grant's `tls.caFile` is then
+cert.pem).
 
 API (JSON):
   GET    /health                 200 {"ok": true}
@@ -20,6 +26,7 @@ adds a VM without the operator's mark (a foreign VM) at start.
 
 import argparse
 import json
+import ssl
 import threading
 import time
 import urllib.parse
@@ -120,6 +127,8 @@ def make_handler(inventory, token, hang):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:0")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
     parser.add_argument("--token-file")
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--seed", action="append", default=[])
@@ -131,7 +140,13 @@ def main():
         inventory.add(name, {"owner": "someone-else"}, "")
     server = ThreadingHTTPServer((host, int(port)), make_handler(inventory, token, args.hang))
     server.daemon_threads = True
-    print(f"url: http://{host}:{server.server_address[1]}", flush=True)
+    scheme = "http"
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    print(f"url: {scheme}://{host}:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
 

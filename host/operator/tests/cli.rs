@@ -223,17 +223,30 @@ fn a_check_reason_prints_in_kebab_case() {
     let reference = component("reference");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.json");
-    std::fs::write(&config, r#"{"endpoint":"http://127.0.0.1:9"}"#).unwrap();
+    std::fs::write(&config, r#"{"endpoint":"https://127.0.0.1:9"}"#).unwrap();
     // The grant's secret file does not exist: the broker answers `credentials-unavailable`
     // before it connects anywhere.
     let grants = dir.path().join("grants.yaml");
     let missing = dir.path().join("no-such-token");
+    // Any PEM will do for a CA that is never used: nothing is reached.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap()
+            .pem(),
+    )
+    .unwrap();
     std::fs::write(
         &grants,
         format!(
-            "grants:\n  reference:\n    origins: [\"http://127.0.0.1:9\"]\n    credential:\n      \
-             header: Authorization\n      format: \"Bearer {{secret}}\"\n      secretFile: {}\n",
-            missing.display()
+            "grants:\n  reference:\n    origins: [\"https://127.0.0.1:9\"]\n    credential:\n      \
+             header: Authorization\n      format: \"Bearer {{secret}}\"\n      secretFile: {}\n    \
+             tls:\n      caFile: {}\n",
+            missing.display(),
+            ca.display()
         ),
     )
     .unwrap();

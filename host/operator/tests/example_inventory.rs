@@ -25,12 +25,13 @@ fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The toy inventory, killed on drop.
+/// The toy inventory over HTTPS (the broker injects a credential only over TLS), killed on drop.
 struct Inventory {
     child: Child,
     url: String,
     _files: tempfile::TempDir,
     token_file: PathBuf,
+    ca_file: PathBuf,
 }
 
 impl Drop for Inventory {
@@ -45,9 +46,29 @@ impl Inventory {
         let files = tempfile::tempdir().unwrap();
         let token_file = files.path().join("token");
         std::fs::write(&token_file, TOKEN).unwrap();
+        // A CA made for this run, and the inventory's certificate for 127.0.0.1 signed by it.
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        let (ca_file, cert_file, key_file) = (
+            files.path().join("ca.pem"),
+            files.path().join("cert.pem"),
+            files.path().join("key.pem"),
+        );
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        std::fs::write(&cert_file, leaf.pem()).unwrap();
+        std::fs::write(&key_file, leaf_key.serialize_pem()).unwrap();
         let mut child = Command::new("python3")
             .arg(repository().join("testdata/inventory/inventory.py"))
             .args(["--token-file", token_file.to_str().unwrap()])
+            .args(["--tls-cert", cert_file.to_str().unwrap()])
+            .args(["--tls-key", key_file.to_str().unwrap()])
             .args(extra)
             .stdout(Stdio::piped())
             .spawn()
@@ -67,6 +88,7 @@ impl Inventory {
             url,
             _files: files,
             token_file,
+            ca_file,
         }
     }
 
@@ -80,6 +102,7 @@ impl Inventory {
             &json!({"grants": {"example-inventory": {
                 "origins": [self.url],
                 "credential": {"header": "Authorization", "format": "Bearer {secret}", "secretFile": token_file},
+                "tls": {"caFile": self.ca_file},
             }}})
             .to_string(),
         )
@@ -95,12 +118,10 @@ impl Inventory {
             "{} is missing: run `just build-components`",
             path.display()
         );
-        Arc::new(
-            runtime
-                .load_file(&path)
-                .await
-                .expect("loads under the given limits"),
-        )
+        runtime
+            .load_file(&path)
+            .await
+            .expect("loads under the given limits")
     }
 }
 
@@ -259,7 +280,11 @@ async fn a_foreign_vm_is_never_ours_and_a_malformed_id_is_not_found_and_never_de
             "{malformed:?}: {outcome:?}"
         );
         let outcome = call(&provider, delete(&inventory, malformed)).await;
-        assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{malformed:?}: {outcome:?}");
+        assert_eq!(
+            class(&outcome),
+            Some(ErrorClass::Permanent),
+            "{malformed:?}: {outcome:?}"
+        );
     }
     // Still there: nothing deleted it.
     let still = call(&provider, get(&inventory, "inv/1")).await;
