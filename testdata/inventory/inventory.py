@@ -8,8 +8,8 @@ Prints `url: http(s)://127.0.0.1:PORT` once it listens. Standard library only, s
 The host's broker injects a credential only over https: with --token-file, give --tls-cert and
 --tls-key too (a certificate for 127.0.0.1, made for example by
 `openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=inventory
--addext subjectAltName=IP:127.0.0.1 -keyout key.pem -out cert.pem`; the grant's `tls.caFile` is then
-cert.pem).
+-addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE -keyout key.pem
+-out cert.pem`; the grant's `tls.caFile` is then cert.pem).
 
 API (JSON):
   GET    /health                 200 {"ok": true}
