@@ -235,11 +235,8 @@ async fn a_create_body_over_4_kib_reaches_the_endpoint_whole() {
         &files.path("token"),
         &files.path("ca.pem"),
     );
-    let runtime = Runtime::new(
-        RuntimeConfig::default(),
-        Arc::new(broker(PROVIDER, grant)),
-    )
-    .unwrap();
+    let runtime =
+        Runtime::new(RuntimeConfig::default(), Arc::new(broker(PROVIDER, grant))).unwrap();
     let provider = runtime.load_file(&component()).await.unwrap();
     // 40 KiB of cloud-config: ten times the largest write the stream takes, not a multiple of it.
     let user_data: String = (0..40 * 1024 + 7)
