@@ -23,12 +23,16 @@ build-components:
     cargo component build --manifest-path components/Cargo.toml --workspace --release --target wasm32-wasip2 --target-dir target/wasm
     mkdir -p target/components
     for c in {{ components }}; do cp "target/wasm/wasm32-wasip2/release/${c//-/_}.wasm" "target/components/$c.wasm"; done
+    # The example provider is a workspace of its own, as it is when copied out of this repository.
+    cargo component build --manifest-path components/example-inventory/Cargo.toml --release --target wasm32-wasip2 --target-dir target/wasm
+    cp target/wasm/wasm32-wasip2/release/example_inventory.wasm target/components/example-inventory.wasm
     components/python-proxmox/build.sh
     ls -l target/components
 
 # The same components with plain cargo (no cargo-component): proves both toolchains build them.
 build-components-plain:
     cargo build --manifest-path components/Cargo.toml --workspace --release --target wasm32-wasip2 --target-dir target/wasm-plain
+    cargo build --manifest-path components/example-inventory/Cargo.toml --release --target wasm32-wasip2 --target-dir target/wasm-plain
 
 # Build the operator binary in release mode.
 build: build-components
@@ -83,3 +87,5 @@ bench: build-components
     cargo bench -p egress-runtime
     cargo bench -p egress-operator --bench budgets
     cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 3
+    # The Python provider beside the Rust one: size, cold compile, cached load, fresh instance, a get.
+    cargo bench -p egress-operator --bench python -- --warm-up-time 1 --measurement-time 3

@@ -44,27 +44,9 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// Why a request got no response at all, as the host reported it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportKind {
-    /// DNS, refused, reset, timeouts: the node could not be reached.
-    Unreachable,
-    /// The node's certificate did not verify (or the TLS handshake failed).
-    Tls,
-    /// The host's broker refused the request (the grant does not cover it).
-    Denied,
-    /// The host could not read the credentials it injects.
-    CredentialsUnavailable,
-    /// Anything else.
-    Other,
-}
-
-/// A request that got no response.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TransportError {
-    pub kind: TransportKind,
-    pub detail: String,
-}
+/// Why a request got no response: the shared guest crate's kinds (unreachable, TLS, denied,
+/// credentials unavailable, other).
+pub use egress_guest::{TransportError, TransportKind};
 
 /// Log levels of the host's `log` import.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -114,7 +114,12 @@ impl Guest for ProxmoxProvider {
     }
 
     fn get(config: String, provider_id: String) -> Result<Instance, Error> {
-        let id = VmId::parse(&provider_id)?;
+        // An ID of another shape names no VM this provider made: `not-found` (create then finds
+        // its VM again by name and UID), never `permanent`. `delete` keeps refusing it.
+        let id = VmId::parse(&provider_id).map_err(|error| match error {
+            Error::Permanent(message) => Error::NotFound(message),
+            other => other,
+        })?;
         run(&config, "get", |pve| get::get(pve, &id))
     }
 

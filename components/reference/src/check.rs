@@ -7,9 +7,8 @@
 
 use crate::config::Config;
 use crate::egress::provider::types::{CheckReason, CheckResult};
-use crate::http::{self, Request};
-use crate::wasi::http::types::Method;
-use crate::{status, time};
+use crate::{operation, status};
+use egress_guest::{Method, Request, time};
 
 /// The `check` export.
 pub fn check(config: &str) -> CheckResult {
@@ -30,14 +29,9 @@ pub fn check(config: &str) -> CheckResult {
         };
     };
 
-    let request = Request {
-        method: Method::Get,
-        path: "/health",
-        json_body: None,
-        debug_authorization: config.debug_send_authorization.as_deref(),
-    };
-    match http::send(endpoint, request) {
+    let request = Request::new(Method::Get, endpoint, "/health");
+    match egress_guest::send(&operation::request(&config, request, None)) {
         Ok(response) => status::check_result(response.status, &response.body),
-        Err(failure) => failure.into_check(),
+        Err(failure) => status::failure_check(failure),
     }
 }

@@ -1,21 +1,23 @@
 //! `create`: make sure a VM named `request.name` exists and is starting.
 //!
 //! Without an endpoint the answer is invented (a running `ref/<name>`). With one, the provider
-//! POSTs `{"name", "uid"}` to `{endpoint}/instances` and answers the instance the endpoint returns.
+//! POSTs `{"name", "uid", "userData"}` to `{endpoint}/instances` and answers the instance the endpoint returns.
 //! Either way it logs an info line `created` with the name, the UID and a random request ID.
 
 use serde::Serialize;
 
 use crate::egress::provider::types::{CreateRequest, Error, Instance};
-use crate::wasi::http::types::Method;
 use crate::wasi::random::random;
-use crate::{instance, logging, operation, time};
+use crate::{instance, logging, operation};
+use egress_guest::{Method, time};
 
 /// The JSON body POSTed to `{endpoint}/instances`.
 #[derive(Serialize)]
 struct CreateBody<'a> {
     name: &'a str,
     uid: &'a str,
+    #[serde(rename = "userData")]
+    user_data: &'a str,
 }
 
 /// The `create` export.
@@ -33,6 +35,7 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
             let body = CreateBody {
                 name: &request.name,
                 uid: &request.uid,
+                user_data: &request.user_data,
             };
             let body = serde_json::to_vec(&body).map_err(|error| {
                 Error::Permanent(format!("could not encode the create request: {error}"))

@@ -5,9 +5,8 @@
 //! endpoint: `DELETE {endpoint}/instances/<name>`, where a 404 also counts as success.
 
 use crate::egress::provider::types::Error;
-use crate::http::percent_encode;
-use crate::wasi::http::types::Method;
 use crate::{instance, operation};
+use egress_guest::{Method, percent_encode};
 
 /// The `delete` export.
 pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {

@@ -5,9 +5,8 @@
 //! other name is a running instance. With an endpoint: `GET {endpoint}/instances/<name>`.
 
 use crate::egress::provider::types::{Error, Instance};
-use crate::http::percent_encode;
-use crate::wasi::http::types::Method;
 use crate::{instance, operation};
+use egress_guest::{Method, percent_encode};
 
 /// The `get` export.
 pub fn get(config: &str, provider_id: &str) -> Result<Instance, Error> {

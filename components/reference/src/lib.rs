@@ -12,10 +12,12 @@
 //!   `list_by_tag` and `check`.
 //! * `operation` is what every hypervisor-facing operation does first: parse the config, wait
 //!   `delayMs`, answer `failWith`.
-//! * `http` is the whole `wasi:http` client: build a request, send it, read the body.
-//! * `status` turns HTTP statuses and `wasi:http` error codes into contract errors.
-//! * `instance`, `time` and `logging` are small helpers (provider IDs, the JSON the endpoint
-//!   speaks, RFC 3339 timestamps, the `log` import).
+//! * The `wasi:http` client, RFC 3339 time and the error classes of HTTP statuses come from the
+//!   shared guest crate `egress-guest` (`components/guest`).
+//! * `status` turns HTTP statuses and `wasi:http` error codes into contract errors and check
+//!   results.
+//! * `instance` and `logging` are small helpers (provider IDs, the JSON the endpoint speaks, the
+//!   `log` import).
 //!
 //! ## What it does
 //!
@@ -32,13 +34,11 @@ mod create;
 mod delete;
 mod describe;
 mod get;
-mod http;
 mod instance;
 mod list_by_tag;
 mod logging;
 mod operation;
 mod status;
-mod time;
 
 // Rust bindings for the contract, generated at compile time from the released contract 0.1.0 in
 // the repository's `wit/since_v0.1.0/` folder (frozen: a new contract version is a new folder).

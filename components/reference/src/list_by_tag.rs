@@ -4,9 +4,8 @@
 //! empty. With one: `GET {endpoint}/instances?tag=<key>=<value>`, key and value percent-encoded.
 
 use crate::egress::provider::types::{Error, Instance};
-use crate::http::percent_encode;
-use crate::wasi::http::types::Method;
 use crate::{instance, operation};
+use egress_guest::{Method, percent_encode};
 
 /// The `list-by-tag` export.
 pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Vec<Instance>, Error> {

@@ -1,11 +1,11 @@
 //! What every hypervisor-facing operation (create, get, delete, list-by-tag) does first, and the
 //! one helper they share to call the endpoint.
 
-use crate::config::{Config, Endpoint, FailWith};
+use egress_guest::{Endpoint, Method, Request, time};
+
+use crate::config::{Config, FailWith};
 use crate::egress::provider::types::Error;
-use crate::http::{self, Request};
-use crate::wasi::http::types::Method;
-use crate::{logging, status, time};
+use crate::{logging, status};
 
 /// Parse the configuration, wait `delayMs`, then answer `failWith` if it is set.
 ///
@@ -39,14 +39,9 @@ pub fn call(
     path: &str,
     json_body: Option<Vec<u8>>,
 ) -> Result<Vec<u8>, Error> {
-    let method_name = http::method_name(&method).to_string();
-    let request = Request {
-        method,
-        path,
-        json_body,
-        debug_authorization: config.debug_send_authorization.as_deref(),
-    };
-    let response = http::send(endpoint, request).map_err(http::Failure::into_error)?;
+    let method_name = egress_guest::method_name(&method).to_string();
+    let request = request(config, Request::new(method, endpoint, path), json_body);
+    let response = egress_guest::send(&request).map_err(status::failure_error)?;
     // Status only: bodies may hold anything, and the host adds provider and operation context.
     logging::debug(
         "endpoint answered",
@@ -61,6 +56,24 @@ pub fn call(
         None => Ok(response.body),
     }
 }
+
+/// `request` with the JSON body and the test-only `debugSendAuthorization` header, if any.
+///
+/// The endpoint speaks JSON; bodies over 4 MiB are refused as a broken endpoint.
+pub fn request(config: &Config, request: Request, json_body: Option<Vec<u8>>) -> Request {
+    let mut request = request.max_response_bytes(MAX_RESPONSE_BYTES);
+    if let Some(body) = json_body {
+        request = request.body("application/json", body);
+    }
+    match config.debug_send_authorization.as_deref() {
+        // TEST ONLY: the broker must refuse it (see `Config::debug_send_authorization`).
+        Some(value) => request.header("authorization", value),
+        None => request,
+    }
+}
+
+/// The largest response body read; an endpoint answering more is treated as broken.
+const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 #[cfg(test)]
 mod tests {

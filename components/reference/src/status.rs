@@ -1,5 +1,6 @@
 //! What an HTTP outcome means for the contract: statuses and `wasi:http` error codes become
-//! contract errors (for operations) or check results (for `check`).
+//! contract errors (for operations, statuses by `egress_guest::ErrorClass::of_status`) or check
+//! results (for `check`).
 //!
 //! The error class is what the operator acts on, so the rules are deliberate:
 //!
@@ -9,7 +10,8 @@
 //! | 404                                       | `not-found`       | `misconfigured`       |
 //! | 401                                       | `permanent`       | `unauthorized`        |
 //! | 403                                       | `permanent`       | `forbidden`           |
-//! | 429, 5xx                                  | `transient`       | `other`               |
+//! | 408, 429, 5xx but 507                     | `transient`       | `other`               |
+//! | 507                                       | `quota-exceeded`  | `other`               |
 //! | other statuses                            | `permanent`       | `misconfigured`       |
 //! | `HTTP-request-denied` (broker said no)    | `permanent`       | `other`               |
 //! | DNS, connection refused, timeouts         | `transient`       | `unreachable`         |
@@ -20,19 +22,45 @@
 //! usually the server's own explanation.
 
 use crate::egress::provider::types::{CheckReason, CheckResult, Error};
-use crate::wasi::http::types::ErrorCode;
+use egress_guest::{ErrorClass, ErrorCode, Failure};
 
 /// How much of an error response body a message quotes.
 pub const BODY_EXCERPT_BYTES: usize = 200;
 
 /// The error for a non-2xx response to an operation, or `None` for 2xx.
 pub fn operation_error(status: u16, body: &[u8]) -> Option<Error> {
-    let message = || format!("endpoint answered HTTP {status}: {}", body_excerpt(body));
-    match status {
-        200..=299 => None,
-        404 => Some(Error::NotFound(message())),
-        429 | 500..=599 => Some(Error::Transient(message())),
-        _ => Some(Error::Permanent(message())),
+    let message = format!("endpoint answered HTTP {status}: {}", body_excerpt(body));
+    ErrorClass::of_status(status).map(|class| contract_error(class, message))
+}
+
+/// The contract error of `class` with `message`.
+pub fn contract_error(class: ErrorClass, message: String) -> Error {
+    match class {
+        ErrorClass::Transient => Error::Transient(message),
+        ErrorClass::Permanent => Error::Permanent(message),
+        ErrorClass::NotFound => Error::NotFound(message),
+        ErrorClass::QuotaExceeded => Error::QuotaExceeded(message),
+    }
+}
+
+/// The contract error an operation answers for a request that got no response. A header the
+/// host refused (`Authorization`, which is the broker's) is `permanent`.
+pub fn failure_error(failure: Failure) -> Error {
+    match failure {
+        Failure::Transport(code) => transport_error(&code),
+        refused @ Failure::HeaderRefused { .. } => Error::Permanent(refused.to_string()),
+        Failure::Other(message) => Error::Transient(message),
+    }
+}
+
+/// The result `check` answers for a request that got no response.
+pub fn failure_check(failure: Failure) -> CheckResult {
+    match failure {
+        Failure::Transport(code) => transport_check(&code),
+        other => CheckResult {
+            reason: CheckReason::Other,
+            message: other.to_string(),
+        },
     }
 }
 
@@ -108,7 +136,8 @@ pub fn body_excerpt(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wasi::http::types::DnsErrorPayload;
+    use egress_guest::HeaderError;
+    use egress_guest::wasip2::http::types::DnsErrorPayload;
 
     fn class(error: &Option<Error>) -> &'static str {
         match error {
@@ -128,10 +157,12 @@ mod tests {
             (204, "success"),
             (299, "success"),
             (404, "not-found"),
+            (408, "transient"),
             (429, "transient"),
             (500, "transient"),
             (503, "transient"),
             (599, "transient"),
+            (507, "quota-exceeded"),
             (400, "permanent"),
             (401, "permanent"),
             (403, "permanent"),
@@ -251,6 +282,44 @@ mod tests {
             transport_check(&ErrorCode::HttpRequestDenied)
                 .message
                 .contains("egress denied")
+        );
+    }
+
+    #[test]
+    fn a_forbidden_header_is_a_permanent_error_naming_the_header() {
+        let failure = Failure::HeaderRefused {
+            name: "authorization".into(),
+            error: HeaderError::Forbidden,
+        };
+        match failure_error(failure) {
+            Error::Permanent(message) => {
+                assert!(message.contains("`authorization`"), "{message}");
+                assert!(message.contains("forbids"), "{message}");
+            }
+            other => panic!("expected permanent, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn failures_map_to_check_reasons() {
+        let refused = failure_check(Failure::Transport(ErrorCode::ConnectionRefused));
+        assert_eq!(refused.reason, CheckReason::Unreachable);
+        let header = Failure::HeaderRefused {
+            name: "authorization".into(),
+            error: HeaderError::Forbidden,
+        };
+        assert_eq!(failure_check(header).reason, CheckReason::Other);
+        let other = failure_check(Failure::Other("the stream closed early".into()));
+        assert_eq!(
+            (other.reason, other.message.as_str()),
+            (CheckReason::Other, "the stream closed early")
+        );
+    }
+
+    #[test]
+    fn other_failures_are_transient() {
+        assert!(
+            matches!(failure_error(Failure::Other("x".into())), Error::Transient(m) if m == "x")
         );
     }
 }

@@ -34,7 +34,8 @@ use serde::Deserialize;
 )]
 struct Cli {
     /// How log lines on stderr are written: `text` for people, `json` (one object per line) for
-    /// log collectors. `RUST_LOG` sets the level (default `warn`).
+    /// log collectors. `RUST_LOG` sets the level (default `warn`; `provider` commands also show
+    /// the provider's own log lines at `info` and up, target `egress_runtime::guest`).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -179,7 +180,8 @@ enum ProviderCommand {
 /// Parses the command line, runs it and turns every failure into one line and an exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    let guest_lines = matches!(cli.command, Command::Provider(_));
+    init_tracing(cli.log_format, guest_lines);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -199,11 +201,21 @@ fn fail(err: &anyhow::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_tracing(format: LogFormat) {
+/// The log filter when `RUST_LOG` is unset: warnings, and for a person trying a provider with
+/// `provider call` also the provider's own lines from `info` up (an operator's would be noise).
+fn default_filter(guest_lines: bool) -> &'static str {
+    if guest_lines {
+        "warn,egress_runtime::guest=info"
+    } else {
+        "warn"
+    }
+}
+
+fn init_tracing(format: LogFormat, guest_lines: bool) {
     use std::io::IsTerminal;
     // Logs go to stderr so stdout stays parseable JSON; `RUST_LOG` overrides the level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(guest_lines)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -290,3 +290,79 @@ fn a_config_that_is_not_json_is_named() {
         stderr(&output)
     );
 }
+
+/// Check reasons print as the WIT, the errors and every doc spell them: kebab-case
+/// (`credentials-unavailable`, never `credentialsUnavailable`).
+#[test]
+fn a_check_reason_prints_in_kebab_case() {
+    let reference = component("reference");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"endpoint":"https://127.0.0.1:9"}"#).unwrap();
+    // The grant's secret file does not exist: the broker answers `credentials-unavailable`
+    // before it connects anywhere.
+    let grants = dir.path().join("grants.yaml");
+    let missing = dir.path().join("no-such-token");
+    // Any PEM will do for a CA that is never used: nothing is reached.
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap()
+            .pem(),
+    )
+    .unwrap();
+    std::fs::write(
+        &grants,
+        format!(
+            "grants:\n  reference:\n    origins: [\"https://127.0.0.1:9\"]\n    credential:\n      \
+             header: Authorization\n      format: \"Bearer {{secret}}\"\n      secretFile: {}\n    \
+             tls:\n      caFile: {}\n",
+            missing.display(),
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let output = run(&[
+        "provider",
+        "call",
+        reference.to_str().unwrap(),
+        "check",
+        "--config",
+        config.to_str().unwrap(),
+        "--grants",
+        grants.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(response["operation"], "check");
+    assert_eq!(
+        response["result"]["reason"], "credentials-unavailable",
+        "{response}"
+    );
+}
+
+/// `provider call` shows the provider's own log lines (info and up) on stderr without `RUST_LOG`,
+/// and stderr that is not a terminal carries no ANSI colour codes.
+#[test]
+fn provider_log_lines_show_by_default_without_colour_off_a_terminal() {
+    let reference = component("reference");
+    let cache = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+        .args(["provider", "call", reference.to_str().unwrap(), "create"])
+        .args(["--input", r#"{"name":"proxy-log","uid":"uid-log"}"#])
+        .env("XDG_CACHE_HOME", cache.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    // The reference provider logs `created` with the name at info.
+    assert!(
+        err.contains("created") && err.contains("proxy-log"),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "ANSI escape in {err:?}");
+}

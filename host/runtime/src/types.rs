@@ -188,9 +188,10 @@ pub struct Description {
     pub capabilities: Vec<Capability>,
 }
 
-/// Machine-readable reason a check did not pass.
+/// Machine-readable reason a check did not pass. Serialized in kebab-case
+/// (`credentials-unavailable`), as the WIT, the errors and the docs spell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "kebab-case")]
 pub enum CheckReason {
     /// Everything the provider needs answered.
     Ok,

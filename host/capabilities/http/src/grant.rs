@@ -16,7 +16,7 @@
 //!       caFile: /etc/egress/proxmox-ca.pem     # loaded on first use, cached once it loads
 //!       serverName: pv1-1.home.lab             # verify the certificate for this name
 //!       http1Only: true
-//!     timeouts: { connectMs: 5000, firstByteMs: 30000, totalMs: 120000 }
+//!     timeouts: { connectMs: 5000, firstByteMs: 20000, totalMs: 120000 }
 //!     maxResponseBytes: 16777216
 //!   kvm2:                                      # libvirt only: no origins, no HTTP grant
 //!     libvirt: { connections: [{ name: hv1, uri: "qemu:///system" }] }
@@ -37,8 +37,10 @@ use serde::Deserialize;
 
 /// Connect timeout when a grant sets none.
 pub const DEFAULT_CONNECT_MS: u64 = 5_000;
-/// Time to the response's status line and headers when a grant sets none.
-pub const DEFAULT_FIRST_BYTE_MS: u64 = 30_000;
+/// Time to the response's status line and headers when a grant sets none. Well below the 30 s
+/// deadline of `get` and `check` (connect 5 s + first byte 20 s leaves 5 s), so a `check` against a
+/// hung endpoint still answers the reason `unreachable` instead of running out its deadline.
+pub const DEFAULT_FIRST_BYTE_MS: u64 = 20_000;
 /// Time for the whole exchange, body included, when a grant sets none.
 pub const DEFAULT_TOTAL_MS: u64 = 120_000;
 /// Response body cap when a grant sets none (16 MiB).

@@ -64,6 +64,8 @@ pub struct Seen {
     pub path_and_query: String,
     pub headers: HeaderMap,
     pub version: Version,
+    /// The request body, whole.
+    pub body: Vec<u8>,
 }
 
 /// How a server answers.
@@ -197,7 +199,11 @@ async fn answer(
     recorded: &Mutex<Vec<Seen>>,
 ) -> Response<ScriptedBody> {
     let (parts, body) = request.into_parts();
-    let _ = body.collect().await;
+    let body = body
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes().to_vec())
+        .unwrap_or_default();
     let seen = Seen {
         path_and_query: parts
             .uri
@@ -205,6 +211,7 @@ async fn answer(
             .map_or("/".into(), |p| p.to_string()),
         headers: parts.headers,
         version: parts.version,
+        body,
     };
     let reply = handler(&seen);
     recorded.lock().unwrap().push(seen);

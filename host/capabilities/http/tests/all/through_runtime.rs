@@ -207,3 +207,60 @@ async fn provider_reaching_another_origin_or_setting_authorization_is_refused() 
     get(&provider, &setup.config(), "vm").await.unwrap();
     assert_eq!(setup.server.seen().len(), 1);
 }
+
+/// `blocking-write-and-flush` takes at most 4,096 bytes per call: a request body written in larger
+/// pieces traps the instance (the reference provider once wrote 64 KiB pieces, so any `create`
+/// with user data over 4 KiB trapped). Its body now goes out through `egress-guest`, piece by
+/// piece as `check-write` permits, and reaches the endpoint whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_body_over_4_kib_reaches_the_endpoint_whole() {
+    let ca = Ca::new("egress runtime test CA");
+    let files = Files::new();
+    files.write("token", SECRET);
+    files.write("ca.pem", &ca.pem());
+    let server = Server::start(
+        &ca,
+        &["127.0.0.1"],
+        Protocol::Http1,
+        handler(|_| {
+            Reply::ok(
+                &serde_json::json!({"name": "big", "state": "provisioning", "addresses": []})
+                    .to_string(),
+            )
+        }),
+    )
+    .await;
+    let grant = proxmox_grant(
+        &server.origin(),
+        &files.path("token"),
+        &files.path("ca.pem"),
+    );
+    let runtime =
+        Runtime::new(RuntimeConfig::default(), Arc::new(broker(PROVIDER, grant))).unwrap();
+    let provider = runtime.load_file(&component()).await.unwrap();
+    // 40 KiB of cloud-config: ten times the largest write the stream takes, not a multiple of it.
+    let user_data: String = (0..40 * 1024 + 7)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let request = egress_runtime::types::CreateRequest {
+        name: "big".into(),
+        uid: "uid-big".into(),
+        tags: Vec::new(),
+        user_data: user_data.clone(),
+        config: serde_json::json!({ "endpoint": server.origin() }).to_string(),
+    };
+    let outcome = provider
+        .call(Request::Create { request }, &CallContext::default())
+        .await;
+    assert!(matches!(outcome, Ok(Response::Create(_))), "{outcome:?}");
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].headers["content-length"].to_str().unwrap(),
+        seen[0].body.len().to_string()
+    );
+    let sent: serde_json::Value = serde_json::from_slice(&seen[0].body).unwrap();
+    assert_eq!(sent["userData"].as_str(), Some(user_data.as_str()));
+    assert_eq!(sent["uid"], "uid-big");
+}

@@ -1,14 +1,18 @@
 //! Time: RFC 3339 timestamps from `wasi:clocks/wall-clock`, and waiting on
-//! `wasi:clocks/monotonic-clock`.
-//!
-//! A provider needs one timestamp format and one way to wait, so both are written out here instead
-//! of pulling in a date crate.
+//! `wasi:clocks/monotonic-clock`. One timestamp format and one way to wait, written out here
+//! instead of pulling a date crate into every component.
 
-use crate::wasi::clocks::{monotonic_clock, wall_clock};
+use wasip2::clocks::{monotonic_clock, wall_clock};
 
-/// Now, as an RFC 3339 UTC timestamp with whole seconds (`2024-02-29T12:34:56Z`).
+/// Now, as an RFC 3339 UTC timestamp with whole seconds (`2024-02-29T12:34:56Z`): what a provider
+/// writes as an instance's `created-at` when it creates one.
 pub fn now_rfc3339() -> String {
     rfc3339_from_unix_seconds(wall_clock::now().seconds)
+}
+
+/// Milliseconds on the monotonic clock, for budgets.
+pub fn monotonic_ms() -> u64 {
+    monotonic_clock::now() / 1_000_000
 }
 
 /// Block this call for `milliseconds` without spinning: subscribe to the monotonic clock and
@@ -17,8 +21,7 @@ pub fn sleep_ms(milliseconds: u64) {
     if milliseconds == 0 {
         return;
     }
-    let nanoseconds = milliseconds.saturating_mul(1_000_000);
-    monotonic_clock::subscribe_duration(nanoseconds).block();
+    monotonic_clock::subscribe_duration(milliseconds.saturating_mul(1_000_000)).block();
 }
 
 /// Format seconds since 1970-01-01T00:00:00Z as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -63,12 +66,8 @@ mod tests {
 
     // Expected values were produced independently with Python's `datetime`.
     #[test]
-    fn formats_the_epoch() {
+    fn formats_the_epoch_and_leap_days() {
         assert_eq!(rfc3339_from_unix_seconds(0), "1970-01-01T00:00:00Z");
-    }
-
-    #[test]
-    fn formats_leap_days() {
         assert_eq!(
             rfc3339_from_unix_seconds(951_782_400),
             "2000-02-29T00:00:00Z"
@@ -76,6 +75,10 @@ mod tests {
         assert_eq!(
             rfc3339_from_unix_seconds(1_709_210_096),
             "2024-02-29T12:34:56Z"
+        );
+        assert_eq!(
+            rfc3339_from_unix_seconds(1_790_145_676),
+            "2026-09-23T06:41:16Z"
         );
     }
 
