@@ -92,7 +92,8 @@ class Provider(exports.Provider):
         return _instance(_run(request.config, "create", lambda pve: create(pve, wanted)))
 
     def get(self, config: str, provider_id: str) -> wit.Instance:
-        return _instance(_run(config, "get", lambda pve: get(pve, _parse_id(provider_id))))
+        # A malformed ID names no VM of ours: `not-found` (docs/contract.md); delete keeps it permanent.
+        return _instance(_run(config, "get", lambda pve: get(pve, _parse_id(provider_id, NOT_FOUND))))
 
     def delete(self, config: str, provider_id: str) -> None:
         _run(config, "delete", lambda pve: delete(pve, _parse_id(provider_id)))
@@ -112,5 +113,8 @@ class Provider(exports.Provider):
         return wit.CheckResult(_REASONS[reason], message)
 
 
-def _parse_id(provider_id: str) -> VmId:
-    return VmId.parse(provider_id)
+def _parse_id(provider_id: str, malformed: str = PERMANENT) -> VmId:
+    try:
+        return VmId.parse(provider_id)
+    except Failure as failure:
+        raise Failure(malformed, str(failure)) from None

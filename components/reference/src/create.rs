@@ -1,12 +1,13 @@
 //! `create`: make sure a VM named `request.name` exists and is starting.
 //!
 //! Without an endpoint the answer is invented (a running `ref/<name>`). With one, the provider
-//! POSTs `{"name", "uid", "userData"}` to `{endpoint}/instances` and answers the instance the endpoint returns.
+//! POSTs `{"name", "uid", "tags", "userData"}` to `{endpoint}/instances` and answers the instance
+//! the endpoint returns. The tags go along so that list-by-tag finds what create made.
 //! Either way it logs an info line `created` with the name, the UID and a random request ID.
 
 use serde::Serialize;
 
-use crate::egress::provider::types::{CreateRequest, Error, Instance};
+use crate::egress::provider::types::{CreateRequest, Error, Instance, Tag};
 use crate::wasi::random::random;
 use crate::{instance, logging, operation};
 use egress_guest::{Method, time};
@@ -16,8 +17,22 @@ use egress_guest::{Method, time};
 struct CreateBody<'a> {
     name: &'a str,
     uid: &'a str,
+    tags: Vec<TagBody<'a>>,
     #[serde(rename = "userData")]
     user_data: &'a str,
+}
+
+/// A tag as the endpoint stores it, `{"key", "value"}`, as list-by-tag's `?tag=key=value` asks.
+#[derive(Serialize)]
+struct TagBody<'a> {
+    key: &'a str,
+    value: &'a str,
+}
+
+impl<'a> From<&'a Tag> for TagBody<'a> {
+    fn from(tag: &'a Tag) -> Self {
+        TagBody { key: &tag.key, value: &tag.value }
+    }
 }
 
 /// The `create` export.
@@ -35,6 +50,7 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
             let body = CreateBody {
                 name: &request.name,
                 uid: &request.uid,
+                tags: request.tags.iter().map(TagBody::from).collect(),
                 user_data: &request.user_data,
             };
             let body = serde_json::to_vec(&body).map_err(|error| {

@@ -490,3 +490,39 @@ async fn the_secret_never_appears_in_provider_errors_or_responses() {
         Some(ErrorClass::NotFound)
     );
 }
+
+#[tokio::test]
+async fn a_malformed_provider_id_is_not_found_for_get_and_permanent_for_delete() {
+    // docs/contract.md: no VM of ours can have it, so get answers not-found; delete refuses an ID
+    // it never made rather than answer success.
+    let harness = harness().await;
+    for malformed in ["garbage", "pv1-1/../9001", "pv1-1/99"] {
+        let get = harness
+            .call(Request::Get {
+                config: harness.config_text(),
+                provider_id: malformed.into(),
+            })
+            .await;
+        assert_eq!(
+            class(&get),
+            Some(ErrorClass::NotFound),
+            "get {malformed}: {get:?}"
+        );
+        let delete = harness
+            .call(Request::Delete {
+                config: harness.config_text(),
+                provider_id: malformed.into(),
+            })
+            .await;
+        assert_eq!(
+            class(&delete),
+            Some(ErrorClass::Permanent),
+            "delete {malformed}: {delete:?}"
+        );
+    }
+    assert_eq!(
+        requests_ending(&harness, "/config"),
+        0,
+        "nothing was read for them"
+    );
+}
