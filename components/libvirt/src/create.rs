@@ -26,7 +26,7 @@ use crate::egress::libvirt::libvirt::{
 };
 use crate::egress::provider::types::{CreateRequest, Error, Instance};
 use crate::errors::{already_running, code, is_code};
-use crate::mark::{Mark, rfc3339};
+use crate::mark::Mark;
 use crate::state::instance_state;
 use crate::volume_xml::{base_volume_name, disk_volume_name, seed_volume_name, volume_xml};
 
@@ -176,7 +176,7 @@ fn existing(config: &Config, request: &CreateRequest, domain: &Domain) -> Result
 fn new_mark(request: &CreateRequest) -> Mark {
     Mark {
         uid: request.uid.clone(),
-        created_at: Some(rfc3339(crate::wasi::clocks::wall_clock::now().seconds)),
+        created_at: Some(egress_guest::time::now_rfc3339()),
         tags: request
             .tags
             .iter()

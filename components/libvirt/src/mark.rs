@@ -77,33 +77,6 @@ impl Mark {
     }
 }
 
-/// Seconds since the Unix epoch as RFC 3339 UTC (`2026-09-18T15:02:00Z`), for `created-at`.
-/// Howard Hinnant's days-to-civil algorithm, so no date crate is needed.
-pub fn rfc3339(unix_seconds: u64) -> String {
-    let days = unix_seconds / 86_400;
-    let second = unix_seconds % 86_400;
-    let shifted = days + 719_468;
-    let era = shifted / 146_097;
-    let day_of_era = shifted % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = era * 400 + year_of_era + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second / 3_600,
-        second % 3_600 / 60,
-        second % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,13 +115,5 @@ mod tests {
             assert_eq!(Mark::parse(metadata), None, "{metadata:?}");
         }
         assert_eq!(Mark::parse(Some("<proxy/>")).unwrap().uid, "");
-    }
-
-    // Expected values computed independently with GNU date -u -d @<seconds>.
-    #[test]
-    fn created_at_is_rfc3339_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_790_145_676), "2026-09-23T06:41:16Z");
     }
 }
