@@ -28,8 +28,8 @@ use crate::provider::{CallContext, Provider};
 use crate::runtime::Runtime;
 use crate::types::{Request, Response};
 
-/// Quiet time after the last file event before the directory is rescanned: editors and `cp`
-/// write a file in several steps.
+/// Quiet time after the last in-place write before the directory is rescanned: editors and `cp`
+/// write a file in several steps. A rename into place needs none (see [`FileChange`]).
 const DEBOUNCE: Duration = Duration::from_millis(150);
 /// Events kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
@@ -64,6 +64,42 @@ pub enum RegistryEvent {
         /// The file.
         path: PathBuf,
     },
+}
+
+/// What a file event means for when to rescan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileChange {
+    /// A `*.wasm` file was renamed into place: the rename is atomic, so the file is whole now.
+    RenamedIn,
+    /// Anything else (a write in place, a create, a removal): the file may be half-written.
+    Written,
+}
+
+impl FileChange {
+    /// `None` for events that cannot change a provider (another file's writes, reads).
+    fn of(event: &notify::Event) -> Option<FileChange> {
+        use notify::EventKind;
+        use notify::event::{AccessKind, AccessMode, ModifyKind, RenameMode};
+        let touches_wasm = event.paths.iter().any(|path| {
+            path.extension()
+                .is_some_and(|extension| extension == "wasm")
+        });
+        match event.kind {
+            _ if !touches_wasm => None,
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(FileChange::Written),
+            EventKind::Access(_) => None,
+            // Only the destination's name counts: a rename out of `x.wasm` removes it.
+            EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+                if event
+                    .paths
+                    .last()
+                    .is_some_and(|path| path.extension().is_some_and(|e| e == "wasm")) =>
+            {
+                Some(FileChange::RenamedIn)
+            }
+            _ => Some(FileChange::Written),
+        }
+    }
 }
 
 /// What the registry last concluded about a file.
@@ -130,13 +166,15 @@ impl Registry {
             events,
         });
 
-        let (changed, changes) = mpsc::unbounded_channel::<()>();
+        let (changed, changes) = mpsc::unbounded_channel::<FileChange>();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 match event {
                     // Which file changed does not matter: a rescan compares every file's digest.
-                    Ok(_) => {
-                        let _ = changed.send(());
+                    Ok(event) => {
+                        if let Some(change) = FileChange::of(&event) {
+                            let _ = changed.send(change);
+                        }
                     }
                     Err(error) => tracing::warn!(error = %error, "provider directory watch error"),
                 }
@@ -201,15 +239,24 @@ impl Registry {
     }
 }
 
-/// Rescan after each burst of file events, until the registry is dropped.
-async fn watch_loop(registry: Weak<RegistryInner>, mut changes: mpsc::UnboundedReceiver<()>) {
-    while changes.recv().await.is_some() {
-        // Debounce: wait for a quiet period, absorbing further events.
-        loop {
+/// Rescan after each burst of file events, until the registry is dropped: at once after a rename
+/// into place, after [`DEBOUNCE`] of quiet when any file was written in place.
+async fn watch_loop(
+    registry: Weak<RegistryInner>,
+    mut changes: mpsc::UnboundedReceiver<FileChange>,
+) {
+    while let Some(first) = changes.recv().await {
+        let mut written = first == FileChange::Written;
+        // Events already queued belong to the same burst.
+        while let Ok(change) = changes.try_recv() {
+            written |= change == FileChange::Written;
+        }
+        // A write in place may be half done: wait for a quiet period, absorbing further events.
+        while written {
             match tokio::time::timeout(DEBOUNCE, changes.recv()).await {
-                Ok(Some(())) => continue,
+                Ok(Some(_)) => continue,
                 Ok(None) => return,
-                Err(_quiet) => break,
+                Err(_quiet) => written = false,
             }
         }
         let Some(registry) = registry.upgrade() else {

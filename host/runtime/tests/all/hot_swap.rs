@@ -305,3 +305,53 @@ async fn a_file_whose_name_is_no_identity_is_rejected() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_slowly_in_place_is_loaded_only_when_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reference.wasm");
+    let original = component_bytes("reference");
+    std::fs::write(&path, &original).unwrap();
+    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+    let mut events = registry.subscribe();
+
+    // Truncate, then write in chunks paced below the debounce, as a slow `cp` would: no rescan
+    // may see the file until it is whole, so nothing half-written is examined or rejected.
+    let bytes = with_custom_section(&original, "egress-test-slow-write", &[1]);
+    let writer = {
+        let (path, bytes) = (path.clone(), bytes.clone());
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut file = std::fs::File::create(&path).unwrap();
+            for chunk in bytes.chunks(bytes.len().div_ceil(8)) {
+                file.write_all(chunk).unwrap();
+                file.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let first = wait_for(&mut events, "the written file is examined", |event| {
+        matches!(
+            event,
+            RegistryEvent::Loaded { .. } | RegistryEvent::Rejected { .. }
+        )
+    })
+    .await;
+    writer.await.unwrap();
+    assert_eq!(
+        first,
+        RegistryEvent::Loaded {
+            identity: "reference".into(),
+            described_as: registry
+                .get("reference")
+                .unwrap()
+                .description()
+                .name
+                .clone(),
+            generation: registry.get("reference").unwrap().generation(),
+            digest: sha256_hex(&bytes),
+            path: path.clone(),
+        },
+        "only the whole file is examined"
+    );
+}
