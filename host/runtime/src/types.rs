@@ -430,7 +430,7 @@ mod tests {
         let json = serde_json::to_value(&response).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"operation": "check", "result": {"reason": "certificateInvalid", "message": "self-signed"}})
+            serde_json::json!({"operation": "check", "result": {"reason": "certificate-invalid", "message": "self-signed"}})
         );
         assert_eq!(
             serde_json::to_value(Response::Delete).unwrap(),
