@@ -366,3 +366,22 @@ fn provider_log_lines_show_by_default_without_colour_off_a_terminal() {
     );
     assert!(!err.contains('\u{1b}'), "ANSI escape in {err:?}");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    // `inspect … | head -1`: the pipe closes after one line; no panic message on stderr.
+    let reference = component("reference");
+    let cache = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+        .args(["provider", "inspect", reference.to_str().unwrap()])
+        .env("XDG_CACHE_HOME", cache.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    // Close our end of stdout before the command writes: every write hits a closed pipe.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let text = stderr(&output);
+    assert!(!text.contains("panicked"), "{text}");
+}
