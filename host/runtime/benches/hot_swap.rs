@@ -29,25 +29,13 @@ fn reference_path() -> PathBuf {
 
 /// `component` with a custom section appended: the same component, a different digest.
 fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    fn leb128(out: &mut Vec<u8>, mut value: usize) {
-        loop {
-            let byte = (value & 0x7f) as u8;
-            value >>= 7;
-            if value == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let mut content = Vec::new();
-    leb128(&mut content, name.len());
-    content.extend_from_slice(name.as_bytes());
-    content.extend_from_slice(payload);
     let mut bytes = component.to_vec();
-    bytes.push(0x00);
-    leb128(&mut bytes, content.len());
-    bytes.extend_from_slice(&content);
+    use wasm_encoder::ComponentSection;
+    wasm_encoder::CustomSection {
+        name: name.into(),
+        data: payload.into(),
+    }
+    .append_to_component(&mut bytes);
     bytes
 }
 

@@ -48,44 +48,20 @@ pub fn runtime() -> Runtime {
 }
 
 /// `component` with a custom section `name` carrying `payload` appended: the same component,
-/// different bytes (and so a different digest). A component custom section is section id 0,
-/// the LEB128 size, then the LEB128-prefixed name and the payload.
+/// different bytes (and so a different digest).
 pub fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    let mut content = Vec::new();
-    leb128(&mut content, name.len());
-    content.extend_from_slice(name.as_bytes());
-    content.extend_from_slice(payload);
     let mut bytes = component.to_vec();
-    bytes.push(0x00);
-    leb128(&mut bytes, content.len());
-    bytes.extend_from_slice(&content);
-    bytes
-}
-
-fn leb128(out: &mut Vec<u8>, mut value: usize) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
+    use wasm_encoder::ComponentSection;
+    wasm_encoder::CustomSection {
+        name: name.into(),
+        data: payload.into(),
     }
+    .append_to_component(&mut bytes);
+    bytes
 }
 
 /// sha256 of `bytes`, lowercase hex (what `Provider::digest` reports).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
-}
-
-#[test]
-fn leb128_encodes_multi_byte_values() {
-    let mut out = Vec::new();
-    leb128(&mut out, 624_485);
-    assert_eq!(out, [0xe5, 0x8e, 0x26]);
-    let mut small = Vec::new();
-    leb128(&mut small, 5);
-    assert_eq!(small, [5]);
 }
