@@ -403,11 +403,15 @@ pub fn qemu_host() {
             "qemu-system-x86_64 is missing (apt-get install qemu-system-x86 qemu-utils)"
         );
         allow_kvm_group();
-        if !Path::new("/run/libvirt/virtlogd-sock").exists() {
+        // A socket file alone proves nothing: a virtlogd started by an earlier test process
+        // ends with it and leaves its socket behind, which then refuses every connection.
+        let virtlogd_answers =
+            || std::os::unix::net::UnixStream::connect(VIRTLOGD_SOCKET).is_ok();
+        if !virtlogd_answers() {
+            let _ = std::fs::remove_file(VIRTLOGD_SOCKET);
+            let _ = std::fs::remove_file("/run/libvirt/virtlogd-admin-sock");
             spawn_for_life("virtlogd");
-            wait_for(Duration::from_secs(30), "virtlogd's socket", || {
-                Path::new("/run/libvirt/virtlogd-sock").exists()
-            });
+            wait_for(Duration::from_secs(30), "virtlogd answering", virtlogd_answers);
         }
         if !Path::new("/sys/class/net").join(TEST_BRIDGE).exists() {
             let made = std::process::Command::new("ip")
@@ -440,22 +444,31 @@ fn allow_kvm_group() {
     let _ = std::fs::set_permissions(kvm, std::fs::Permissions::from_mode(0o660));
 }
 
+/// Where `virtlogd` listens; qemu domains cannot start without it.
+const VIRTLOGD_SOCKET: &str = "/run/libvirt/virtlogd-sock";
+
 /// The host bridge test domains' NICs join (no address on it: nothing is routed).
 pub const TEST_BRIDGE: &str = "egresstestbr0";
 
 /// Starts `program` in its own process group, stopped with SIGTERM when this test process exits
-/// (as [`libvirtd`] does).
+/// (as [`libvirtd`] does); its stderr goes to `egress-test-<program>.log` in the temp folder.
 fn spawn_for_life(program: &'static str) {
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name(format!("{program}-parent"))
         .spawn(move || {
             use std::os::unix::process::CommandExt;
+            // Its errors go to a file a failed run can be read from (stdout stays quiet).
+            let log = std::env::temp_dir().join(format!("egress-test-{program}.log"));
+            let stderr = match std::fs::File::create(&log) {
+                Ok(file) => std::process::Stdio::from(file),
+                Err(_) => std::process::Stdio::null(),
+            };
             let mut command = std::process::Command::new(program);
             command
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
+                .stderr(stderr)
                 .process_group(0);
             // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
             unsafe {
