@@ -1,8 +1,9 @@
 //! Costs of the runtime's hot paths, with `Store::new` alone as the baseline for ratios.
 //!
 //! Run: `cargo bench -p egress-runtime -- --warm-up-time 1 --measurement-time 3`
-//! (needs `just build-components`). Goals: a fresh instance of the reference provider ≤ 10 µs
-//! median; a whole no-op call (instantiate + `describe` + drop) ≤ 25 µs.
+//! (needs `just build-components`). Goals: a fresh instance of the reference provider ≤ 5 µs
+//! median (the Proxmox provider's is reported beside it); a whole no-op call (instantiate +
+//! `describe` + drop) ≤ 8 µs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,18 +13,24 @@ use egress_runtime::{CallContext, DenyAll, Request, Runtime, RuntimeConfig};
 use wasmtime::Store;
 use wasmtime::component::Component;
 
-fn reference_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/components/reference.wasm")
+fn component_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../target/components/{name}.wasm"))
 }
 
-fn runtime_benchmarks(c: &mut Criterion) {
-    let path = reference_path();
-    let bytes = std::fs::read(&path).unwrap_or_else(|error| {
+fn read_component(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|error| {
         panic!(
             "{} is missing ({error}): run `just build-components` first",
             path.display()
         )
-    });
+    })
+}
+
+fn runtime_benchmarks(c: &mut Criterion) {
+    let path = component_path("reference");
+    let bytes = read_component(&path);
+    let proxmox_path = component_path("proxmox");
+    let proxmox_bytes = read_component(&proxmox_path);
     let executor = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -34,6 +41,9 @@ fn runtime_benchmarks(c: &mut Criterion) {
     let provider = executor
         .block_on(runtime.load_bytes("reference", &bytes, &path))
         .expect("reference loads");
+    let proxmox = executor
+        .block_on(runtime.load_bytes("proxmox", &proxmox_bytes, &proxmox_path))
+        .expect("proxmox loads");
     let context = CallContext::default();
 
     c.bench_function("baseline: Store::new", |b| {
@@ -42,6 +52,14 @@ fn runtime_benchmarks(c: &mut Criterion) {
     c.bench_function("fresh instance of reference", |b| {
         b.to_async(&executor).iter(|| async {
             provider
+                .instantiate_for_benchmark()
+                .await
+                .expect("instantiates")
+        })
+    });
+    c.bench_function("fresh instance of proxmox", |b| {
+        b.to_async(&executor).iter(|| async {
+            proxmox
                 .instantiate_for_benchmark()
                 .await
                 .expect("instantiates")
