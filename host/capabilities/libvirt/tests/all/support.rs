@@ -405,13 +405,16 @@ pub fn qemu_host() {
         allow_kvm_group();
         // A socket file alone proves nothing: a virtlogd started by an earlier test process
         // ends with it and leaves its socket behind, which then refuses every connection.
-        let virtlogd_answers =
-            || std::os::unix::net::UnixStream::connect(VIRTLOGD_SOCKET).is_ok();
+        let virtlogd_answers = || std::os::unix::net::UnixStream::connect(VIRTLOGD_SOCKET).is_ok();
         if !virtlogd_answers() {
             let _ = std::fs::remove_file(VIRTLOGD_SOCKET);
             let _ = std::fs::remove_file("/run/libvirt/virtlogd-admin-sock");
             spawn_for_life("virtlogd");
-            wait_for(Duration::from_secs(30), "virtlogd answering", virtlogd_answers);
+            wait_for(
+                Duration::from_secs(30),
+                "virtlogd answering",
+                virtlogd_answers,
+            );
         }
         if !Path::new("/sys/class/net").join(TEST_BRIDGE).exists() {
             let made = std::process::Command::new("ip")
