@@ -419,7 +419,12 @@ async fn a_new_proxy_gets_the_finalizer_and_becomes_ready_running_at_an_address(
     let proxy = world.until_running("web").await;
     assert_eq!(proxy.finalizers(), [FINALIZER]);
     let status = proxy.status.unwrap();
-    assert_eq!(status.addresses, [pvesim::DEFAULT_GUEST_IP]);
+    assert_eq!(
+        status.addresses,
+        [pvesim::guest_ip(vmid(
+            status.provider_id.as_deref().unwrap()
+        ))]
+    );
     assert_eq!(
         condition(&status.conditions, conditions::READY),
         ("True".into(), "Running".into())

@@ -112,7 +112,10 @@ async fn create_then_get_reports_running_with_an_address_then_delete_removes_vm_
 
     // F5 then F21: the agent is "not running" for the simulator's delay, then reports ens18.
     let running = wait_running(&harness, &created.provider_id).await;
-    assert_eq!(running.addresses, [pvesim::DEFAULT_GUEST_IP]);
+    assert_eq!(
+        running.addresses,
+        [pvesim::guest_ip(vmid_of(&created.provider_id))]
+    );
     assert_eq!(
         (running.uid.as_str(), running.provider_id.as_str()),
         (UID, created.provider_id.as_str())
@@ -360,7 +363,10 @@ async fn create_under_random_500s_converges_on_one_running_vm() {
     harness.sim.faults().remove(rule);
     assert_exactly_one_provisioned_vm(&harness, &instance.provider_id);
     let running = wait_running(&harness, &instance.provider_id).await;
-    assert_eq!(running.addresses, [pvesim::DEFAULT_GUEST_IP]);
+    assert_eq!(
+        running.addresses,
+        [pvesim::guest_ip(vmid_of(&instance.provider_id))]
+    );
 }
 
 /// Check reasons: F22 (401), F13/F17 (Datastore.Allocate missing on the seed storage), TLS,

@@ -159,7 +159,7 @@ async fn create_then_get_until_running_then_list_then_delete_then_not_found_then
     assert_eq!(non_template_vmids(&harness), [vmid], "one VM made");
 
     let running = wait_running(&harness, &created.provider_id).await;
-    assert_eq!(running.addresses, [pvesim::DEFAULT_GUEST_IP]);
+    assert_eq!(running.addresses, [pvesim::guest_ip(vmid)]);
     assert_eq!((running.uid.as_str(), running.name.as_str()), (UID, NAME));
     assert_eq!(running.created_at, created.created_at);
 

@@ -667,7 +667,7 @@ fn clone_vm(
             started: None,
             placeholder: true,
             busy: Some(upid.clone()),
-            guest_ip: crate::state::DEFAULT_GUEST_IP.to_string(),
+            guest_ip: crate::state::guest_ip(newid),
         },
     );
     Ok(json!(upid))

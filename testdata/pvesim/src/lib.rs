@@ -64,9 +64,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
-pub use state::{
-    DEFAULT_GUEST_IP, GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView,
-};
+pub use state::{GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip};
 
 /// The user the simulator's tokens belong to.
 pub const TOKEN_USER: &str = "egress@pve";

@@ -54,8 +54,14 @@ impl Guest {
     }
 }
 
-/// The address the simulated guest agent reports on ens18 (F21).
-pub const DEFAULT_GUEST_IP: &str = "192.168.0.150";
+/// The address the simulated guest agent of `vmid` reports on ens18 (F21 records the shape, with
+/// 192.168.0.150 for the recorded clone): one of its own per VMID in 192.168.0.0/16, as each VM
+/// on a real network gets its own lease, so a table of several proxies shows them apart.
+pub fn guest_ip(vmid: u32) -> String {
+    const HOSTS: u32 = 254;
+    let host = vmid % (HOSTS * HOSTS);
+    format!("192.168.{}.{}", host / HOSTS, host % HOSTS + 1)
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct Task {
@@ -257,7 +263,7 @@ impl SimState {
                 started: None,
                 placeholder: false,
                 busy: None,
-                guest_ip: DEFAULT_GUEST_IP.to_string(),
+                guest_ip: guest_ip(vmid),
             },
         );
     }
@@ -293,7 +299,7 @@ impl SimState {
                     started: None,
                     placeholder: false,
                     busy: None,
-                    guest_ip: DEFAULT_GUEST_IP.to_string(),
+                    guest_ip: guest_ip(vmid),
                 });
                 added.push(vmid);
             }
@@ -318,7 +324,7 @@ impl SimState {
                 started: None,
                 placeholder: false,
                 busy: None,
-                guest_ip: DEFAULT_GUEST_IP.to_string(),
+                guest_ip: guest_ip(vmid),
             },
         );
     }
@@ -363,7 +369,7 @@ impl SimState {
         true
     }
 
-    /// Sets the IPv4 address the guest agent reports on ens18 (default [`DEFAULT_GUEST_IP`]).
+    /// Sets the IPv4 address the guest agent reports on ens18 (by default [`guest_ip`] of its VMID).
     pub fn set_guest_ip(&self, vmid: u32, ip: &str) -> bool {
         let mut inner = self.lock();
         let Some(guest) = inner.guests.get_mut(&vmid) else {
@@ -451,5 +457,23 @@ fn task_view(task: &Task) -> TaskView {
         id: task.id.clone(),
         exitstatus: task.exitstatus.clone(),
         log: task.log.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guest_ip;
+
+    #[test]
+    fn each_vm_reports_an_address_of_its_own() {
+        let addresses: std::collections::BTreeSet<String> =
+            (100..100 + 1000).map(guest_ip).collect();
+        assert_eq!(addresses.len(), 1000, "neighbouring VMIDs share an address");
+        for vmid in [0, 253, 254, 64515, 64516, 999_999_999] {
+            let address: std::net::Ipv4Addr = guest_ip(vmid).parse().unwrap();
+            let [a, b, _, host] = address.octets();
+            assert_eq!((a, b), (192, 168), "{address}");
+            assert!((1..=254).contains(&host), "{address}: not a host address");
+        }
     }
 }

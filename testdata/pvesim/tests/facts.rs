@@ -790,7 +790,7 @@ async fn f21_agent_reports_lo_and_ens18_with_net0_mac() {
     assert_eq!(result[1]["hardware-address"], mac.as_str());
     assert_eq!(
         result[1]["ip-addresses"],
-        json!([{"ip-address": "192.168.0.150", "ip-address-type": "ipv4", "prefix": 24}])
+        json!([{"ip-address": pvesim::guest_ip(199999), "ip-address-type": "ipv4", "prefix": 24}])
     );
 }
 
