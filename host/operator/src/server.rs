@@ -74,6 +74,24 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<()> 
     serve_on(listener, health).await
 }
 
+/// The endpoints served on a task of their own until this is dropped.
+pub(crate) struct Serving(tokio::task::JoinHandle<()>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serve the endpoints on `listener` in a task of their own, until the returned guard is dropped.
+pub(crate) fn spawn(listener: TcpListener, health: Arc<Health>) -> Serving {
+    Serving(tokio::spawn(async move {
+        if let Err(error) = serve_on(listener, health).await {
+            tracing::error!("{error:#}");
+        }
+    }))
+}
+
 /// Serve the endpoints on `listener` (bound by the caller, for example to port 0 in a test)
 /// until the future is dropped.
 pub async fn serve_on(listener: TcpListener, health: Arc<Health>) -> anyhow::Result<()> {

@@ -517,6 +517,73 @@ async fn killed_at_each_request_of_a_create_then_restarted_ends_with_one_vm() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn listen_serves_readiness_and_the_operators_metrics() {
+    let mut local = Local::new().await;
+    local.write("proxy.yaml", &proxy("default", "watched"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    local.start_with(&["--listen", &addr]);
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+    let get = |path: &str| {
+        let url = format!("http://{addr}{path}");
+        async move {
+            let response = reqwest::get(&url).await.expect("the health port answers");
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    assert_eq!(get("/readyz").await, (200, "ok\n".to_string()));
+    assert_eq!(get("/healthz").await.0, 200);
+    let (status, metrics) = get("/metrics").await;
+    assert_eq!(status, 200);
+    for series in [
+        r#"egress_provider_calls_total{provider="proxmox-lab",operation="create",outcome="ok"}"#,
+        "controller_runtime_reconcile_total",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing from:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listen_address_in_use_is_an_error_at_start() {
+    let local = Local::new().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut child = local
+        .command(&["--listen", &addr])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the operator starts");
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the operator kept running with its --listen address taken");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("listening on {addr}")),
+        "the error does not name the address: {stderr}"
+    );
+}
+
 fn pve_client(local: &Local) -> reqwest::Client {
     reqwest::Client::builder()
         .use_rustls_tls()

@@ -32,6 +32,7 @@ use crate::crd::{Phase, ProxyStatus, condition, conditions};
 use crate::operator::{Operator, Settings};
 use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
+use crate::server::{self, Health};
 use crate::{Note, Objects};
 
 use self::manifests::Folder;
@@ -97,7 +98,18 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(path.clone()),
         None => settings.cache_dir.clone(),
     };
+    // Bound before anything starts: a port in use is an error now, not a log line later.
+    let listener = match args.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {addr} (--listen)"))?,
+        ),
+        None => None,
+    };
     let operator = Operator::start(settings).await?;
+    let health = Arc::new(Health::new(operator.metrics.clone()));
+    let _serving = listener.map(|listener| server::spawn(listener, Arc::clone(&health)));
     let local = Arc::new(Local {
         operator,
         store,
@@ -135,6 +147,8 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("watching {}", dir.display()))?;
 
     local.rescan().await?;
+    // Ready once the folder has been read: from here on every Proxy in it is being worked on.
+    health.set_ready(Ok(()));
     // Every stored Proxy is looked at once at start: a restart adopts what exists.
     for record in local.store.run(|store| store.proxies()).await? {
         local.queue.schedule(&record.key(), Instant::now());

@@ -138,9 +138,14 @@ impl Local {
 
     /// Start the operator in the background, its stderr to `operator.log` in the folder's state.
     pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    /// [`Local::start`] with `extra` arguments.
+    pub fn start_with(&mut self, extra: &[&str]) {
         let log = std::fs::File::create(self.dir.path().join("operator.log")).unwrap();
         let child = self
-            .command(&[])
+            .command(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
