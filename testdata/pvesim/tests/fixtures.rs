@@ -210,6 +210,8 @@ async fn agent_and_status_fixtures() {
         "net0",
         Some("virtio=BC:24:11:EE:48:83,bridge=vmbr0"),
     );
+    // And the address its agent reported (the simulator derives one per VMID otherwise).
+    api.sim.state().set_guest_ip(199_999, "192.168.0.150");
     let agent = "/nodes/pv1-1/qemu/199999/agent/network-get-interfaces";
     check("agent_vm_stopped.json", &api.get(agent).await);
     check(
