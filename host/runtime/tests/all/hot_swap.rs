@@ -10,6 +10,33 @@ use tokio::sync::broadcast;
 
 use crate::common::{component_bytes, runtime, sha256_hex, with_custom_section};
 
+/// `reference.wasm` alone in a temporary folder, served by a [`Registry`] watching it.
+struct Watched {
+    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    original: Vec<u8>,
+    registry: Registry,
+    events: broadcast::Receiver<RegistryEvent>,
+}
+
+impl Watched {
+    async fn reference() -> Watched {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reference.wasm");
+        let original = component_bytes("reference");
+        std::fs::write(&path, &original).unwrap();
+        let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
+        let events = registry.subscribe();
+        Watched {
+            dir,
+            path,
+            original,
+            registry,
+            events,
+        }
+    }
+}
+
 /// Wait (at most 60 s) for an event matching `wanted`, skipping others.
 async fn wait_for(
     events: &mut broadcast::Receiver<RegistryEvent>,
@@ -50,12 +77,13 @@ fn get_web() -> Request {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_under_concurrent_calls_fail_no_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("reference.wasm");
-    let original = component_bytes("reference");
-    std::fs::write(&path, &original).unwrap();
-    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
-    let mut events = registry.subscribe();
+    let Watched {
+        dir: _dir,
+        path,
+        original,
+        registry,
+        mut events,
+    } = Watched::reference().await;
     let first = registry.get("reference").expect("loaded at start");
 
     // Callers hammer the provider by name for the whole test.
@@ -148,12 +176,13 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("reference.wasm");
-    let original = component_bytes("reference");
-    std::fs::write(&path, &original).unwrap();
-    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
-    let mut events = registry.subscribe();
+    let Watched {
+        dir: _dir,
+        path,
+        original,
+        registry,
+        mut events,
+    } = Watched::reference().await;
     let serving = registry.get("reference").unwrap();
 
     replace_atomically(&path, &original[..original.len() / 3]);
@@ -308,12 +337,13 @@ async fn a_file_whose_name_is_no_identity_is_rejected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_written_slowly_in_place_is_loaded_only_when_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("reference.wasm");
-    let original = component_bytes("reference");
-    std::fs::write(&path, &original).unwrap();
-    let registry = Registry::watch(runtime(), dir.path()).await.unwrap();
-    let mut events = registry.subscribe();
+    let Watched {
+        dir: _dir,
+        path,
+        original,
+        registry,
+        mut events,
+    } = Watched::reference().await;
 
     // Truncate, then write in chunks paced below the debounce, as a slow `cp` would: no rescan
     // may see the file until it is whole, so nothing half-written is examined or rejected.
