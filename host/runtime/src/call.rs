@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime::{Store, UpdateDeadline};
 
 use crate::capability::{Capability, PrepareContext};
 use crate::cpu::Metered;
@@ -17,10 +17,9 @@ use crate::state::{HostState, Stop};
 use crate::types::{Operation, ProviderError, Request, Response};
 use crate::wit::{ContractPre, Failure};
 
-/// What every call of every provider shares: the engine and the instance pool's slots.
+/// What every call of every provider shares: the instance pool's slots, the per-provider
+/// permits, and the ticker that drives every engine's epoch.
 pub(crate) struct CallEnv {
-    /// The one engine; also driven by `_ticker`.
-    pub(crate) engine: Engine,
     /// One permit per slot of the pooling allocator: a call takes one before it instantiates, so
     /// a burst across many providers waits its turn (first come, first served) instead of
     /// failing to instantiate.
@@ -31,7 +30,7 @@ pub(crate) struct CallEnv {
     /// generation or binding, so a hot swap does not reset them.
     pub(crate) semaphores:
         std::sync::Mutex<std::collections::HashMap<(String, usize), Arc<Semaphore>>>,
-    /// Advances the engine's epoch for as long as anything holds this state.
+    /// Advances the engines' epochs for as long as anything holds this state.
     pub(crate) _ticker: EpochTicker,
 }
 
@@ -67,7 +66,6 @@ pub(crate) struct CallPlan<'a> {
 /// A fresh store for one call, with its limiter, budgets and epoch behaviour set, and the state
 /// of every capability in `plan` prepared.
 pub(crate) fn new_store(
-    env: &CallEnv,
     plan: &CallPlan<'_>,
     operation: Operation,
     deadline: Instant,
@@ -83,7 +81,8 @@ pub(crate) fn new_store(
     for capability in plan.capabilities {
         state.insert_capability_state(capability.prepare(&prepare));
     }
-    let mut store = Store::new(&env.engine, state);
+    // The engine that compiled the code: Cranelift's, or Winch's while Cranelift compiles.
+    let mut store = Store::new(plan.pre.engine(), state);
     store.limiter(|state| &mut state.limiter);
     // wasmtime's own bounds on what a guest can make it allocate: bytes lifted out of the guest
     // in one transfer (a result, a host call's arguments) and handles alive at once.
@@ -130,7 +129,7 @@ pub(crate) async fn run_call(
             });
         }
     };
-    let mut store = new_store(env, &plan, operation, deadline);
+    let mut store = new_store(&plan, operation, deadline);
     let meter = Arc::clone(&store.data().cpu);
     let work = Metered::new(plan.pre.call(&mut store, request), meter);
     let outcome = tokio::time::timeout_at(deadline.into(), work).await;

@@ -1,4 +1,4 @@
-//! The one [`wasmtime::Engine`] every provider runs on, and the thread that advances its epoch.
+//! The [`wasmtime::Engine`]s providers run on, and the thread that advances their epochs.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, MemoryCreator, PoolingAllocationConfig,
+    Strategy,
 };
 
 use crate::limits::Limits;
@@ -21,19 +22,59 @@ const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
 /// Low bytes of each pooled table reset in place rather than decommitted.
 const KEEP_RESIDENT_TABLE_BYTES: usize = 64 << 10;
 
-/// Build the engine: component model, async, epoch interruption, and either the pooling
-/// allocator sized from `limits` with slots of `slot_memory_bytes` of linear memory, or (tests
-/// and diagnostics only) `memory_creator`.
+/// Which compiler made the code a provider's calls run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Winch, wasmtime's single-pass baseline compiler: several times faster to compile than
+    /// Cranelift, slower code.
+    Baseline,
+    /// Cranelift, wasmtime's optimizing compiler.
+    Optimized,
+}
+
+/// How the runtime compiles a component that is not in its compile cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Compilation {
+    /// Compile with Winch, serve at once, and compile with Cranelift on a background thread;
+    /// calls move to Cranelift's code when it is ready, and only Cranelift's goes to the cache.
+    /// A new file serves in the time of a Winch compile; the cache makes later loads faster.
+    #[default]
+    Tiered,
+    /// Cranelift only: a load returns once Cranelift is done.
+    Optimized,
+    /// Winch only, for everything, cache included: the fastest loads and the slowest calls.
+    Baseline,
+}
+
+/// How an engine gets its instances' memories, tables and stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Allocation {
+    /// The pooling allocator sized from the limits: the engine calls normally run on.
+    Pooled,
+    /// Allocated per instance: for the baseline engine that serves only until Cranelift is
+    /// done, so its slots do not double the pool's reservation.
+    OnDemand,
+}
+
+/// Build an engine: component model, async, epoch interruption, the compiler of `tier`, and either the
+/// pooling allocator sized from `limits` with slots of `slot_memory_bytes` of linear memory,
+/// on-demand allocation, or (tests and diagnostics only) `memory_creator`.
 pub(crate) fn build_engine(
     limits: &Limits,
     slot_memory_bytes: usize,
     memory_creator: Option<Arc<dyn MemoryCreator>>,
+    tier: Tier,
+    allocation: Allocation,
 ) -> wasmtime::Result<Engine> {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
-    match memory_creator {
-        Some(creator) => {
+    config.strategy(match tier {
+        Tier::Optimized => Strategy::Cranelift,
+        Tier::Baseline => Strategy::Winch,
+    });
+    match (memory_creator, allocation) {
+        (Some(creator), _) => {
             // A custom creator owns every linear memory, which the pooling allocator cannot
             // share: fall back to on-demand allocation.
             config.with_host_memory(creator);
@@ -42,7 +83,10 @@ pub(crate) fn build_engine(
             // when a host-provided memory meets a memory image.
             config.memory_init_cow(false);
         }
-        None => {
+        (None, Allocation::OnDemand) => {
+            config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+        }
+        (None, Allocation::Pooled) => {
             let instances = limits.max_concurrent_instances_limit();
             let core_instances_per_store =
                 u32::try_from(limits.instances_per_store_limit()).unwrap_or(u32::MAX);
@@ -95,7 +139,7 @@ fn release_at_least(release: &str, wanted: (u32, u32)) -> Option<bool> {
     Some((major, minor) >= wanted)
 }
 
-/// Advances the engine's epoch every tick on its own thread; stops when dropped.
+/// Advances the engines' epochs every tick on its own thread; stops when dropped.
 ///
 /// Epoch interruption is how a guest that never returns is made to yield its executor thread
 /// (every tick) and, once its deadline passes, stopped.
@@ -105,15 +149,17 @@ pub(crate) struct EpochTicker {
 }
 
 impl EpochTicker {
-    /// Start ticking `engine` every `tick`.
-    pub(crate) fn start(engine: Engine, tick: Duration) -> std::io::Result<EpochTicker> {
+    /// Start ticking `engines` every `tick`.
+    pub(crate) fn start(engines: Vec<Engine>, tick: Duration) -> std::io::Result<EpochTicker> {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("egress-epoch-ticker".into())
             .spawn(move || {
                 // The sender is never used to send: its drop disconnects the channel.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
-                    engine.increment_epoch();
+                    for engine in &engines {
+                        engine.increment_epoch();
+                    }
                 }
             })?;
         Ok(EpochTicker {

@@ -336,6 +336,9 @@ pub enum RuntimeError {
     /// The epoch ticker thread could not be started.
     #[error("cannot start the epoch ticker thread: {0}")]
     Ticker(#[source] std::io::Error),
+    /// The background compiler's thread could not be started.
+    #[error("cannot start the background compiler thread: {0}")]
+    Optimizer(#[source] std::io::Error),
 }
 
 /// Why a directory cannot be watched.

@@ -81,12 +81,14 @@ mod provider;
 mod registry;
 mod runtime;
 mod state;
+mod tiering;
 pub mod types;
 pub mod wit;
 
 pub use cache::default_cache_dir;
 pub use capability::{Capability, PrepareContext};
 pub use egress::{CallSite, DenyAll, Egress, Refusal, RefusalReporter, default_forbidden_header};
+pub use engine::{Compilation, Tier};
 pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};
 pub use limits::Limits;
 pub use provider::{CallContext, Provider};

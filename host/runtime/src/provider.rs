@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use semver::Version;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
@@ -13,6 +14,7 @@ use wasmtime::component::types::ComponentItem;
 use crate::call::{BENCHMARK_DEADLINE, CallEnv, CallPlan, new_store, run_call};
 use crate::capability::Capability;
 use crate::egress::CallSite;
+use crate::engine::Tier;
 use crate::error::{CallError, LoadError, one_line};
 use crate::identity::name_problem;
 use crate::limits::Limits;
@@ -42,15 +44,23 @@ pub struct CallContext {
 /// The component may be of any contract version the runtime serves
 /// ([`Provider::contract_version`]); calls look the same whatever the version. What it needs of
 /// the host is read from its imports ([`Provider::capabilities`]).
+///
+/// The one thing that changes under a loaded provider is its machine code: under
+/// [`crate::Compilation::Tiered`] a component missing from the compile cache serves from Winch's
+/// code until Cranelift's replaces it ([`Provider::tier`], [`Provider::optimized`]); each call
+/// runs on the code it started with.
 pub struct Provider {
     env: Arc<CallEnv>,
-    /// The bindings of the component's contract version.
-    pre: Arc<dyn ContractPre>,
+    /// The code calls run, shared by every binding of this load.
+    code: Arc<ArcSwap<Code>>,
+    /// `true` once no better code is coming.
+    settled: watch::Receiver<bool>,
+    /// The compiler whose code validated and described the component at load.
+    loaded_tier: Tier,
     /// The contract version it exports.
     contract_version: Version,
     /// The runtime's capabilities this component imports, prepared for each of its calls.
     capabilities: Arc<[Arc<dyn Capability>]>,
-    component: Component,
     description: Description,
     identity: Arc<str>,
     digest: Arc<str>,
@@ -73,17 +83,29 @@ impl std::fmt::Debug for Provider {
             .field("digest", &self.digest)
             .field("path", &self.path)
             .field("generation", &self.generation)
+            .field("tier", &self.tier())
             .finish_non_exhaustive()
     }
+}
+
+/// A provider's machine code: the component compiled by one compiler, linked, and wrapped in
+/// its contract version's bindings.
+pub(crate) struct Code {
+    /// The bindings of the component's contract version.
+    pub(crate) pre: Arc<dyn ContractPre>,
+    pub(crate) component: Component,
+    /// The compiler that made it.
+    pub(crate) tier: Tier,
 }
 
 /// Everything [`Provider::new`] needs, produced by the runtime's loader.
 pub(crate) struct LoadedParts {
     pub(crate) env: Arc<CallEnv>,
-    pub(crate) pre: Arc<dyn ContractPre>,
+    pub(crate) code: Arc<ArcSwap<Code>>,
+    pub(crate) settled: watch::Receiver<bool>,
+    pub(crate) loaded_tier: Tier,
     pub(crate) contract_version: Version,
     pub(crate) capabilities: Vec<Arc<dyn Capability>>,
-    pub(crate) component: Component,
     pub(crate) description: Description,
     pub(crate) identity: Arc<str>,
     pub(crate) digest: String,
@@ -98,10 +120,11 @@ impl Provider {
     pub(crate) fn new(parts: LoadedParts) -> Provider {
         Provider {
             env: parts.env,
-            pre: parts.pre,
+            code: parts.code,
+            settled: parts.settled,
+            loaded_tier: parts.loaded_tier,
             contract_version: parts.contract_version,
             capabilities: parts.capabilities.into(),
-            component: parts.component,
             description: parts.description,
             identity: parts.identity,
             digest: Arc::from(parts.digest),
@@ -163,6 +186,27 @@ impl Provider {
         &self.limits
     }
 
+    /// The compiler whose code the next call runs.
+    pub fn tier(&self) -> Tier {
+        self.code.load().tier
+    }
+
+    /// The compiler whose code validated and described the component when it was loaded:
+    /// [`Tier::Baseline`] when it served before Cranelift was done.
+    pub fn loaded_tier(&self) -> Tier {
+        self.loaded_tier
+    }
+
+    /// Wait until no better code is coming (at once unless a background compile is pending),
+    /// and return the compiler whose code calls now run. A failed optimizing compile settles
+    /// too, on [`Tier::Baseline`] (it is logged).
+    pub async fn optimized(&self) -> Tier {
+        let mut settled = self.settled.clone();
+        // An error means the job was dropped unfinished: settled too.
+        let _ = settled.wait_for(|settled| *settled).await;
+        self.tier()
+    }
+
     /// This component serving as `identity` under `limits`: how the operator gives each
     /// ProviderConfig its own grant, permits, metrics, logs and limits over one loaded file. The
     /// compiled code is shared; the memory cap is clamped to the instance pool's slot (see
@@ -183,10 +227,11 @@ impl Provider {
         note_ungranted(&self.capabilities, identity);
         Ok(Arc::new(Provider {
             env: Arc::clone(&self.env),
-            pre: Arc::clone(&self.pre),
+            code: Arc::clone(&self.code),
+            settled: self.settled.clone(),
+            loaded_tier: self.loaded_tier,
             contract_version: self.contract_version.clone(),
             capabilities: Arc::clone(&self.capabilities),
-            component: self.component.clone(),
             description: self.description.clone(),
             identity: Arc::from(identity),
             digest: Arc::clone(&self.digest),
@@ -200,8 +245,9 @@ impl Provider {
 
     /// The component's import names (for example `wasi:http/outgoing-handler@0.2.12`).
     pub fn imports(&self) -> Vec<String> {
-        let engine = self.component.engine();
-        self.component
+        let code = self.code.load();
+        let engine = code.component.engine();
+        code.component
             .component_type()
             .imports(engine)
             .map(|(name, _)| name.to_owned())
@@ -211,9 +257,10 @@ impl Provider {
     /// The component's exports: each exported interface (for example
     /// `egress:provider/provider@0.1.0`) followed by its functions as `interface#function`.
     pub fn exports(&self) -> Vec<String> {
-        let engine = self.component.engine();
+        let code = self.code.load();
+        let engine = code.component.engine();
         let mut names = Vec::new();
-        for (name, item) in self.component.component_type().exports(engine) {
+        for (name, item) in code.component.component_type().exports(engine) {
             names.push(name.to_owned());
             if let ComponentItem::ComponentInstance(instance) = item.ty {
                 // Only functions: the interface also re-exports the types it uses.
@@ -286,13 +333,14 @@ impl Provider {
             digest: Arc::clone(&self.digest),
             operation: operation.as_str(),
         };
-        run_call(&self.env, self.plan(site), request, started).await
+        let code = self.code.load_full();
+        run_call(&self.env, self.plan(&code, site), request, started).await
     }
 
-    /// What a call of this provider as `site` needs.
-    fn plan(&self, site: CallSite) -> CallPlan<'_> {
+    /// What a call of this provider as `site` running `code` needs.
+    fn plan<'a>(&'a self, code: &'a Code, site: CallSite) -> CallPlan<'a> {
         CallPlan {
-            pre: &*self.pre,
+            pre: &*code.pre,
             capabilities: &self.capabilities,
             site,
             limits: &self.limits,
@@ -308,8 +356,9 @@ impl Provider {
             operation: "benchmark",
         };
         let deadline = Instant::now() + BENCHMARK_DEADLINE;
-        let mut store = new_store(&self.env, &self.plan(site), Operation::Describe, deadline);
-        self.pre
+        let code = self.code.load_full();
+        let mut store = new_store(&self.plan(&code, site), Operation::Describe, deadline);
+        code.pre
             .instantiate(&mut store)
             .await
             .map_err(|error| CallError::Instantiate {

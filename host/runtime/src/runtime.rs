@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use semver::Version;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -17,13 +18,14 @@ use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
 use crate::call::{CallEnv, CallPlan, run_call};
 use crate::capability::{Capability, CapabilitySet};
 use crate::egress::{CallSite, Egress};
-use crate::engine::{EpochTicker, build_engine};
+use crate::engine::{Allocation, Compilation, EpochTicker, Tier, build_engine};
 use crate::error::{LoadError, RuntimeError, one_line};
 use crate::http::HttpCapability;
 use crate::identity::{identity_of, name_problem};
 use crate::limits::Limits;
-use crate::provider::{LoadedParts, Provider, note_ungranted};
+use crate::provider::{Code, LoadedParts, Provider, note_ungranted};
 use crate::state::HostState;
+use crate::tiering::{Job, Optimizer};
 use crate::types::{Description, Request, Response};
 use crate::wit::{self, ContractPre, Served};
 
@@ -50,6 +52,9 @@ pub struct RuntimeConfig {
     /// component importing an interface none of them provides is refused at load. Defaults to
     /// none.
     pub capabilities: Vec<Arc<dyn Capability>>,
+    /// How a component missing from the compile cache is compiled. Defaults to
+    /// [`Compilation::Tiered`]: Winch first, Cranelift in the background.
+    pub compilation: Compilation,
 }
 
 impl Default for RuntimeConfig {
@@ -60,6 +65,7 @@ impl Default for RuntimeConfig {
             memory_creator: None,
             slot_memory_bytes: None,
             capabilities: Vec::new(),
+            compilation: Compilation::default(),
         }
     }
 }
@@ -76,6 +82,7 @@ impl std::fmt::Debug for RuntimeConfig {
             )
             .field("slot_memory_bytes", &self.slot_memory_bytes)
             .field("capabilities", &capabilities)
+            .field("compilation", &self.compilation)
             .finish()
     }
 }
@@ -106,6 +113,12 @@ impl RuntimeConfig {
         self
     }
 
+    /// Compile components missing from the cache as `compilation` says.
+    pub fn compilation(mut self, compilation: Compilation) -> Self {
+        self.compilation = compilation;
+        self
+    }
+
     /// Add a host capability (see [`Capability`]): its interfaces are linked once, and each call
     /// of a provider that imports them gets the capability's per-call state. Names must be
     /// unique (`http` is taken by the runtime's own).
@@ -117,11 +130,19 @@ impl RuntimeConfig {
 
 /// State shared by the runtime handle and its loader.
 struct RuntimeInner {
-    /// What every call shares: the engine, the instance pool's slots.
+    /// The engine calls settle on: Cranelift, or Winch under [`Compilation::Baseline`].
+    engine: Engine,
+    /// What every call shares: the instance pool's slots, the permits, the epoch ticker.
     env: Arc<CallEnv>,
     /// WASI p2 (granting nothing, see `state.rs`), the log under each of its names, and every
-    /// capability's interfaces. One linker serves every contract version.
+    /// capability's interfaces, for the engine calls settle on. One linker serves every contract
+    /// version.
     linker: Linker<HostState>,
+    /// The compiler of `engine`.
+    tier: Tier,
+    /// Under [`Compilation::Tiered`], the Winch engine and its linker that serve a component
+    /// missing from the cache until Cranelift's code is ready, and the thread that compiles it.
+    baseline: Option<(Engine, Linker<HostState>, Optimizer)>,
     /// HTTP first, then the configuration's, in order.
     capabilities: CapabilitySet,
     /// Limits for every call.
@@ -167,38 +188,74 @@ impl Runtime {
             .slot_memory_bytes
             .unwrap_or(0)
             .max(config.limits.memory_bytes_limit());
-        let engine = build_engine(&config.limits, slot_memory_bytes, config.memory_creator)
-            .map_err(|error| RuntimeError::Engine {
-                message: one_line(&error),
-            })?;
-        let mut linker = Linker::new(&engine);
-        let link = |linker: &mut Linker<HostState>| -> wasmtime::Result<()> {
-            wasmtime_wasi::p2::add_to_linker_async(linker)?;
-            wit::add_to_linker(linker)?;
-            for capability in capabilities.iter() {
-                capability.link(linker).map_err(|error| {
-                    error.context(format!("linking the `{}` capability", capability.name()))
-                })?;
-            }
-            Ok(())
+        let tier = match config.compilation {
+            Compilation::Baseline => Tier::Baseline,
+            Compilation::Tiered | Compilation::Optimized => Tier::Optimized,
         };
-        link(&mut linker).map_err(|error| RuntimeError::Linker {
+        let engine_error = |error: wasmtime::Error| RuntimeError::Engine {
             message: one_line(&error),
-        })?;
-        let ticker = EpochTicker::start(engine.clone(), config.limits.epoch_tick_interval())
-            .map_err(RuntimeError::Ticker)?;
+        };
+        let engine = build_engine(
+            &config.limits,
+            slot_memory_bytes,
+            config.memory_creator.clone(),
+            tier,
+            Allocation::Pooled,
+        )
+        .map_err(engine_error)?;
+        let link = |engine: &Engine| -> Result<Linker<HostState>, RuntimeError> {
+            let mut linker = Linker::new(engine);
+            wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+                .and_then(|_| wit::add_to_linker(&mut linker))
+                .and_then(|_| {
+                    capabilities.iter().try_for_each(|capability| {
+                        capability.link(&mut linker).map_err(|error| {
+                            error.context(format!("linking the `{}` capability", capability.name()))
+                        })
+                    })
+                })
+                .map_err(|error| RuntimeError::Linker {
+                    message: one_line(&error),
+                })?;
+            Ok(linker)
+        };
+        let linker = link(&engine)?;
         let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
+        let baseline = match config.compilation {
+            Compilation::Tiered => {
+                let baseline = build_engine(
+                    &config.limits,
+                    slot_memory_bytes,
+                    config.memory_creator,
+                    Tier::Baseline,
+                    Allocation::OnDemand,
+                )
+                .map_err(engine_error)?;
+                let baseline_linker = link(&baseline)?;
+                let optimizer = Optimizer::start(engine.clone(), linker.clone(), cache.clone())
+                    .map_err(RuntimeError::Optimizer)?;
+                Some((baseline, baseline_linker, optimizer))
+            }
+            Compilation::Optimized | Compilation::Baseline => None,
+        };
+        let ticked = std::iter::once(engine.clone())
+            .chain(baseline.as_ref().map(|(engine, ..)| engine.clone()))
+            .collect();
+        let ticker = EpochTicker::start(ticked, config.limits.epoch_tick_interval())
+            .map_err(RuntimeError::Ticker)?;
         let slots = config.limits.max_concurrent_instances_limit() as usize;
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
+                engine,
                 env: Arc::new(CallEnv {
-                    engine,
                     instance_slots: Arc::new(Semaphore::new(slots)),
                     slot_memory_bytes,
                     semaphores: Mutex::new(HashMap::new()),
                     _ticker: ticker,
                 }),
                 linker,
+                tier,
+                baseline,
                 capabilities,
                 limits: config.limits,
                 cache,
@@ -213,7 +270,7 @@ impl Runtime {
 
     /// The engine every provider runs on.
     pub fn engine(&self) -> &Engine {
-        &self.inner.env.engine
+        &self.inner.engine
     }
 
     /// The limits applied to every call.
@@ -267,8 +324,13 @@ impl Runtime {
         }
         check_header(bytes, &path)?;
         let digest = sha256_hex(bytes);
-        let (component, from_cache) = self.compile(bytes.to_vec(), digest.clone(), &path).await?;
-        let engine = self.engine();
+        let bytes: Arc<[u8]> = Arc::from(bytes);
+        let compiled = self
+            .compile(Arc::clone(&bytes), digest.clone(), &path)
+            .await?;
+        let (component, tier, from_cache) =
+            (compiled.component, compiled.tier, compiled.from_cache);
+        let engine = component.engine();
         let (export, version, served) = check_exports(&component, engine, &path)?;
         let imports: Vec<String> = component
             .component_type()
@@ -276,8 +338,7 @@ impl Runtime {
             .map(|(name, _)| name.to_owned())
             .collect();
         let instance_pre = self
-            .inner
-            .linker
+            .linker_for(tier)
             .instantiate_pre(&component)
             .map_err(|error| {
                 match imports.iter().find(|import| !self.provided_by_host(import)) {
@@ -343,14 +404,34 @@ impl Runtime {
             digest = %digest,
             generation,
             from_cache,
+            ?tier,
             "provider loaded"
         );
+        // Settled unless better code is on its way.
+        let optimizing = tier != self.inner.tier;
+        let (settled, settled_watch) = tokio::sync::watch::channel(!optimizing);
+        let code = Arc::new(ArcSwap::from_pointee(Code {
+            pre,
+            component,
+            tier,
+        }));
+        if let (true, Some((.., optimizer))) = (optimizing, &self.inner.baseline) {
+            optimizer.submit(Job {
+                identity: Arc::from(identity),
+                bytes,
+                digest: digest.clone(),
+                served,
+                code: Arc::downgrade(&code),
+                settled,
+            });
+        }
         Ok(Arc::new(Provider::new(LoadedParts {
             env: Arc::clone(&self.inner.env),
-            pre,
+            code,
+            settled: settled_watch,
+            loaded_tier: tier,
             contract_version: version,
             capabilities,
-            component,
             description,
             identity: Arc::from(identity),
             digest,
@@ -362,27 +443,50 @@ impl Runtime {
         })))
     }
 
-    /// Compile `bytes` (or load them from the cache) on a blocking thread.
+    /// Load `bytes`' code from the cache, or compile them on a blocking thread: with Winch first
+    /// under [`Compilation::Tiered`] (Cranelift's code is then the background compiler's job
+    /// and the cache's), otherwise with the serving engine, caching the result.
     async fn compile(
         &self,
-        bytes: Vec<u8>,
+        bytes: Arc<[u8]>,
         digest: String,
         path: &Path,
-    ) -> Result<(Component, bool), LoadError> {
+    ) -> Result<Compiled, LoadError> {
         let engine = self.engine().clone();
+        let serving_tier = self.inner.tier;
+        let baseline = self
+            .inner
+            .baseline
+            .as_ref()
+            .map(|(engine, ..)| engine.clone());
         let cache = self.inner.cache.clone();
         let task = tokio::task::spawn_blocking(move || {
             if let Some(component) = cache
                 .as_ref()
                 .and_then(|cache| cache.load(&engine, &digest))
             {
-                return Ok((component, true));
+                return Ok(Compiled {
+                    component,
+                    tier: serving_tier,
+                    from_cache: true,
+                });
+            }
+            if let Some(baseline) = baseline {
+                return Ok(Compiled {
+                    component: Component::new(&baseline, &bytes)?,
+                    tier: Tier::Baseline,
+                    from_cache: false,
+                });
             }
             let component = Component::new(&engine, &bytes)?;
             if let Some(cache) = &cache {
                 cache.store(&component, &digest);
             }
-            Ok((component, false))
+            Ok(Compiled {
+                component,
+                tier: serving_tier,
+                from_cache: false,
+            })
         });
         match task.await {
             Ok(Ok(compiled)) => Ok(compiled),
@@ -394,6 +498,14 @@ impl Runtime {
                 path: path.to_owned(),
                 message: join_error.to_string(),
             }),
+        }
+    }
+
+    /// The linker of the engine that compiled code of `tier`.
+    fn linker_for(&self, tier: Tier) -> &Linker<HostState> {
+        match &self.inner.baseline {
+            Some((_, linker, _)) if tier != self.inner.tier => linker,
+            _ => &self.inner.linker,
         }
     }
 
@@ -489,6 +601,14 @@ fn check_header(bytes: &[u8], path: &Path) -> Result<(), LoadError> {
         return Err(LoadError::CoreModule { path });
     }
     Ok(())
+}
+
+/// A component's code and where it came from.
+struct Compiled {
+    component: Component,
+    /// The compiler that made it.
+    tier: Tier,
+    from_cache: bool,
 }
 
 /// Find the `egress:provider/provider@X` export and check `X` is served; returns the export

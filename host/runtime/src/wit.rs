@@ -64,6 +64,9 @@ pub(crate) trait ContractPre: Send + Sync {
         &'a self,
         store: &'a mut Store<HostState>,
     ) -> BoxFuture<'a, wasmtime::Result<()>>;
+
+    /// The engine that compiled the component: a call's store must be of it.
+    fn engine(&self) -> &wasmtime::Engine;
 }
 
 /// Generates, inside a `since_vX_Y_Z` module, what every served version has in common:
@@ -99,6 +102,10 @@ macro_rules! served_version {
                 store: &'a mut wasmtime::Store<$crate::state::HostState>,
             ) -> $crate::wit::BoxFuture<'a, wasmtime::Result<()>> {
                 Box::pin(async move { self.instantiate_async(store).await.map(drop) })
+            }
+
+            fn engine(&self) -> &wasmtime::Engine {
+                ProviderWorldPre::engine(self)
             }
         }
 

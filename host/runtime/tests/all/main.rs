@@ -11,4 +11,5 @@ mod limits;
 mod load;
 mod logs;
 mod memory_creator;
+mod tiering;
 mod versions;
