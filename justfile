@@ -10,13 +10,22 @@ default:
 
 # Install what a fresh Debian/Ubuntu machine lacks: the wasm target, cargo-component, system packages.
 setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
     # cargo-component 0.21 builds wasm32-wasip1 beside wasm32-wasip2 and wants both targets.
     rustup target add wasm32-wasip2 wasm32-wasip1
     command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
-    {{ if `id -u` == "0" { "" } else { "sudo " } }}bash -c 'export DEBIAN_FRONTEND=noninteractive; \
-        dpkg -s pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv >/dev/null 2>&1 || \
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv ca-certificates; }; \
-        command -v kubectl >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends kubernetes-client; }'
+    sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    packages="pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv"
+    install() { $sudo apt-get install -y -qq --no-install-recommends "$@" ca-certificates; }
+    if ! dpkg -s $packages >/dev/null 2>&1; then
+        $sudo apt-get update -qq
+        # A newer qemu-utils from backports breaks the release's qemu-system: take the release's own.
+        release=$(. /etc/os-release && echo "$VERSION_CODENAME")
+        install $packages || install --allow-downgrades ${packages/qemu-utils/qemu-utils\/$release}
+    fi
+    command -v kubectl >/dev/null || { $sudo apt-get update -qq && install kubernetes-client; }
 
 # Build every provider component with cargo-component into target/components/<name>.wasm.
 build-components:
