@@ -147,6 +147,9 @@ async fn run() {
         .load_file(&component("misbehave"))
         .await
         .expect("misbehave loads");
+    // Measure on Cranelift's code, which is what serves once a load settles.
+    hostile.optimized().await;
+    misbehave.optimized().await;
 
     let endpoint = sim.url();
     let get = |attack: serde_json::Value| Request::Get {

@@ -104,6 +104,8 @@ async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
         .load_bytes("proxmox", bytes, &component_path())
         .await
         .expect("the proxmox component loads");
+    // Measure Cranelift's code, not Winch's that serves while it compiles.
+    provider.optimized().await;
     let config = json!({
         "apiUrl": sim.url(), "nodes": ["pv1-1"], "templateVmid": 9001,
         "targetStorage": "local-lvm", "isoStorage": "proxy-seeds",

@@ -222,20 +222,28 @@ impl Runtime {
         let linker = link(&engine)?;
         let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
         let baseline = match config.compilation {
-            Compilation::Tiered => {
-                let baseline = build_engine(
-                    &config.limits,
-                    slot_memory_bytes,
-                    config.memory_creator,
-                    Tier::Baseline,
-                    Allocation::OnDemand,
-                )
-                .map_err(engine_error)?;
-                let baseline_linker = link(&baseline)?;
-                let optimizer = Optimizer::start(engine.clone(), linker.clone(), cache.clone())
-                    .map_err(RuntimeError::Optimizer)?;
-                Some((baseline, baseline_linker, optimizer))
-            }
+            Compilation::Tiered => match build_engine(
+                &config.limits,
+                slot_memory_bytes,
+                config.memory_creator,
+                Tier::Baseline,
+                Allocation::OnDemand,
+            ) {
+                Ok(baseline) => {
+                    let baseline_linker = link(&baseline)?;
+                    let optimizer = Optimizer::start(engine.clone(), linker.clone(), cache.clone())
+                        .map_err(RuntimeError::Optimizer)?;
+                    Some((baseline, baseline_linker, optimizer))
+                }
+                // Winch serves x86-64 only: elsewhere, tiering is only slower loads.
+                Err(error) => {
+                    tracing::warn!(
+                        error = %one_line(&error),
+                        "the baseline compiler is not available here; components compile with Cranelift before they serve"
+                    );
+                    None
+                }
+            },
             Compilation::Optimized | Compilation::Baseline => None,
         };
         let ticked = std::iter::once(engine.clone())
