@@ -23,7 +23,7 @@ use egress_capability_http::{Broker, Grants};
 use egress_capability_libvirt::{Grants as LibvirtGrants, LibvirtCapability};
 use egress_runtime::egress::{DenyAll, Egress};
 use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
-use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig};
+use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig};
 use serde::Deserialize;
 
 #[derive(Parser)]
@@ -46,6 +46,27 @@ struct Cli {
 enum LogFormat {
     Text,
     Json,
+}
+
+/// `--compilation`: [`Compilation`] on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompilationArg {
+    /// Winch first, Cranelift in the background.
+    Tiered,
+    /// Cranelift only.
+    Optimized,
+    /// Winch only.
+    Baseline,
+}
+
+impl From<CompilationArg> for Compilation {
+    fn from(arg: CompilationArg) -> Compilation {
+        match arg {
+            CompilationArg::Tiered => Compilation::Tiered,
+            CompilationArg::Optimized => Compilation::Optimized,
+            CompilationArg::Baseline => Compilation::Baseline,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -122,6 +143,11 @@ pub struct RunArgs {
     /// Where compiled components are cached; `none` for no cache.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// How a component missing from the cache is compiled: `tiered` serves it at once from
+    /// Winch's code while Cranelift compiles it in the background; `optimized` waits for
+    /// Cranelift; `baseline` uses Winch only.
+    #[arg(long, value_enum, default_value_t = CompilationArg::Tiered)]
+    pub compilation: CompilationArg,
     /// Kubernetes mode: this Pod's name, the holder of the leader lease. Defaults to $POD_NAME,
     /// else the host name.
     #[arg(long, env = "POD_NAME")]
@@ -267,7 +293,11 @@ async fn load(
     egress: Arc<dyn Egress>,
     libvirt: LibvirtCapability,
 ) -> anyhow::Result<Arc<Provider>> {
-    let config = RuntimeConfig::default().capability(Arc::new(libvirt));
+    // One call and exit: tiering would only start a background compile the exit throws away.
+    // Cranelift's code is cached, so the next run loads it.
+    let config = RuntimeConfig::default()
+        .compilation(Compilation::Optimized)
+        .capability(Arc::new(libvirt));
     let runtime = Runtime::new(config, egress)?;
     Ok(match identity {
         None => runtime.load_file(file).await?,
@@ -401,7 +431,8 @@ async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
         grants,
         identity: args.identity.clone(),
         only: args.only.clone(),
-        runtime: RuntimeConfig::default(),
+        // A run of a few dozen calls: the same reasoning as `load`.
+        runtime: RuntimeConfig::default().compilation(Compilation::Optimized),
     };
     let report = crate::conformance::run(&options).await?;
     print!("{}", report.text());
@@ -526,4 +557,34 @@ fn build_request(
 
 fn response_json(response: &Response) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::to_value(response)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The settings `run` with `arguments` starts the operator with.
+    fn run_settings(arguments: &[&str]) -> Result<crate::operator::Settings, clap::Error> {
+        let cli = Cli::try_parse_from(["egress-operator", "run"].iter().chain(arguments))?;
+        let Command::Run(args) = cli.command else {
+            unreachable!("parsed as run")
+        };
+        Ok(crate::kube_mode::settings(&args))
+    }
+
+    #[test]
+    fn compilation_is_tiered_unless_the_flag_says_otherwise() {
+        let compilation = |arguments: &[&str]| run_settings(arguments).unwrap().compilation;
+        assert_eq!(compilation(&[]), Compilation::Tiered);
+        assert_eq!(
+            compilation(&["--compilation", "optimized"]),
+            Compilation::Optimized
+        );
+        assert_eq!(
+            compilation(&["--compilation", "baseline"]),
+            Compilation::Baseline
+        );
+        let unknown = run_settings(&["--compilation", "fast"]).err().unwrap();
+        assert!(unknown.to_string().contains("tiered"), "{unknown}");
+    }
 }

@@ -146,6 +146,7 @@ pub fn settings(args: &RunArgs) -> Settings {
         Some(dir) => settings.cache_dir = Some(dir.clone()),
         None => {}
     }
+    settings.compilation = args.compilation.into();
     settings
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use egress_capability_http::{Broker, Grants};
-use egress_runtime::{Limits, Registry, Runtime, RuntimeConfig};
+use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
 use crate::metrics::Metrics;
 use crate::providers::ProviderSet;
@@ -31,11 +31,13 @@ pub struct Settings {
     pub slot_memory_bytes: usize,
     /// Where compiled components are cached, if anywhere.
     pub cache_dir: Option<PathBuf>,
+    /// How a component missing from the cache is compiled.
+    pub compilation: Compilation,
 }
 
 impl Settings {
     /// Defaults for `components`: the runtime's default limits, a 256 MiB pool slot, the default
-    /// compile cache, no HTTP port, the namespace `default`.
+    /// compile cache and tiered compilation, no HTTP port, the namespace `default`.
     pub fn new(components: PathBuf) -> Settings {
         Settings {
             components,
@@ -45,6 +47,7 @@ impl Settings {
             limits: Limits::default(),
             slot_memory_bytes: 256 << 20,
             cache_dir: egress_runtime::default_cache_dir(),
+            compilation: Compilation::default(),
         }
     }
 }
@@ -74,6 +77,7 @@ impl Operator {
         let config = RuntimeConfig::default()
             .limits(settings.limits.clone())
             .cache_dir(settings.cache_dir.clone())
+            .compilation(settings.compilation)
             .slot_memory_bytes(settings.slot_memory_bytes);
         let runtime =
             Runtime::new(config, Arc::new(broker.clone())).context("starting the runtime")?;
