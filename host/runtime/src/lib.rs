@@ -3,10 +3,12 @@
 //! Providers are WebAssembly components exporting `egress:provider/provider` (the contract, in
 //! `wit/`). This crate loads them, sandboxes them, bounds them and swaps them while they serve.
 //!
-//! - [`Runtime`] owns one wasmtime [`Engine`](wasmtime::Engine) (pooling allocator,
-//!   copy-on-write memory images, epoch interruption), the linker, the [`Limits`], an on-disk
-//!   compile cache and the host's [`Capability`]s: outgoing HTTP through the [`Egress`] it is
-//!   given, and whatever [`RuntimeConfig::capability`] adds (libvirt).
+//! - [`Runtime`] owns the wasmtime [`Engine`](wasmtime::Engine) calls settle on (Cranelift,
+//!   pooling allocator, copy-on-write memory images, epoch interruption), the linker, the
+//!   [`Limits`], an on-disk compile cache and the host's [`Capability`]s: outgoing HTTP through
+//!   the [`Egress`] it is given, and whatever [`RuntimeConfig::capability`] adds (libvirt). Under
+//!   [`Compilation::Tiered`] (the default) a second engine runs Winch's code for a component
+//!   missing from the cache while Cranelift compiles it in the background ([`Tier`]).
 //! - [`Runtime::load_file`] validates a component before it serves — a wasm component, a
 //!   served contract version, no import the host does not provide, a working `describe` — and
 //!   returns a [`Provider`]. Each problem is its own [`LoadError`] with a one-line message naming
