@@ -949,6 +949,12 @@ async fn only_the_leader_reconciles_and_a_follower_takes_over_when_it_stops() {
 async fn a_leader_that_loses_its_lease_stops_and_exits_non_zero() {
     let world = World::start().await;
     let a = Replica::leader(&world, "a").await;
+    // The Lease names `a` as soon as its first write lands, before `a` itself has read it back
+    // and started leading: an intruder taken over then leaves `a` a follower waiting out the
+    // intruder's hour, never a leader that lost. Wait until `a` reconciles, i.e. leads.
+    world.create_proxy("first", PC).await;
+    world.until_running("first").await;
+    assert!(a.proxy_reconciles() > 0, "the leader reconciles");
     // Someone else holds the lease now, freshly renewed, for a long time.
     let mut lease = world
         .kube
