@@ -333,11 +333,13 @@ impl Runtime {
         check_header(bytes, &path)?;
         let digest = sha256_hex(bytes);
         let bytes: Arc<[u8]> = Arc::from(bytes);
-        let compiled = self
+        let Compiled {
+            component,
+            tier,
+            from_cache,
+        } = self
             .compile(Arc::clone(&bytes), digest.clone(), &path)
             .await?;
-        let (component, tier, from_cache) =
-            (compiled.component, compiled.tier, compiled.from_cache);
         let engine = component.engine();
         let (export, version, served) = check_exports(&component, engine, &path)?;
         let imports: Vec<String> = component
@@ -423,7 +425,7 @@ impl Runtime {
             component,
             tier,
         }));
-        if let (true, Some((.., optimizer))) = (optimizing, &self.inner.baseline) {
+        if optimizing && let Some((.., optimizer)) = &self.inner.baseline {
             optimizer.submit(Job {
                 identity: Arc::from(identity),
                 bytes,

@@ -9,20 +9,15 @@ use egress_runtime::{
     Request, Response,
 };
 
-use crate::common::{component_bytes, component_path, runtime_with, test_limits};
+use egress_runtime::Runtime;
+
+use crate::common::{component_bytes, component_path, hostile_get, runtime_with, test_limits};
 
 async fn hostile(limits: Limits) -> Arc<Provider> {
     runtime_with(limits)
         .load_file(&component_path("hostile"))
         .await
         .unwrap()
-}
-
-fn get(config: serde_json::Value) -> Request {
-    Request::Get {
-        config: config.to_string(),
-        provider_id: "hostile/1".into(),
-    }
 }
 
 /// The call's error, which must be the `budget` one, permanent, with its limit in the message.
@@ -44,7 +39,8 @@ async fn a_flood_of_header_lists_stops_at_the_handle_budget() {
     let limits = test_limits().resource_handles(64);
     let provider = hostile(limits).await;
     // A thousand: past the budget, far below wasmtime's own default of 100 000.
-    let request = get(serde_json::json!({"attack": "headers", "count": 1000, "bytes": 1024}));
+    let request =
+        hostile_get(serde_json::json!({"attack": "headers", "count": 1000, "bytes": 1024}));
     let error = budget_error(&provider, request, Budget::ResourceHandles).await;
     assert!(
         error.to_string().contains("more than 64 host resources"),
@@ -55,11 +51,12 @@ async fn a_flood_of_header_lists_stops_at_the_handle_budget() {
 #[tokio::test]
 async fn an_oversized_header_list_stops_at_the_header_budget() {
     let provider = hostile(test_limits().header_bytes(16 << 10)).await;
-    let request = get(serde_json::json!({"attack": "headers", "count": 1, "bytes": 100_000}));
+    let request =
+        hostile_get(serde_json::json!({"attack": "headers", "count": 1, "bytes": 100_000}));
     let error = budget_error(&provider, request, Budget::HeaderBytes).await;
     assert!(error.to_string().contains("16384 bytes"), "{error}");
     // Under the budget, the same attack is just a provider holding a few lists.
-    let request = get(serde_json::json!({"attack": "headers", "count": 4, "bytes": 1000}));
+    let request = hostile_get(serde_json::json!({"attack": "headers", "count": 4, "bytes": 1000}));
     let answer = provider.call(request, &CallContext::default()).await;
     assert!(
         matches!(&answer, Err(CallError::Provider(error)) if error.message() == "held 4"),
@@ -71,7 +68,7 @@ async fn an_oversized_header_list_stops_at_the_header_budget() {
 async fn results_larger_than_the_transfer_budget_are_never_copied_out() {
     let provider = hostile(test_limits().transfer_bytes(1 << 20)).await;
     for attack in ["big-error", "big-name"] {
-        let request = get(serde_json::json!({"attack": attack, "mib": 20}));
+        let request = hostile_get(serde_json::json!({"attack": attack, "mib": 20}));
         let error = budget_error(&provider, request, Budget::TransferBytes).await;
         assert!(
             error.to_string().contains("1048576 bytes"),
@@ -90,7 +87,7 @@ async fn results_larger_than_the_transfer_budget_are_never_copied_out() {
 #[tokio::test]
 async fn a_long_error_message_under_the_budget_is_cut_and_escaped() {
     let provider = hostile(test_limits()).await;
-    let request = get(serde_json::json!({"attack": "big-error", "mib": 2}));
+    let request = hostile_get(serde_json::json!({"attack": "big-error", "mib": 2}));
     let Err(CallError::Provider(error)) = provider.call(request, &CallContext::default()).await
     else {
         panic!("a provider error")
@@ -106,7 +103,7 @@ async fn a_long_error_message_under_the_budget_is_cut_and_escaped() {
 #[tokio::test]
 async fn a_log_flood_stops_at_the_line_budget() {
     let provider = hostile(test_limits().log_lines(100)).await;
-    let request = get(serde_json::json!({"attack": "log-flood", "lines": 1_000_000}));
+    let request = hostile_get(serde_json::json!({"attack": "log-flood", "lines": 1_000_000}));
     let started = Instant::now();
     let error = budget_error(&provider, request, Budget::LogLines).await;
     assert!(
@@ -120,7 +117,7 @@ async fn a_log_flood_stops_at_the_line_budget() {
         started.elapsed()
     );
     // Within the budget the same guest logs and answers.
-    let request = get(serde_json::json!({"attack": "log-flood", "lines": 50}));
+    let request = hostile_get(serde_json::json!({"attack": "log-flood", "lines": 50}));
     let answer = provider.call(request, &CallContext::default()).await;
     assert!(
         matches!(answer, Ok(Response::Get(ref vm)) if vm.name == "flooded"),
@@ -131,11 +128,11 @@ async fn a_log_flood_stops_at_the_line_budget() {
 #[tokio::test]
 async fn a_huge_log_message_is_refused_before_it_is_copied() {
     let provider = hostile(test_limits().transfer_bytes(1 << 20)).await;
-    let request = get(serde_json::json!({"attack": "log-huge", "mib": 40}));
+    let request = hostile_get(serde_json::json!({"attack": "log-huge", "mib": 40}));
     budget_error(&provider, request, Budget::TransferBytes).await;
     // Within one transfer it is read lazily, 4 KiB kept (see logs.rs), and the call goes on.
     let provider = hostile(test_limits()).await;
-    let request = get(serde_json::json!({"attack": "log-huge", "mib": 2}));
+    let request = hostile_get(serde_json::json!({"attack": "log-huge", "mib": 2}));
     let answer = provider.call(request, &CallContext::default()).await;
     assert!(
         matches!(answer, Ok(Response::Get(ref vm)) if vm.name == "logged"),
@@ -147,7 +144,7 @@ async fn a_huge_log_message_is_refused_before_it_is_copied() {
 async fn log_bytes_are_budgeted_as_kept() {
     let provider = hostile(test_limits().log_bytes(4 << 10).log_lines(100_000)).await;
     // A 1 MiB message keeps 4 KiB: exactly the budget.
-    let request = get(serde_json::json!({"attack": "log-huge", "mib": 1}));
+    let request = hostile_get(serde_json::json!({"attack": "log-huge", "mib": 1}));
     assert!(
         provider
             .call(request, &CallContext::default())
@@ -155,7 +152,7 @@ async fn log_bytes_are_budgeted_as_kept() {
             .is_ok()
     );
     // A thousand short lines keep more than 4 KiB.
-    let request = get(serde_json::json!({"attack": "log-flood", "lines": 1000}));
+    let request = hostile_get(serde_json::json!({"attack": "log-flood", "lines": 1000}));
     let error = budget_error(&provider, request, Budget::LogBytes).await;
     assert!(
         error.to_string().contains("more than 4096 bytes of log"),
@@ -165,6 +162,13 @@ async fn log_bytes_are_budgeted_as_kept() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_computing_guest_is_stopped_at_its_cpu_budget_long_before_its_deadline() {
+    computing_guest_is_stopped_at_its_cpu_budget(runtime_with).await;
+}
+
+/// The CPU budget on a runtime made by `runtime_with` (also run on Winch's code: `tiering.rs`).
+pub(crate) async fn computing_guest_is_stopped_at_its_cpu_budget(
+    runtime_with: impl Fn(Limits) -> Runtime,
+) {
     // A wall deadline a hundred times the CPU budget (the default is fifteen minutes; shorter
     // here so that a broken CPU budget fails this test in a minute rather than hanging it).
     let limits = test_limits()
@@ -252,7 +256,7 @@ async fn a_burst_across_more_providers_than_instance_slots_waits_instead_of_fail
 #[tokio::test]
 async fn an_unsent_body_is_buffered_only_up_to_its_budget() {
     let provider = hostile(test_limits().body_buffer_bytes(16 << 10)).await;
-    let request = get(serde_json::json!({"attack": "bodies", "count": 10}));
+    let request = hostile_get(serde_json::json!({"attack": "bodies", "count": 10}));
     let answer = provider.call(request, &CallContext::default()).await;
     let Err(CallError::Provider(error)) = answer else {
         let other = answer;
@@ -270,6 +274,6 @@ async fn an_unsent_body_is_buffered_only_up_to_its_budget() {
         "{buffered}"
     );
     // Enough bodies run into the handle budget.
-    let request = get(serde_json::json!({"attack": "bodies", "count": 100_000}));
+    let request = hostile_get(serde_json::json!({"attack": "bodies", "count": 100_000}));
     budget_error(&provider, request, Budget::ResourceHandles).await;
 }

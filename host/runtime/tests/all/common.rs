@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use egress_runtime::{DenyAll, Limits, Runtime, RuntimeConfig};
+use egress_runtime::{DenyAll, Limits, Request, Runtime, RuntimeConfig};
 
 /// The built component `name` (`reference`, `misbehave`, …).
 pub fn component_path(name: &str) -> PathBuf {
@@ -58,6 +58,30 @@ pub fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<
     }
     .append_to_component(&mut bytes);
     bytes
+}
+
+/// A `get` of the reference provider's `ref/web`.
+pub fn get_web() -> Request {
+    Request::Get {
+        config: "{}".into(),
+        provider_id: "ref/web".into(),
+    }
+}
+
+/// A `get` asking the `misbehave` component to misbehave as `mode` (`spin`, `grow`, `trap`, …).
+pub fn misbehave(mode: &str) -> Request {
+    Request::Get {
+        config: format!(r#"{{"mode": "{mode}"}}"#),
+        provider_id: "x".into(),
+    }
+}
+
+/// A `get` asking the `hostile` component for `attack` (its config).
+pub fn hostile_get(attack: serde_json::Value) -> Request {
+    Request::Get {
+        config: attack.to_string(),
+        provider_id: "hostile/1".into(),
+    }
 }
 
 /// sha256 of `bytes`, lowercase hex (what `Provider::digest` reports).

@@ -8,7 +8,7 @@ use std::time::Duration;
 use egress_runtime::{CallContext, CallError, Registry, RegistryEvent, Request, Response};
 use tokio::sync::broadcast;
 
-use crate::common::{component_bytes, runtime, sha256_hex, with_custom_section};
+use crate::common::{component_bytes, get_web, runtime, sha256_hex, with_custom_section};
 
 /// `reference.wasm` alone in a temporary folder, served by a [`Registry`] watching it.
 struct Watched {
@@ -66,13 +66,6 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
     let temporary = path.with_extension("wasm.partial");
     std::fs::write(&temporary, bytes).unwrap();
     std::fs::rename(&temporary, path).unwrap();
-}
-
-fn get_web() -> Request {
-    Request::Get {
-        config: "{}".into(),
-        provider_id: "ref/web".into(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,20 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use egress_runtime::{CallContext, CallError, ErrorClass, Limits, Operation, Request, Response};
+use egress_runtime::{
+    CallContext, CallError, ErrorClass, Limits, Operation, Request, Response, Runtime,
+};
 
-use crate::common::{component_path, runtime_with, test_limits};
-
-fn misbehave(mode: &str) -> Request {
-    Request::Get {
-        config: format!(r#"{{"mode": "{mode}"}}"#),
-        provider_id: "x".into(),
-    }
-}
+use crate::common::{component_path, get_web, misbehave, runtime_with, test_limits};
 
 /// A spinning guest runs into its 1 s deadline while a reference call, started once the spin is
 /// under way, completes first.
-async fn spinning_guest_is_stopped_while_another_call_completes() {
+pub(crate) async fn spinning_guest_is_stopped_while_another_call_completes(
+    runtime_with: impl Fn(Limits) -> Runtime,
+) {
     let runtime = runtime_with(test_limits().deadline(Operation::Get, Duration::from_secs(1)));
     let spinner = runtime
         .load_file(&component_path("misbehave"))
@@ -37,11 +34,7 @@ async fn spinning_guest_is_stopped_while_another_call_completes() {
     // task runs again before the deadline only if the spinning guest yields it. (A yield, not a
     // sleep: the timer driver is only checked every few dozen task polls.)
     tokio::task::yield_now().await;
-    let get = Request::Get {
-        config: "{}".into(),
-        provider_id: "ref/web".into(),
-    };
-    let concurrent = reference.call(get, &CallContext::default()).await;
+    let concurrent = reference.call(get_web(), &CallContext::default()).await;
     let concurrent_done = Instant::now();
 
     let (spin_result, spin_done) = spin.await.unwrap();
@@ -66,12 +59,12 @@ async fn spinning_guest_is_stopped_while_another_call_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spinning_guest_is_stopped_at_its_deadline_on_a_multi_thread_runtime() {
-    spinning_guest_is_stopped_while_another_call_completes().await;
+    spinning_guest_is_stopped_while_another_call_completes(runtime_with).await;
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn spinning_guest_yields_its_thread_on_a_current_thread_runtime() {
-    spinning_guest_is_stopped_while_another_call_completes().await;
+    spinning_guest_is_stopped_while_another_call_completes(runtime_with).await;
 }
 
 #[tokio::test]

@@ -4,14 +4,17 @@
 //! sandbox by arriving as a new file).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use egress_runtime::{
-    Budget, CallContext, CallError, Compilation, DenyAll, ErrorClass, Limits, Operation, Provider,
-    Request, Response, Runtime, RuntimeConfig, Tier,
+    Budget, CallContext, CallError, Compilation, DenyAll, ErrorClass, Limits, Provider, Response,
+    Runtime, RuntimeConfig, Tier,
 };
 
-use crate::common::{component_bytes, component_path, test_limits, with_custom_section};
+use crate::common::{
+    component_bytes, component_path, get_web, hostile_get, misbehave, test_limits,
+    with_custom_section,
+};
 
 /// A runtime compiling as `compilation`, caching in `cache`.
 fn runtime(compilation: Compilation, limits: Limits, cache: Option<&std::path::Path>) -> Runtime {
@@ -28,13 +31,6 @@ fn fresh_reference() -> Vec<u8> {
     with_custom_section(&component_bytes("reference"), "tiering", nonce.as_bytes())
 }
 
-fn get() -> Request {
-    Request::Get {
-        config: "{}".into(),
-        provider_id: "ref/web".into(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_component_serves_from_winch_then_from_cranelift_which_alone_is_cached() {
     let cache = tempfile::tempdir().unwrap();
@@ -47,12 +43,12 @@ async fn a_new_component_serves_from_winch_then_from_cranelift_which_alone_is_ca
     assert!(!provider.from_cache());
     // A binding made before the optimized code arrives moves with the provider.
     let bound = provider.bind("bound", test_limits()).unwrap();
-    let early = provider.call(get(), &CallContext::default()).await;
+    let early = provider.call(get_web(), &CallContext::default()).await;
     assert!(matches!(early, Ok(Response::Get(_))), "{early:?}");
 
     assert_eq!(provider.optimized().await, Tier::Optimized);
     assert_eq!(bound.tier(), Tier::Optimized);
-    let late = bound.call(get(), &CallContext::default()).await;
+    let late = bound.call(get_web(), &CallContext::default()).await;
     assert_eq!(
         early.unwrap(),
         late.unwrap(),
@@ -83,7 +79,8 @@ async fn optimized_compilation_serves_cranelift_from_the_first_call() {
     assert_eq!(provider.tier(), Tier::Optimized);
 }
 
-/// A runtime that compiles with Winch only, so that every call below runs Winch's code.
+/// A runtime that compiles with Winch only and caches nothing, so that every call below runs
+/// Winch's code.
 fn winch(limits: Limits) -> Runtime {
     runtime(Compilation::Baseline, limits, None)
 }
@@ -95,59 +92,15 @@ async fn load(runtime: &Runtime, name: &str) -> Arc<Provider> {
     provider
 }
 
-fn misbehave(mode: &str) -> Request {
-    Request::Get {
-        config: format!(r#"{{"mode": "{mode}"}}"#),
-        provider_id: "x".into(),
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn on_winch_a_spinning_guest_yields_its_thread_and_stops_at_its_deadline() {
-    let runtime = winch(test_limits().deadline(Operation::Get, Duration::from_secs(1)));
-    let spinner = load(&runtime, "misbehave").await;
-    let reference = load(&runtime, "reference").await;
-    let spin = tokio::spawn(async move {
-        let result = spinner
-            .call(misbehave("spin"), &CallContext::default())
-            .await;
-        (result, Instant::now())
-    });
-    // One thread: the reference call below runs before the spin ends only if Winch's code
-    // checks the epoch and yields.
-    tokio::task::yield_now().await;
-    let concurrent = reference.call(get(), &CallContext::default()).await;
-    let concurrent_done = Instant::now();
-    let (spun, spin_done) = spin.await.unwrap();
-    assert!(matches!(concurrent, Ok(Response::Get(_))), "{concurrent:?}");
-    assert!(
-        matches!(spun, Err(CallError::Deadline { after, .. }) if after == Duration::from_secs(1)),
-        "{spun:?}"
-    );
-    assert!(concurrent_done < spin_done);
+    // One thread: the other call finishes first only if Winch's code checks the epoch and yields.
+    crate::limits::spinning_guest_is_stopped_while_another_call_completes(winch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_winch_a_computing_guest_stops_at_its_cpu_budget() {
-    let limits = test_limits()
-        .cpu_time(Operation::Get, Duration::from_millis(300))
-        .deadline(Operation::Get, Duration::from_secs(30));
-    let provider = load(&winch(limits), "misbehave").await;
-    let error = provider
-        .call(misbehave("spin"), &CallContext::default())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            CallError::Budget {
-                budget: Budget::CpuTime,
-                limit: 300,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    crate::budgets::computing_guest_is_stopped_at_its_cpu_budget(winch).await;
 }
 
 #[tokio::test]
@@ -176,10 +129,6 @@ async fn on_winch_a_memory_bomb_stops_at_its_cap_and_a_trap_is_a_trap() {
 async fn on_winch_the_transfer_and_handle_budgets_hold() {
     let limits = test_limits().transfer_bytes(1 << 20).resource_handles(64);
     let provider = load(&winch(limits), "hostile").await;
-    let hostile = |attack: serde_json::Value| Request::Get {
-        config: attack.to_string(),
-        provider_id: "hostile/1".into(),
-    };
     for (attack, budget) in [
         (
             serde_json::json!({"attack": "big-name", "mib": 20}),
@@ -191,7 +140,7 @@ async fn on_winch_the_transfer_and_handle_budgets_hold() {
         ),
     ] {
         let error = provider
-            .call(hostile(attack.clone()), &CallContext::default())
+            .call(hostile_get(attack.clone()), &CallContext::default())
             .await
             .unwrap_err();
         assert!(
