@@ -58,7 +58,11 @@ impl Guest for ContractV2 {
                 value: request.name.clone(),
             }],
         );
-        Ok(vm(&format!("v2/{}", request.name), &request.name, &request.uid))
+        Ok(vm(
+            &format!("v2/{}", request.name),
+            &request.name,
+            &request.uid,
+        ))
     }
 
     fn get(_config: String, provider_id: String) -> Result<Instance, Error> {
@@ -147,7 +151,9 @@ fn endpoint(config: &str) -> Result<Option<Endpoint>, Error> {
     } else if let Some(rest) = endpoint.strip_prefix("http://") {
         (false, rest)
     } else {
-        return Err(Error::Permanent(format!("{endpoint} is not an http(s) URL")));
+        return Err(Error::Permanent(format!(
+            "{endpoint} is not an http(s) URL"
+        )));
     };
     Ok(Some(Endpoint {
         https,

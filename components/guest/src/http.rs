@@ -170,13 +170,21 @@ pub fn send(request: &Request) -> Result<Response, Failure> {
     outgoing
         .set_path_with_query(Some(&request.path_with_query))
         .map_err(|()| other("the host rejected the request path"))?;
-    let body = outgoing
-        .body()
-        .map_err(|()| other("the request body was already taken"))?;
+    // A request without body bytes takes no body resource: the host sends its headers alone and
+    // never waits for a body to end, and the guest saves the resource and two host calls.
+    let bytes = request.body.as_deref().filter(|bytes| !bytes.is_empty());
+    let body = match bytes {
+        Some(_) => Some(
+            outgoing
+                .body()
+                .map_err(|()| other("the request body was already taken"))?,
+        ),
+        None => None,
+    };
 
     // Hand the request to the host first, then stream the body: the host reads it as we write.
     let future = outgoing_handler::handle(outgoing, None).map_err(Failure::Transport)?;
-    if let Some(bytes) = request.body.as_deref().filter(|bytes| !bytes.is_empty()) {
+    if let (Some(body), Some(bytes)) = (body, bytes) {
         let stream = body
             .write()
             .map_err(|()| other("the request body stream was already taken"))?;
@@ -192,8 +200,8 @@ pub fn send(request: &Request) -> Result<Response, Failure> {
                 Ok(_) => error,
             });
         }
+        OutgoingBody::finish(body, None).map_err(Failure::Transport)?;
     }
-    OutgoingBody::finish(body, None).map_err(Failure::Transport)?;
     let response = wait_response(&future)?;
     let status = response.status();
     let body = read_body(response, request.max_response_bytes)?;

@@ -16,7 +16,9 @@ wit_bindgen::generate!({
 });
 
 use egress::libvirt::libvirt::{Connection, Error as LibvirtError};
-use egress::provider::types::{CheckReason, CheckResult, CreateRequest, Description, Error, Instance};
+use egress::provider::types::{
+    CheckReason, CheckResult, CreateRequest, Description, Error, Instance,
+};
 use exports::egress::provider::provider::Guest;
 
 const REFUSAL: &str = "libvirt-probe only checks a connection";

@@ -196,7 +196,8 @@ fn agent_path(node: &str, vmid: u32) -> String {
 
 const AGENT_ENS18: &str = r#"{"result":[{"name":"lo","ip-addresses":[{"ip-address":"127.0.0.1","ip-address-type":"ipv4"}]},{"name":"ens18","ip-addresses":[{"ip-address":"192.168.4.147","ip-address-type":"ipv4"}]}]}"#;
 
-const MISSING_100123: &str = "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist";
+const MISSING_100123: &str =
+    "Configuration file 'nodes/pv1-1/qemu-server/100123.conf' does not exist";
 
 #[test]
 fn correction1_get_of_a_mid_clone_vm_is_transient_before_the_name_is_read() {

@@ -73,7 +73,8 @@ pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
 /// Whether the node's answer means the VM is not (or no longer) there: F2's missing config, a
 /// 404, or the node itself failing (5xx, 595/596). The listing then says where it is, if anywhere.
 fn not_on_node(error: &ApiError) -> bool {
-    api_missing_vm(error) || matches!(error, ApiError::Http { status, .. } if *status == 404 || *status >= 500)
+    api_missing_vm(error)
+        || matches!(error, ApiError::Http { status, .. } if *status == 404 || *status >= 500)
 }
 
 /// The pre-scaling path (entry 9): the cluster listing says whether the VM exists and where.

@@ -31,7 +31,10 @@ struct TagBody<'a> {
 
 impl<'a> From<&'a Tag> for TagBody<'a> {
     fn from(tag: &'a Tag) -> Self {
-        TagBody { key: &tag.key, value: &tag.value }
+        TagBody {
+            key: &tag.key,
+            value: &tag.value,
+        }
     }
 }
 

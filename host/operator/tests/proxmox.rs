@@ -132,6 +132,13 @@ async fn create_then_get_reports_running_with_an_address_then_delete_removes_vm_
         .delete(&created.provider_id)
         .await
         .expect("a repeat delete succeeds");
+
+    // Every request is framed exactly: a Content-Length (the upload, the JSON writes) or no body
+    // at all (every GET), never a body streamed chunked.
+    let log = harness.sim.state().request_log();
+    let chunked: Vec<_> = log.iter().filter(|record| record.chunked).collect();
+    assert!(chunked.is_empty(), "sent chunked: {chunked:?}");
+    assert!(log.iter().any(|record| record.method == "POST"), "{log:?}");
 }
 
 /// Requests a clean create makes on a fresh simulator (measured, not assumed).

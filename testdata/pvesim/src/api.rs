@@ -88,11 +88,15 @@ where
     let method = request.method().as_str().to_string();
     let path = request.uri().path().to_string();
     let api_path = path.strip_prefix("/api2/json").unwrap_or(&path).to_string();
+    let chunked = request
+        .headers()
+        .contains_key(hyper::header::TRANSFER_ENCODING);
     let log = |status: Option<u16>| {
         let record = RequestRecord {
             method: method.clone(),
             path: path.clone(),
             status,
+            chunked,
         };
         server.state.lock().requests.push(record);
     };

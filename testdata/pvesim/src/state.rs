@@ -93,6 +93,10 @@ pub struct RequestRecord {
     pub path: String,
     /// Status answered; `None` when the connection was reset without an answer.
     pub status: Option<u16>,
+    /// Whether the body came with a `Transfer-Encoding` (chunked) rather than a
+    /// `Content-Length` or no body at all: what a client that frames its requests exactly never
+    /// sends.
+    pub chunked: bool,
 }
 
 pub(crate) struct Inner {

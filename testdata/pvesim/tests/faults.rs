@@ -68,12 +68,14 @@ async fn reset_closes_the_connection_without_an_answer_and_is_logged() {
             RequestRecord {
                 method: "GET".into(),
                 path: "/api2/json/cluster/resources".into(),
-                status: None
+                status: None,
+                chunked: false,
             },
             RequestRecord {
                 method: "GET".into(),
                 path: "/api2/json/version".into(),
-                status: Some(200)
+                status: Some(200),
+                chunked: false,
             },
         ]
     );
