@@ -172,19 +172,19 @@ pub fn send(request: &Request) -> Result<Response, Failure> {
         .map_err(|()| other("the host rejected the request path"))?;
     // A request without body bytes takes no body resource: the host sends its headers alone and
     // never waits for a body to end, and the guest saves the resource and two host calls.
-    let bytes = request.body.as_deref().filter(|bytes| !bytes.is_empty());
-    let body = match bytes {
-        Some(_) => Some(
+    let body = match request.body.as_deref().filter(|bytes| !bytes.is_empty()) {
+        Some(bytes) => Some((
             outgoing
                 .body()
                 .map_err(|()| other("the request body was already taken"))?,
-        ),
+            bytes,
+        )),
         None => None,
     };
 
     // Hand the request to the host first, then stream the body: the host reads it as we write.
     let future = outgoing_handler::handle(outgoing, None).map_err(Failure::Transport)?;
-    if let (Some(body), Some(bytes)) = (body, bytes) {
+    if let Some((body, bytes)) = body {
         let stream = body
             .write()
             .map_err(|()| other("the request body stream was already taken"))?;
