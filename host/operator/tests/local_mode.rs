@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use egress_operator::crd::conditions;
 use egress_operator::local::store::Store;
 use egress_operator::reconciler::vm_name;
-use local_support::{Local, credentials, provider_config, proxy, reason, running};
+use local_support::{Local, counter_total, credentials, provider_config, proxy, reason, running};
 use pvesim::{FaultAction, FaultRule, RunState, SimConfig, Trigger};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -171,7 +171,7 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
         provider_config(&local.sim, "Off").replace("templateVmid: 9001", "templateVmid: 9999");
     local.write("providerconfig.yaml", &broken);
     local.write("proxy.yaml", &proxy("default", "stuck"));
-    local.start();
+    local.start_listening();
     local.wait_until("the Proxy failed permanently", LIMIT, |proxies| {
         proxies
             .iter()
@@ -184,37 +184,68 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
             .message
             .contains("template 9999 does not exist")
     );
-    // Nothing is retried while nothing changes: over three resync periods no create is tried.
-    // The resync's `check` reads /version, /nodes and the listing; a create attempt reads the
-    // listing alone. So the listings beyond the /nodes reads are the create attempts.
-    let creates = |local: &Local| {
+    // Nothing is retried while nothing changes: over three resyncs, create is not called again.
+    // Create calls are counted by the operator's own metrics, which see each call. Resyncs are
+    // counted by the simulator: only the resync's `check` reads /nodes here. (Counting creates
+    // from the simulator's log was racy: a check and a create attempt both read the listing.)
+    let resyncs = |local: &Local| {
         let log = local.sim.state().request_log();
-        let count = |suffix: &str| log.iter().filter(|r| r.path.ends_with(suffix)).count();
-        count("/cluster/resources") - count("/nodes")
+        log.iter().filter(|r| r.path.ends_with("/nodes")).count()
     };
-    let before = creates(&local);
-    assert_eq!(before, 1, "one create attempt");
-    let quiet = Instant::now();
-    while quiet.elapsed() < Duration::from_secs(3) {
+    let creates = |metrics: &str| {
+        counter_total(
+            metrics,
+            r#"egress_provider_calls_total{provider="proxmox-lab",operation="create","#,
+        )
+    };
+    let resyncs_before = resyncs(&local);
+    let metrics = local.metrics().await.expect("the metrics port answers");
+    assert_eq!(creates(&metrics), 1, "one create attempt:\n{metrics}");
+    let started = Instant::now();
+    loop {
+        // Resyncs read before the metrics, so the last look covers the last resync.
+        let resynced = resyncs(&local) >= resyncs_before + 3;
+        let metrics = local.metrics().await.expect("the metrics port answers");
         assert_eq!(
-            creates(&local),
-            before,
-            "the permanent failure was retried:\n{}",
+            creates(&metrics),
+            1,
+            "the permanent failure was retried:\n{metrics}\n{}",
             local.log()
         );
-        std::thread::sleep(Duration::from_millis(100));
+        if resynced {
+            break;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "no resyncs ran:\n{}",
+            local.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        local
-            .sim
-            .state()
-            .request_log()
-            .iter()
-            .filter(|r| r.path.ends_with("/nodes"))
-            .count()
-            >= 3,
-        "resyncs ran"
-    );
+
+    // A restart reconciles every Proxy; nothing changed, so the new process does not call create
+    // (the stored status says the failure was permanent for this generation and component).
+    local.kill();
+    local.start_listening();
+    let started = Instant::now();
+    let metrics = loop {
+        let reconciled = local.metrics().await.filter(|metrics| {
+            counter_total(
+                metrics,
+                r#"controller_runtime_reconcile_total{controller="proxy","#,
+            ) > 0
+        });
+        if let Some(metrics) = reconciled {
+            break metrics;
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "the restarted operator did not reconcile the Proxy:\n{}",
+            local.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(creates(&metrics), 0, "retried after a restart:\n{metrics}");
 
     // Fixing the ProviderConfig is a change: the Proxy is tried again and recovers.
     local.write(
@@ -521,13 +552,7 @@ async fn killed_at_each_request_of_a_create_then_restarted_ends_with_one_vm() {
 async fn listen_serves_readiness_and_the_operators_metrics() {
     let mut local = Local::new().await;
     local.write("proxy.yaml", &proxy("default", "watched"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    local.start_with(&["--listen", &addr]);
+    let addr = local.start_listening();
     local.wait_until("the Proxy running", LIMIT, |proxies| {
         proxies.iter().any(running)
     });

@@ -71,6 +71,8 @@ pub struct Local {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     cache: PathBuf,
+    /// The health and metrics address of the running operator, if it listens.
+    listen: Option<String>,
 }
 
 impl Local {
@@ -94,6 +96,7 @@ impl Local {
             sim,
             dir,
             child: None,
+            listen: None,
             cache: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-mode-cache"),
         };
         local.write(
@@ -153,8 +156,29 @@ impl Local {
         self.child = Some(child);
     }
 
+    /// [`Local::start`] with the health and metrics port on a free loopback address, returned.
+    pub fn start_listening(&mut self) -> String {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        self.start_with(&["--listen", &addr]);
+        self.listen = Some(addr.clone());
+        addr
+    }
+
+    /// The operator's `/metrics` page; `None` until it answers (or if it does not listen).
+    pub async fn metrics(&self) -> Option<String> {
+        let addr = self.listen.as_ref()?;
+        let response = reqwest::get(format!("http://{addr}/metrics")).await.ok()?;
+        response.text().await.ok()
+    }
+
     /// Kill the operator at once (SIGKILL: a crash, no graceful anything).
     pub fn kill(&mut self) {
+        self.listen = None;
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -256,4 +280,14 @@ pub fn component() -> PathBuf {
 
 pub fn exists(path: &Path) -> bool {
     path.exists()
+}
+
+/// The sum of the counters on a metrics page whose name and leading labels are `prefix`
+/// (`name{label="value",`): one count over every value of the labels left out.
+pub fn counter_total(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(prefix))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
 }
