@@ -3,6 +3,7 @@
 //! runtime, its HTTP through the broker with the token from a Secret and the CA from a ConfigMap,
 //! to `pvesim` over TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
 
+mod metrics_support;
 mod proxmox_support;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use kubesim::KubeSim;
+use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, Simulator, Trigger};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -355,14 +357,6 @@ impl Replica {
             "controller_runtime_reconcile_total{controller=\"proxy\"",
         )
     }
-}
-
-/// The sum of the series starting with `prefix` in an exposition.
-fn counter(text: &str, prefix: &str) -> u64 {
-    text.lines()
-        .filter(|line| line.starts_with(prefix))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 async fn lease_holder(world: &World) -> Option<String> {

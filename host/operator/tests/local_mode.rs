@@ -2,13 +2,15 @@
 //! the Proxmox component sandboxed in it, and the `pvesim` simulator behind the egress broker.
 
 mod local_support;
+mod metrics_support;
 
 use std::time::{Duration, Instant};
 
 use egress_operator::crd::conditions;
 use egress_operator::local::store::Store;
 use egress_operator::reconciler::vm_name;
-use local_support::{Local, counter_total, credentials, provider_config, proxy, reason, running};
+use local_support::{Local, credentials, provider_config, proxy, reason, running};
+use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, RunState, SimConfig, Trigger};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -193,7 +195,7 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
         log.iter().filter(|r| r.path.ends_with("/nodes")).count()
     };
     let creates = |metrics: &str| {
-        counter_total(
+        counter(
             metrics,
             r#"egress_provider_calls_total{provider="proxmox-lab",operation="create","#,
         )
@@ -230,7 +232,7 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
     let started = Instant::now();
     let metrics = loop {
         let reconciled = local.metrics().await.filter(|metrics| {
-            counter_total(
+            counter(
                 metrics,
                 r#"controller_runtime_reconcile_total{controller="proxy","#,
             ) > 0

@@ -281,13 +281,3 @@ pub fn component() -> PathBuf {
 pub fn exists(path: &Path) -> bool {
     path.exists()
 }
-
-/// The sum of the counters on a metrics page whose name and leading labels are `prefix`
-/// (`name{label="value",`): one count over every value of the labels left out.
-pub fn counter_total(metrics: &str, prefix: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|line| line.starts_with(prefix))
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum()
-}
