@@ -76,6 +76,13 @@ pub trait Objects: Send + Sync {
     fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
 }
 
+/// The value behind `mutex`, also after a holder panicked (as that holder left it).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Now, as a Kubernetes timestamp (whole seconds, as the API server writes them).
 pub fn now() -> Time {
     let now = k8s_openapi::jiff::Timestamp::now();

@@ -30,7 +30,7 @@ use crate::crd::{
     EffectiveGrant, HttpGrant, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec,
     ProviderConfigStatus, SecretKeyRef, conditions, set_condition,
 };
-use crate::{Note, Objects, now};
+use crate::{Note, Objects, lock, now};
 
 /// A ProviderConfig's provider, ready to serve Proxies.
 #[derive(Debug)]
@@ -705,12 +705,6 @@ fn check_reason(reason: CheckReason) -> &'static str {
         CheckReason::Misconfigured => "Misconfigured",
         CheckReason::Other => "CheckFailed",
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -29,10 +29,10 @@ use egress_runtime::{CallContext, CallError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
-use crate::crd::{Phase, ProxySpec, ProxyStatus, condition, conditions, set_condition};
+use crate::crd::{HandledBy, Phase, ProxySpec, ProxyStatus, condition, conditions, set_condition};
 use crate::metrics::Metrics;
 use crate::providers::{Binding, NotReady};
-use crate::{Note, now};
+use crate::{Note, lock, now};
 
 /// The tag every VM carries with the UID of the Proxy it was made for (the ownership mark is the
 /// UID itself; this tag finds the VM again without knowing its provider ID).
@@ -138,6 +138,10 @@ pub struct Reconciler {
     metrics: Metrics,
     /// Consecutive transient failures (or provisioning polls) per Proxy UID; reset on progress.
     attempts: Mutex<HashMap<String, u32>>,
+    /// The status of each Proxy UID whose last reconcile failed permanently. A watch cache can
+    /// hand the next reconcile a status older than the one just written; this one still says
+    /// "do not ask again" then.
+    permanent: Mutex<HashMap<String, ProxyStatus>>,
 }
 
 impl Reconciler {
@@ -147,6 +151,7 @@ impl Reconciler {
             timing,
             metrics,
             attempts: Mutex::new(HashMap::new()),
+            permanent: Mutex::new(HashMap::new()),
         }
     }
 
@@ -183,11 +188,17 @@ impl Reconciler {
             Ok(user_data) => user_data,
             Err(why) => return step.not_ready(why, self.timing.not_ready_retry),
         };
-        if blocked(&proxy.status, proxy.generation, Some(&binding.handled_by())) {
+        let handled = binding.handled_by();
+        if blocked(&proxy.status, proxy.generation, Some(&handled)) {
             // Permanent, and nothing it depends on changed since: do not ask again.
             return step.finish(Next::AwaitChange);
         }
-        step.status.provider = Some(binding.handled_by());
+        if let Some(status) = self.failed_permanently(proxy, &handled) {
+            // The same, though the status given has not caught up with the one written.
+            step.status = status;
+            return step.finish(Next::AwaitChange);
+        }
+        step.status.provider = Some(handled);
         match proxy.status.provider_id.clone() {
             None => self.create(proxy, step, &binding, user_data).await,
             Some(provider_id) => self.observe(proxy, step, &binding, provider_id).await,
@@ -378,6 +389,7 @@ impl Reconciler {
                     step.note(Note::warning("PermanentError", message));
                 }
                 self.reset(proxy);
+                lock(&self.permanent).insert(proxy.uid.clone(), step.status.clone());
                 step.finish(Next::AwaitChange)
             }
             ErrorClass::QuotaExceeded => {
@@ -519,21 +531,34 @@ impl Reconciler {
     }
 
     fn bump(&self, proxy: &ProxyState) -> u32 {
-        let mut attempts = self
-            .attempts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut attempts = lock(&self.attempts);
         let count = attempts.entry(proxy.uid.clone()).or_insert(0);
         let current = *count;
         *count = count.saturating_add(1);
         current
     }
 
+    /// Forget `proxy`'s retry count and permanent failure: it made progress, failed anew, or is
+    /// gone.
     fn reset(&self, proxy: &ProxyState) {
-        self.attempts
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(&proxy.uid);
+        lock(&self.attempts).remove(&proxy.uid);
+        lock(&self.permanent).remove(&proxy.uid);
+    }
+
+    /// The status this reconciler wrote when `proxy` last failed permanently, if nothing it
+    /// depends on changed since (its generation, its provider); forgotten once something did.
+    fn failed_permanently(&self, proxy: &ProxyState, handled: &HandledBy) -> Option<ProxyStatus> {
+        let mut permanent = lock(&self.permanent);
+        match permanent.get(&proxy.uid) {
+            Some(status) if blocked(status, proxy.generation, Some(handled)) => {
+                Some(status.clone())
+            }
+            Some(_) => {
+                permanent.remove(&proxy.uid);
+                None
+            }
+            None => None,
+        }
     }
 }
 
@@ -606,7 +631,7 @@ impl Step {
 
 /// Whether the Proxy failed permanently and nothing it depends on has changed since: the same
 /// Proxy generation, and the same ProviderConfig generation and component digest (`handled`).
-fn blocked(status: &ProxyStatus, generation: i64, handled: Option<&crate::crd::HandledBy>) -> bool {
+fn blocked(status: &ProxyStatus, generation: i64, handled: Option<&HandledBy>) -> bool {
     let Some(ready) = condition(&status.conditions, conditions::READY) else {
         return false;
     };

@@ -18,7 +18,7 @@ use egress_operator::crd::{
 };
 use egress_operator::kube_mode::{self, Options};
 use egress_operator::operator::{Operator, Settings};
-use egress_operator::reconciler::{PROVIDER_CONFIG_TAG, Timing, vm_name};
+use egress_operator::reconciler::{Next, PROVIDER_CONFIG_TAG, Resolved, Timing, vm_name};
 use egress_runtime::types::{CreateRequest, Request, Response, Tag};
 use egress_runtime::{CallContext, Provider};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -605,6 +605,28 @@ async fn a_permanent_refusal_is_not_retried_until_the_spec_changes() {
         )
     };
     assert_eq!(permanent(), 1);
+    // A reconcile handed the Proxy as a watch cache may still hold it, without the status just
+    // written (CI once saw a second create this way), does not ask again either.
+    let mut stale = world.proxy("web").await.unwrap();
+    stale.status = None;
+    let outcome = replica
+        .operator
+        .reconciler
+        .reconcile(
+            &kube_mode::proxy::proxy_state(&stale, false).unwrap(),
+            Resolved {
+                binding: replica.operator.providers.binding("pve-broken"),
+                user_data: Ok(String::new()),
+            },
+        )
+        .await;
+    assert_eq!(permanent(), 1, "a stale status brought a second create");
+    assert_eq!(outcome.next, Next::AwaitChange);
+    assert_eq!(
+        condition(&outcome.status.conditions, conditions::READY),
+        ("False".into(), "PermanentError".into()),
+        "the status written stays"
+    );
     // Two resyncs of the ProviderConfigs later, still no second attempt.
     let pc_checks = || {
         counter(

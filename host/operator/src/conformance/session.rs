@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::backend::Pvesim;
 use super::watch::Watch;
+use crate::lock;
 
 /// The tag key every VM the suite creates carries; the value is unique per run and rule.
 pub(crate) const TAG_KEY: &str = "egress-conformance";
@@ -429,12 +430,6 @@ impl Session {
 
 fn denied(broker: &Broker, identity: &str) -> u64 {
     broker.metrics().count(identity, "-", "denied")
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The runtime answers each operation with its own response variant; should it not, the rule
