@@ -317,7 +317,10 @@ fn proxmox_benchmarks(c: &mut Criterion) {
     // right after each path equally often (see [`TURNS`]); the ratios of medians are printed.
     // Each sample is kept with the path that ran before it, to show what a component call leaves
     // for the call after it.
-    assert!(turns_are_balanced(), "TURNS must put each path after each path once");
+    assert!(
+        turns_are_balanced(),
+        "TURNS must put each path after each path once"
+    );
     let mut samples: [[Vec<Duration>; 4]; 4] = Default::default();
     executor.block_on(async {
         let mut before = TURNS[TURNS.len() - 1];

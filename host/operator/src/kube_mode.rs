@@ -47,9 +47,9 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Note;
-use crate::cli::RunArgs;
 use crate::operator::{Operator, Settings};
 use crate::reconciler::Timing;
+use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 
 pub use caches::Caches;

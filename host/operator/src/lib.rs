@@ -15,8 +15,8 @@
 //! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
-//! The command line is in [`cli`]; `egress-operator crdgen` prints the CRDs; [`conformance`]
-//! runs the contract's rules against a provider component.
+//! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
+//! prints the CRDs; [`conformance`] runs the contract's rules against a provider component.
 
 pub mod cli;
 pub mod conformance;
@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod operator;
 pub mod providers;
 pub mod reconciler;
+pub mod run_args;
 pub mod server;
 pub mod sweep;
 

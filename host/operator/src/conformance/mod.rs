@@ -6,13 +6,13 @@
 //! the contract it checks, and ends `pass`, `fail` with the reason, or `skip` with why. A run:
 //!
 //! 1. loads the component under its identity and builds a broker from the grants, wrapped in a
-//!    [`watch::Watch`] that counts what the provider sends and which credential headers it tries
-//!    to set;
-//! 2. probes the grant's origins for `pvesim`'s admin API ([`backend`]): rules that need a backend
+//!    `Watch` (`watch.rs`) that counts what the provider sends and which credential headers it
+//!    tries to set;
+//! 2. probes the grant's origins for `pvesim`'s admin API (`backend.rs`): rules that need a backend
 //!    fault (a 5xx, a lock, a hung endpoint) run only there;
-//! 3. runs the rules in order; every provider call goes through [`session::Session::call`], which
-//!    records its duration and outcome, so the last rules (errors, egress, limits) judge every
-//!    call of the run;
+//! 3. runs the rules in order; every provider call goes through `Session::call` (`session.rs`),
+//!    which records its duration and outcome, so the last rules (errors, egress, limits) judge
+//!    every call of the run;
 //! 4. deletes every VM it made (names, UIDs and tags are fresh per run), clears the faults it set.
 
 mod backend;

@@ -27,11 +27,11 @@ use arc_swap::ArcSwap;
 use notify::Watcher as _;
 use tokio::time::Instant;
 
-use crate::cli::RunArgs;
 use crate::crd::{Phase, ProxyStatus, condition, conditions};
 use crate::operator::{Operator, Settings};
 use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
+use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 use crate::{Note, Objects};
 
