@@ -3,7 +3,8 @@
 //! Run: `cargo bench -p egress-runtime -- --warm-up-time 1 --measurement-time 3`
 //! (needs `just build-components`). Goals: a fresh instance of the reference provider ≤ 5 µs
 //! median (the Proxmox provider's is reported beside it); a whole no-op call (instantiate +
-//! `describe` + drop) ≤ 8 µs. The compile group compares Cranelift with Winch, which tiered
+//! `describe` + drop) ≤ 8 µs, reported beside a call of an operation the operator makes
+//! (`validate-config`, which does no I/O in the reference provider). The compile group compares Cranelift with Winch, which tiered
 //! compilation serves first.
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,22 @@ fn runtime_benchmarks(c: &mut Criterion) {
                 .expect("describe answers")
         })
     });
+    // The operations the operator calls (all but `describe`) look up and type-check only their
+    // own export, where `describe` (called at load) checks all seven.
+    c.bench_function(
+        "operation call: instantiate + validate-config + drop",
+        |b| {
+            b.to_async(&executor).iter(|| async {
+                let request = Request::ValidateConfig {
+                    config: r#"{"delayMs": 1}"#.into(),
+                };
+                provider
+                    .call(request, &context)
+                    .await
+                    .expect("validate-config answers")
+            })
+        },
+    );
 
     let mut compile = c.benchmark_group("compile");
     compile.sample_size(10);

@@ -49,8 +49,7 @@ pub(crate) type CallOutcome = Result<Result<Response, ProviderError>, Failure>;
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A component of one served contract version, linked and ready to instantiate. Implemented for
-/// each version's `ProviderWorldPre` by [`served_version!`]; the rest of the host calls
-/// providers only through it.
+/// each version by [`served_version!`]; the rest of the host calls providers only through it.
 pub(crate) trait ContractPre: Send + Sync {
     /// Instantiate in `store` and run `request` on the fresh instance.
     fn call<'a>(
@@ -70,7 +69,7 @@ pub(crate) trait ContractPre: Send + Sync {
 }
 
 /// Generates, inside a `since_vX_Y_Z` module, what every served version has in common:
-/// [`ContractPre`] for the version's `ProviderWorldPre` with the dispatch of the seven operations,
+/// [`ContractPre`] over the version's bindings with the dispatch of the seven operations,
 /// and the conversions of the types whose shape every version shares (state, tag, create
 /// request, instance, error, check result). The module provides only what differs: its
 /// `bindgen!` and `From<wit::Description> for types::Description`.
@@ -79,90 +78,207 @@ macro_rules! served_version {
         use egress::provider::types as wit;
         use $crate::types;
 
-        impl $crate::wit::ContractPre for ProviderWorldPre<$crate::state::HostState> {
+        /// A linked component of this version, and where each operation of its `provider`
+        /// interface is among the component's exports, found once.
+        struct Linked {
+            instance_pre: wasmtime::component::InstancePre<$crate::state::HostState>,
+            /// The bindings' indices, which type-check every export when they load an instance.
+            bindings: ProviderWorldIndices,
+            exports: Exports,
+        }
+
+        /// What an operation that can fail with the contract's `error` answers.
+        type Answer<T> = (Result<T, wit::Error>,);
+
+        /// The export index of each operation.
+        struct Exports {
+            describe: wasmtime::component::ComponentExportIndex,
+            validate_config: wasmtime::component::ComponentExportIndex,
+            create: wasmtime::component::ComponentExportIndex,
+            get: wasmtime::component::ComponentExportIndex,
+            delete: wasmtime::component::ComponentExportIndex,
+            list_by_tag: wasmtime::component::ComponentExportIndex,
+            check: wasmtime::component::ComponentExportIndex,
+        }
+
+        impl $crate::wit::ContractPre for Linked {
             fn call<'a>(
                 &'a self,
                 store: &'a mut wasmtime::Store<$crate::state::HostState>,
                 request: types::Request,
             ) -> $crate::wit::BoxFuture<'a, $crate::wit::CallOutcome> {
-                Box::pin(async move {
-                    use $crate::wit::Failure;
-                    let bindings = self
-                        .instantiate_async(&mut *store)
-                        .await
-                        .map_err(Failure::Instantiate)?;
-                    dispatch(&bindings, store, request)
-                        .await
-                        .map_err(Failure::Call)
-                })
+                Box::pin(self.dispatch(store, request))
             }
 
             fn instantiate<'a>(
                 &'a self,
                 store: &'a mut wasmtime::Store<$crate::state::HostState>,
             ) -> $crate::wit::BoxFuture<'a, wasmtime::Result<()>> {
-                Box::pin(async move { self.instantiate_async(store).await.map(drop) })
+                Box::pin(async move { self.instance_pre.instantiate_async(store).await.map(drop) })
             }
 
             fn engine(&self) -> &wasmtime::Engine {
-                ProviderWorldPre::engine(self)
+                self.instance_pre.engine()
             }
         }
 
-        /// Run `request` on a fresh instance of this version's bindings.
-        async fn dispatch(
-            bindings: &ProviderWorld,
-            store: &mut wasmtime::Store<$crate::state::HostState>,
-            request: types::Request,
-        ) -> wasmtime::Result<Result<types::Response, types::ProviderError>> {
-            use types::{Request, Response};
-            let guest = bindings.egress_provider_provider();
-            Ok(match request {
-                Request::Describe => Ok(Response::Describe(
-                    guest.call_describe(&mut *store).await?.into(),
-                )),
-                Request::ValidateConfig { config } => guest
-                    .call_validate_config(&mut *store, &config)
-                    .await?
-                    .map(|()| Response::ValidateConfig)
-                    .map_err(Into::into),
-                Request::Create { request } => guest
-                    .call_create(&mut *store, &request.into())
-                    .await?
-                    .map(|vm| Response::Create(vm.into()))
-                    .map_err(Into::into),
-                Request::Get {
-                    config,
-                    provider_id,
-                } => guest
-                    .call_get(&mut *store, &config, &provider_id)
-                    .await?
-                    .map(|vm| Response::Get(vm.into()))
-                    .map_err(Into::into),
-                Request::Delete {
-                    config,
-                    provider_id,
-                } => guest
-                    .call_delete(&mut *store, &config, &provider_id)
-                    .await?
-                    .map(|()| Response::Delete)
-                    .map_err(Into::into),
-                Request::ListByTag { config, key, value } => guest
-                    .call_list_by_tag(&mut *store, &config, &key, &value)
-                    .await?
-                    .map(|vms| Response::ListByTag(vms.into_iter().map(Into::into).collect()))
-                    .map_err(Into::into),
-                Request::Check { config } => Ok(Response::Check(
-                    guest.call_check(&mut *store, &config).await?.into(),
-                )),
-            })
+        impl Linked {
+            /// Run `request` on a fresh instance.
+            async fn dispatch(
+                &self,
+                store: &mut wasmtime::Store<$crate::state::HostState>,
+                request: types::Request,
+            ) -> $crate::wit::CallOutcome {
+                use $crate::wit::Failure;
+                let instance = self
+                    .instance_pre
+                    .instantiate_async(&mut *store)
+                    .await
+                    .map_err(Failure::Instantiate)?;
+                // `describe`, which the host calls when it loads a component, has the bindings
+                // type-check every export: a component whose operations do not have the
+                // contract's signatures is refused at load. The other operations type-check only
+                // the one export they call, where the bindings would check all seven every time.
+                if let types::Request::Describe = request {
+                    self.bindings
+                        .load(&mut *store, &instance)
+                        .map_err(Failure::Instantiate)?;
+                }
+                self.run(&instance, store, request)
+                    .await
+                    .map_err(Failure::Call)
+            }
+
+            /// Call the operation `request` names on `instance`.
+            async fn run(
+                &self,
+                instance: &wasmtime::component::Instance,
+                store: &mut wasmtime::Store<$crate::state::HostState>,
+                request: types::Request,
+            ) -> wasmtime::Result<Result<types::Response, types::ProviderError>> {
+                use types::{Request, Response};
+                let exports = &self.exports;
+                Ok(match request {
+                    Request::Describe => {
+                        let (description,) = instance
+                            .get_typed_func::<(), (wit::Description,)>(
+                                &mut *store,
+                                &exports.describe,
+                            )?
+                            .call_async(&mut *store, ())
+                            .await?;
+                        Ok(Response::Describe(description.into()))
+                    }
+                    Request::ValidateConfig { config } => {
+                        let (answer,) = instance
+                            .get_typed_func::<(&str,), Answer<()>>(
+                                &mut *store,
+                                &exports.validate_config,
+                            )?
+                            .call_async(&mut *store, (&config,))
+                            .await?;
+                        answer
+                            .map(|()| Response::ValidateConfig)
+                            .map_err(Into::into)
+                    }
+                    Request::Create { request } => {
+                        let request = wit::CreateRequest::from(request);
+                        let (answer,) = instance
+                            .get_typed_func::<(&wit::CreateRequest,), Answer<wit::Instance>>(
+                                &mut *store,
+                                &exports.create,
+                            )?
+                            .call_async(&mut *store, (&request,))
+                            .await?;
+                        answer
+                            .map(|vm| Response::Create(vm.into()))
+                            .map_err(Into::into)
+                    }
+                    Request::Get {
+                        config,
+                        provider_id,
+                    } => {
+                        let (answer,) = instance
+                            .get_typed_func::<(&str, &str), Answer<wit::Instance>>(
+                                &mut *store,
+                                &exports.get,
+                            )?
+                            .call_async(&mut *store, (&config, &provider_id))
+                            .await?;
+                        answer
+                            .map(|vm| Response::Get(vm.into()))
+                            .map_err(Into::into)
+                    }
+                    Request::Delete {
+                        config,
+                        provider_id,
+                    } => {
+                        let (answer,) = instance
+                            .get_typed_func::<(&str, &str), Answer<()>>(
+                                &mut *store,
+                                &exports.delete,
+                            )?
+                            .call_async(&mut *store, (&config, &provider_id))
+                            .await?;
+                        answer.map(|()| Response::Delete).map_err(Into::into)
+                    }
+                    Request::ListByTag { config, key, value } => {
+                        let (answer,) = instance
+                            .get_typed_func::<(&str, &str, &str), Answer<Vec<wit::Instance>>>(
+                                &mut *store,
+                                &exports.list_by_tag,
+                            )?
+                            .call_async(&mut *store, (&config, &key, &value))
+                            .await?;
+                        answer
+                            .map(|vms| {
+                                Response::ListByTag(vms.into_iter().map(Into::into).collect())
+                            })
+                            .map_err(Into::into)
+                    }
+                    Request::Check { config } => {
+                        let (answer,) = instance
+                            .get_typed_func::<(&str,), (wit::CheckResult,)>(
+                                &mut *store,
+                                &exports.check,
+                            )?
+                            .call_async(&mut *store, (&config,))
+                            .await?;
+                        Ok(Response::Check(answer.into()))
+                    }
+                })
+            }
         }
 
         /// This version's bindings of a linked component, behind [`ContractPre`].
         pub(crate) fn pre(
             instance_pre: wasmtime::component::InstancePre<$crate::state::HostState>,
         ) -> wasmtime::Result<std::sync::Arc<dyn $crate::wit::ContractPre>> {
-            Ok(std::sync::Arc::new(ProviderWorldPre::new(instance_pre)?))
+            let component = instance_pre.component();
+            // The interface's name as the bindings look it up (a patch release links to it).
+            let interface = format!("{}/provider@{VERSION}", $crate::wit::CONTRACT_PACKAGE);
+            let provider = component
+                .get_export_index(None, &interface)
+                .ok_or_else(|| wasmtime::format_err!("no exported instance named `{interface}`"))?;
+            let export = |name: &str| {
+                component
+                    .get_export_index(Some(&provider), name)
+                    .ok_or_else(|| wasmtime::format_err!("`{interface}` does not export `{name}`"))
+            };
+            let exports = Exports {
+                describe: export("describe")?,
+                validate_config: export("validate-config")?,
+                create: export("create")?,
+                get: export("get")?,
+                delete: export("delete")?,
+                list_by_tag: export("list-by-tag")?,
+                check: export("check")?,
+            };
+            Ok(std::sync::Arc::new(Linked {
+                bindings: ProviderWorldIndices::new(&instance_pre)?,
+                instance_pre,
+                exports,
+            }))
         }
 
         impl From<wit::InstanceState> for types::InstanceState {

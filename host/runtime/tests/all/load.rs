@@ -111,3 +111,28 @@ async fn a_component_without_the_provider_export_is_the_wrong_world() {
         "empty-component.wasm: exports no egress:provider/provider interface (wrong world?); its exports: none"
     );
 }
+
+#[tokio::test]
+async fn an_operation_with_the_wrong_signature_is_refused_at_load() {
+    // The reference provider with the names of its exports `create` and `delete` swapped (each an
+    // export entry: a plain name of 6 bytes, then the function sort): its `create` is now the
+    // function that takes a config and a provider ID and answers no instance.
+    let mut bytes = component_bytes("reference");
+    let entry = |name: &[u8]| {
+        let entry = [&[0x00, 0x06][..], name, &[0x01]].concat();
+        let mut found = (0..bytes.len()).filter(|&at| bytes[at..].starts_with(&entry));
+        let at = found.next().expect("the export entry is there");
+        assert!(found.next().is_none(), "one export entry of each");
+        at + 2
+    };
+    let (create, delete) = (entry(b"create"), entry(b"delete"));
+    bytes[create..create + 6].copy_from_slice(b"delete");
+    bytes[delete..delete + 6].copy_from_slice(b"create");
+    let error = load_error(&bytes, Path::new("/providers/swapped.wasm")).await;
+    assert!(matches!(error, LoadError::Describe { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("type mismatch with parameters"),
+        "says why: {message}"
+    );
+}
