@@ -68,6 +68,26 @@ pub(crate) trait ContractPre: Send + Sync {
     fn engine(&self) -> &wasmtime::Engine;
 }
 
+/// Look up the export `index` of `instance`, type-check it as a function from `Params` to one
+/// `Answer`, and call it.
+pub(crate) async fn call_export<Params, Answer>(
+    instance: &wasmtime::component::Instance,
+    store: &mut Store<HostState>,
+    index: &wasmtime::component::ComponentExportIndex,
+    params: Params,
+) -> wasmtime::Result<Answer>
+where
+    Params: wasmtime::component::ComponentNamedList + wasmtime::component::Lower + Send + Sync,
+    (Answer,): wasmtime::component::ComponentNamedList + wasmtime::component::Lift + Send + Sync,
+    Answer: 'static,
+{
+    let (answer,) = instance
+        .get_typed_func::<Params, (Answer,)>(&mut *store, index)?
+        .call_async(&mut *store, params)
+        .await?;
+    Ok(answer)
+}
+
 /// Generates, inside a `since_vX_Y_Z` module, what every served version has in common:
 /// [`ContractPre`] over the version's bindings with the dispatch of the seven operations,
 /// and the conversions of the types whose shape every version shares (state, tag, create
@@ -88,7 +108,7 @@ macro_rules! served_version {
         }
 
         /// What an operation that can fail with the contract's `error` answers.
-        type Answer<T> = (Result<T, wit::Error>,);
+        type Answer<T> = Result<T, wit::Error>;
 
         /// The export index of each operation.
         struct Exports {
@@ -157,40 +177,26 @@ macro_rules! served_version {
                 request: types::Request,
             ) -> wasmtime::Result<Result<types::Response, types::ProviderError>> {
                 use types::{Request, Response};
+                use $crate::wit::call_export as call;
                 let exports = &self.exports;
                 Ok(match request {
                     Request::Describe => {
-                        let (description,) = instance
-                            .get_typed_func::<(), (wit::Description,)>(
-                                &mut *store,
-                                &exports.describe,
-                            )?
-                            .call_async(&mut *store, ())
-                            .await?;
+                        let description: wit::Description =
+                            call(instance, store, &exports.describe, ()).await?;
                         Ok(Response::Describe(description.into()))
                     }
                     Request::ValidateConfig { config } => {
-                        let (answer,) = instance
-                            .get_typed_func::<(&str,), Answer<()>>(
-                                &mut *store,
-                                &exports.validate_config,
-                            )?
-                            .call_async(&mut *store, (&config,))
-                            .await?;
-                        answer
+                        let params = (config.as_str(),);
+                        call::<_, Answer<()>>(instance, store, &exports.validate_config, params)
+                            .await?
                             .map(|()| Response::ValidateConfig)
                             .map_err(Into::into)
                     }
                     Request::Create { request } => {
                         let request = wit::CreateRequest::from(request);
-                        let (answer,) = instance
-                            .get_typed_func::<(&wit::CreateRequest,), Answer<wit::Instance>>(
-                                &mut *store,
-                                &exports.create,
-                            )?
-                            .call_async(&mut *store, (&request,))
-                            .await?;
-                        answer
+                        let params = (&request,);
+                        call::<_, Answer<wit::Instance>>(instance, store, &exports.create, params)
+                            .await?
                             .map(|vm| Response::Create(vm.into()))
                             .map_err(Into::into)
                     }
@@ -198,14 +204,9 @@ macro_rules! served_version {
                         config,
                         provider_id,
                     } => {
-                        let (answer,) = instance
-                            .get_typed_func::<(&str, &str), Answer<wit::Instance>>(
-                                &mut *store,
-                                &exports.get,
-                            )?
-                            .call_async(&mut *store, (&config, &provider_id))
-                            .await?;
-                        answer
+                        let params = (config.as_str(), provider_id.as_str());
+                        call::<_, Answer<wit::Instance>>(instance, store, &exports.get, params)
+                            .await?
                             .map(|vm| Response::Get(vm.into()))
                             .map_err(Into::into)
                     }
@@ -213,38 +214,28 @@ macro_rules! served_version {
                         config,
                         provider_id,
                     } => {
-                        let (answer,) = instance
-                            .get_typed_func::<(&str, &str), Answer<()>>(
-                                &mut *store,
-                                &exports.delete,
-                            )?
-                            .call_async(&mut *store, (&config, &provider_id))
-                            .await?;
-                        answer.map(|()| Response::Delete).map_err(Into::into)
-                    }
-                    Request::ListByTag { config, key, value } => {
-                        let (answer,) = instance
-                            .get_typed_func::<(&str, &str, &str), Answer<Vec<wit::Instance>>>(
-                                &mut *store,
-                                &exports.list_by_tag,
-                            )?
-                            .call_async(&mut *store, (&config, &key, &value))
-                            .await?;
-                        answer
-                            .map(|vms| {
-                                Response::ListByTag(vms.into_iter().map(Into::into).collect())
-                            })
+                        let params = (config.as_str(), provider_id.as_str());
+                        call::<_, Answer<()>>(instance, store, &exports.delete, params)
+                            .await?
+                            .map(|()| Response::Delete)
                             .map_err(Into::into)
                     }
+                    Request::ListByTag { config, key, value } => {
+                        let params = (config.as_str(), key.as_str(), value.as_str());
+                        call::<_, Answer<Vec<wit::Instance>>>(
+                            instance,
+                            store,
+                            &exports.list_by_tag,
+                            params,
+                        )
+                        .await?
+                        .map(|vms| Response::ListByTag(vms.into_iter().map(Into::into).collect()))
+                        .map_err(Into::into)
+                    }
                     Request::Check { config } => {
-                        let (answer,) = instance
-                            .get_typed_func::<(&str,), (wit::CheckResult,)>(
-                                &mut *store,
-                                &exports.check,
-                            )?
-                            .call_async(&mut *store, (&config,))
-                            .await?;
-                        Ok(Response::Check(answer.into()))
+                        let result: wit::CheckResult =
+                            call(instance, store, &exports.check, (config.as_str(),)).await?;
+                        Ok(Response::Check(result.into()))
                     }
                 })
             }
