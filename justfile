@@ -96,5 +96,6 @@ bench: build-components
     cargo bench -p egress-runtime
     cargo bench -p egress-operator --bench budgets
     cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 3
+    cargo bench -p egress-capability-http --bench redact -- --warm-up-time 1 --measurement-time 3
     # The Python provider beside the Rust one: size, cold compile, cached load, fresh instance, a get.
     cargo bench -p egress-operator --bench python -- --warm-up-time 1 --measurement-time 3

@@ -50,7 +50,10 @@ pub struct ResponseBody {
     remaining: u64,
     limit: u64,
     /// The grant's total deadline for the exchange.
-    deadline: Pin<Box<Sleep>>,
+    deadline: Instant,
+    /// A timer for `deadline`, armed the first time the body has to wait for the server: most
+    /// answers are read whole without waiting, and a timer costs a lock on the timer wheel.
+    timer: Option<Pin<Box<Sleep>>>,
     redactor: Option<StreamRedactor>,
     /// Trailers that arrived while redacted data was still held back.
     pending_trailers: Option<http::HeaderMap>,
@@ -70,7 +73,8 @@ impl ResponseBody {
             inner,
             remaining: limit,
             limit,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            deadline,
+            timer: None,
             redactor: redactor.map(Redactor::stream),
             pending_trailers: None,
             finished: false,
@@ -101,12 +105,23 @@ impl Body for ResponseBody {
         if this.finished {
             return Poll::Ready(None);
         }
-        if this.deadline.as_mut().poll(cx).is_ready() {
+        if Instant::now() >= this.deadline {
             this.finished = true;
             return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
         }
         loop {
-            let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let polled = Pin::new(&mut this.inner).poll_frame(cx);
+            if polled.is_pending() {
+                let deadline = this.deadline;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if timer.as_mut().poll(cx).is_ready() {
+                    this.finished = true;
+                    return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
+                }
+            }
+            let frame = match ready!(polled) {
                 None => {
                     this.finished = true;
                     let tail = this

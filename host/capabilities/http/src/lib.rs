@@ -89,6 +89,7 @@ use crate::credentials::{CredentialSource, FileSource};
 pub use crate::grant::{Grant, GrantError, Grants};
 use crate::grant::{SECRET_PLACEHOLDER, Timeouts};
 pub use crate::metrics::Metrics;
+use crate::metrics::{OriginSeries, Outcome};
 use crate::policy::{
     Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, refused_method, screen_headers,
 };
@@ -150,10 +151,19 @@ struct ActiveGrant {
     /// The component digests (lowercase hex) the grant is pinned to; empty: any.
     digests: Vec<String>,
     allowlist: Allowlist,
+    /// One per allowed origin, in the allowlist's order.
+    routes: Vec<Route>,
     injection: Option<Injection>,
     clients: GrantClients,
     timeouts: Timeouts,
     max_response_bytes: u64,
+}
+
+/// What the broker keeps for one granted origin, so a request to it allocates no label.
+struct Route {
+    /// The origin as metrics and logs name it.
+    label: String,
+    series: OriginSeries,
 }
 
 /// How a grant's secret becomes a header: `prefix` + secret + `suffix`.
@@ -417,8 +427,16 @@ fn activate(
     if grant.max_response_bytes == 0 {
         return Err(invalid("maxResponseBytes", "must be above zero".into()));
     }
+    let routes = origins
+        .iter()
+        .map(|origin| Route {
+            label: origin.to_string(),
+            series: OriginSeries::default(),
+        })
+        .collect();
     Ok(ActiveGrant {
         digests,
+        routes,
         allowlist: Allowlist::new(origins),
         injection,
         clients: GrantClients::new(ClientSettings {
@@ -460,6 +478,8 @@ impl Egress for Broker {
 struct Authorized {
     grant: Arc<ActiveGrant>,
     origin: Origin,
+    /// Its origin's place in the grant's allowlist and routes.
+    route: usize,
 }
 
 impl Inner {
@@ -485,9 +505,10 @@ impl Inner {
         }
         // The one parse of the URL: it drives the check, the connection and the injection.
         let origin = Origin::of_uri(&parts.uri).map_err(Denied::MalformedUrl)?;
-        if !grant.allowlist.allows(&origin) {
-            return Err(Denied::OriginNotAllowed);
-        }
+        let route = grant
+            .allowlist
+            .position(&origin)
+            .ok_or(Denied::OriginNotAllowed)?;
         let host_only = grant
             .injection
             .as_ref()
@@ -498,7 +519,11 @@ impl Inner {
             host_only.as_slice(),
             grant.injection.is_some(),
         )?;
-        Ok(Authorized { grant, origin })
+        Ok(Authorized {
+            grant,
+            origin,
+            route,
+        })
     }
 
     async fn send(
@@ -518,7 +543,11 @@ impl Inner {
             }
         };
         let provider = &*site.provider;
-        let Authorized { grant, origin } = match self.authorize(site, &mut parts) {
+        let Authorized {
+            grant,
+            origin,
+            route,
+        } = match self.authorize(site, &mut parts) {
             Ok(authorized) => authorized,
             Err(denied) => {
                 refuse(match denied {
@@ -536,13 +565,19 @@ impl Inner {
                 return Err(EgressError::HttpRequestDenied);
             }
         };
-        let origin_label = origin.to_string();
+        let route = &grant.routes[route];
+        let origin_label = &route.label;
         let method = parts.method.clone();
         // The path only: a query could carry anything.
         let path = parts.uri.path().to_owned();
         let fail = |error: EgressError, kind: &str| {
-            self.metrics
-                .record(provider, &origin_label, "error", started.elapsed());
+            route.series.record(
+                &self.metrics,
+                provider,
+                origin_label,
+                Outcome::Error,
+                started.elapsed(),
+            );
             tracing::debug!(provider, %method, origin = %origin_label, path,
                 error.type = kind, elapsed_ms = started.elapsed().as_millis() as u64, "outgoing HTTP failed");
             error
@@ -652,10 +687,11 @@ impl Inner {
             response.headers_mut().remove(http::header::CONTENT_LENGTH);
         }
         let elapsed = started.elapsed();
-        self.metrics.record(
+        route.series.record(
+            &self.metrics,
             provider,
-            &origin_label,
-            metrics::status_class(status),
+            origin_label,
+            Outcome::Status(status),
             elapsed,
         );
         tracing::debug!(provider, %method, origin = %origin_label, path,

@@ -4,6 +4,7 @@
 //! and would make the label set unbounded). `outcome` is a status class (`2xx` … `5xx`),
 //! `denied`, or `error`.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -59,15 +60,20 @@ impl Metrics {
 
     /// Counts one request and records its duration to headers.
     pub fn record(&self, provider: &str, origin: &str, outcome: &str, elapsed: Duration) {
+        self.series(provider, origin, outcome).record(elapsed);
+    }
+
+    /// The series of one label set, to record into without looking them up again.
+    pub fn series(&self, provider: &str, origin: &str, outcome: &str) -> Series {
         let labels = RequestLabels {
             provider: provider.to_owned(),
             origin: origin.to_owned(),
             outcome: outcome.to_owned(),
         };
-        self.requests.get_or_create(&labels).inc();
-        self.duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+        Series {
+            requests: self.requests.get_or_create(&labels).clone(),
+            duration: self.duration.get_or_create(&labels).clone(),
+        }
     }
 
     /// The number of requests counted with these labels.
@@ -83,14 +89,74 @@ impl Metrics {
     }
 }
 
-/// The outcome label for a status code: `2xx` for 200.
-pub fn status_class(status: http::StatusCode) -> &'static str {
-    match status.as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
+/// The two series of one label set. Clones share them.
+#[derive(Clone, Debug)]
+pub struct Series {
+    requests: Counter,
+    duration: Histogram,
+}
+
+impl Series {
+    /// Counts one request and records its duration to headers.
+    pub fn record(&self, elapsed: Duration) {
+        self.requests.inc();
+        self.duration.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// The outcome labels of a request that reached an origin, in slot order.
+const OUTCOMES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
+
+/// What became of a request that reached an origin: its status, or an error.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    /// A response with this status.
+    Status(http::StatusCode),
+    /// No response.
+    Error,
+}
+
+impl Outcome {
+    /// Its slot in [`OUTCOMES`].
+    fn slot(self) -> usize {
+        match self {
+            Self::Status(status) => match status.as_u16() {
+                100..=199 => 0,
+                200..=299 => 1,
+                300..=399 => 2,
+                400..=499 => 3,
+                _ => 4,
+            },
+            Self::Error => 5,
+        }
+    }
+
+    /// The `outcome` label: `2xx` for 200, `error`.
+    pub fn label(self) -> &'static str {
+        OUTCOMES[self.slot()]
+    }
+}
+
+/// The series of one provider and origin by outcome, each looked up the first time it is
+/// needed: a request then records without allocating labels or searching the families.
+#[derive(Debug, Default)]
+pub struct OriginSeries {
+    by_outcome: [OnceLock<Series>; OUTCOMES.len()],
+}
+
+impl OriginSeries {
+    /// Counts one request of `provider` to `origin` and records its duration to headers.
+    pub fn record(
+        &self,
+        metrics: &Metrics,
+        provider: &str,
+        origin: &str,
+        outcome: Outcome,
+        elapsed: Duration,
+    ) {
+        self.by_outcome[outcome.slot()]
+            .get_or_init(|| metrics.series(provider, origin, outcome.label()))
+            .record(elapsed);
     }
 }
 
@@ -122,6 +188,27 @@ mod tests {
             text.contains(r#"egress_http_requests_total{provider="proxmox",origin="https://h:8006",outcome="2xx"} 2"#),
             "{text}"
         );
-        assert_eq!(status_class(http::StatusCode::NOT_FOUND), "4xx");
+        assert_eq!(Outcome::Status(http::StatusCode::NOT_FOUND).label(), "4xx");
+        assert_eq!(Outcome::Error.label(), "error");
+    }
+
+    #[test]
+    fn origin_series_record_into_the_families() {
+        let metrics = Metrics::default();
+        let series = OriginSeries::default();
+        let ok = Outcome::Status(http::StatusCode::OK);
+        for _ in 0..3 {
+            series.record(&metrics, "proxmox", "https://h:8006", ok, Duration::ZERO);
+        }
+        series.record(
+            &metrics,
+            "proxmox",
+            "https://h:8006",
+            Outcome::Error,
+            Duration::ZERO,
+        );
+        assert_eq!(metrics.count("proxmox", "https://h:8006", "2xx"), 3);
+        assert_eq!(metrics.count("proxmox", "https://h:8006", "error"), 1);
+        assert_eq!(metrics.count("proxmox", "https://h:8006", "5xx"), 0);
     }
 }

@@ -181,9 +181,10 @@ impl Allowlist {
         Self { origins }
     }
 
-    /// Whether `origin` is one of the allowed origins (scheme, host and port all equal).
-    pub fn allows(&self, origin: &Origin) -> bool {
-        self.origins.contains(origin)
+    /// Where `origin` is in [`Allowlist::origins`], if it is allowed (scheme, host and port all
+    /// equal).
+    pub fn position(&self, origin: &Origin) -> Option<usize> {
+        self.origins.iter().position(|allowed| allowed == origin)
     }
 
     /// The allowed origins.

@@ -16,7 +16,12 @@
 //! - HTML-escaped (named and numeric entities, as Python's and Go's escapers write them).
 //!
 //! Matching ignores ASCII case (hex and percent-encoding come in both cases); a false positive
-//! only hides bytes that were not secret. Compressed bodies are not scanned at all: the broker
+//! only hides bytes that were not secret. It does so by folding: the patterns are kept in
+//! lowercase and each piece of text is scanned through a lowercase copy of it (the same length,
+//! so positions carry over), which finds exactly what a case-insensitive automaton finds. Folded,
+//! the patterns fit aho-corasick's SIMD searcher (Teddy), which redacts a clean 4 KiB answer
+//! about 5 times faster than the automaton and a 256 KiB one about 10 times (`benches/redact.rs`);
+//! where it cannot be built (another CPU, too many patterns) the automaton does the same search. Compressed bodies are not scanned at all: the broker
 //! asks for and accepts only the identity encoding on credentialed requests (see the crate docs).
 //!
 //! The body is redacted while it streams: each chunk is scanned together with the last
@@ -26,11 +31,12 @@
 
 use std::fmt;
 use std::fmt::Write as _;
+use std::ops::Range;
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind, packed};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
 use zeroize::Zeroizing;
 
@@ -44,25 +50,85 @@ const MIN_FRAGMENT: usize = 8;
 /// The patterns to remove for one secret. Cheap to clone (the matcher is shared).
 #[derive(Clone)]
 pub struct Redactor {
-    /// Every form of the secret and of the header value, found in one leftmost-longest pass.
-    matcher: AhoCorasick,
+    /// Every form of the secret and of the header value, in lowercase, found in one
+    /// leftmost-longest pass over folded text.
+    matcher: Matcher,
+    patterns: usize,
     longest: usize,
+}
+
+/// One search, two engines: the SIMD searcher where it can be built, else the automaton.
+#[derive(Clone)]
+enum Matcher {
+    Packed(packed::Searcher),
+    Automaton(AhoCorasick),
+}
+
+impl Matcher {
+    /// The SIMD searcher, if it can be built here for these patterns.
+    fn packed(patterns: &[Zeroizing<Vec<u8>>]) -> Option<Self> {
+        packed::Config::new()
+            .match_kind(packed::MatchKind::LeftmostLongest)
+            .builder()
+            .extend(patterns.iter().map(|pattern| pattern.as_slice()))
+            .build()
+            .map(Self::Packed)
+    }
+
+    fn automaton(patterns: &[Zeroizing<Vec<u8>>], secret: &str) -> Self {
+        // The automaton's own prefilters pick bytes that are common in JSON and slow it down.
+        let automaton = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .prefilter(false)
+            .build(patterns.iter().map(|pattern| pattern.as_slice()))
+            // Built from a fixed set of non-empty byte strings: it cannot fail, and if it ever
+            // did, a redactor matching nothing would leak, so match the secret alone instead.
+            .unwrap_or_else(|_| {
+                AhoCorasick::new([secret.to_ascii_lowercase()])
+                    .expect("a single non-empty literal always builds")
+            });
+        Self::Automaton(automaton)
+    }
+
+    /// Calls `found` with each leftmost-longest occurrence in `folded`, in order.
+    fn each(&self, folded: &[u8], mut found: impl FnMut(Range<usize>)) {
+        match self {
+            Self::Packed(searcher) => searcher
+                .find_iter(folded)
+                .for_each(|occurrence| found(occurrence.range())),
+            Self::Automaton(automaton) => automaton
+                .find_iter(folded)
+                .for_each(|occurrence| found(occurrence.range())),
+        }
+    }
 }
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Redactor({} patterns)", self.matcher.patterns_len())
+        let engine = match &self.matcher {
+            Matcher::Packed(_) => "packed",
+            Matcher::Automaton(_) => "automaton",
+        };
+        write!(f, "Redactor({} patterns, {engine})", self.patterns)
     }
 }
 
 impl Redactor {
     /// Patterns for `secret` and for the header value it was injected as.
     pub fn new(secret: &str, header_value: &str) -> Self {
+        Self::with_engine(secret, header_value, true)
+    }
+
+    /// `packed`: use the SIMD searcher where it can be built (false only to test the automaton).
+    fn with_engine(secret: &str, header_value: &str, packed: bool) -> Self {
         let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for plain in [secret, header_value] {
             forms(plain.as_bytes(), &mut patterns);
         }
         patterns.retain(|pattern| !pattern.is_empty());
+        for pattern in &mut patterns {
+            pattern.make_ascii_lowercase();
+        }
         patterns.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
         patterns.dedup_by(|a, b| a.as_slice() == b.as_slice());
         let longest = patterns
@@ -70,16 +136,14 @@ impl Redactor {
             .map(|pattern| pattern.len())
             .max()
             .unwrap_or(0);
-        // Built from a fixed set of non-empty byte strings: it cannot fail, and if it ever did,
-        // a redactor matching nothing would leak, so match the secret alone as a last resort.
-        let matcher = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .ascii_case_insensitive(true)
-            .build(patterns.iter().map(|pattern| pattern.as_slice()))
-            .unwrap_or_else(|_| {
-                AhoCorasick::new([secret]).expect("a single non-empty literal always builds")
-            });
-        Self { matcher, longest }
+        Self {
+            matcher: packed
+                .then(|| Matcher::packed(&patterns))
+                .flatten()
+                .unwrap_or_else(|| Matcher::automaton(&patterns, secret)),
+            patterns: patterns.len(),
+            longest,
+        }
     }
 
     fn longest(&self) -> usize {
@@ -89,12 +153,7 @@ impl Redactor {
     /// `data` with every occurrence replaced, or `None` when there is none.
     pub fn redact(&self, data: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
-        let mut done = 0;
-        for found in self.matcher.find_iter(data) {
-            out.extend_from_slice(&data[done..found.start()]);
-            out.extend_from_slice(REDACTED);
-            done = found.end();
-        }
+        let done = self.replace(data, &mut Zeroizing::new(Vec::new()), &mut out);
         if done == 0 {
             return None;
         }
@@ -102,11 +161,26 @@ impl Redactor {
         Some(out)
     }
 
+    /// Puts `data` up to the end of its last occurrence into `out`, each occurrence replaced;
+    /// returns where that end is (0: none). `folded` is room for the lowercase copy scanned.
+    fn replace(&self, data: &[u8], folded: &mut Vec<u8>, out: &mut impl BufMut) -> usize {
+        folded.clear();
+        folded.extend(data.iter().map(u8::to_ascii_lowercase));
+        let mut done = 0;
+        self.matcher.each(folded, |found| {
+            out.put_slice(&data[done..found.start]);
+            out.put_slice(REDACTED);
+            done = found.end;
+        });
+        done
+    }
+
     /// A redactor for one streamed body.
     pub fn stream(self) -> StreamRedactor {
         StreamRedactor {
             redactor: self,
             held: BytesMut::new(),
+            folded: Zeroizing::new(Vec::new()),
         }
     }
 }
@@ -216,6 +290,8 @@ pub struct StreamRedactor {
     redactor: Redactor,
     /// Raw bytes not yet emitted: possibly the start of an occurrence.
     held: BytesMut,
+    /// The lowercase copy scanned, kept between chunks (zeroed on drop: it may hold a secret).
+    folded: Zeroizing<Vec<u8>>,
 }
 
 impl StreamRedactor {
@@ -224,12 +300,7 @@ impl StreamRedactor {
         self.held.extend_from_slice(chunk);
         let data = &self.held[..];
         let mut out = BytesMut::with_capacity(data.len());
-        let mut done = 0;
-        for found in self.redactor.matcher.find_iter(data) {
-            out.extend_from_slice(&data[done..found.start()]);
-            out.extend_from_slice(REDACTED);
-            done = found.end();
-        }
+        let done = self.redactor.replace(data, &mut self.folded, &mut out);
         // Whatever is left holds no whole occurrence; its last `longest - 1` bytes may begin one.
         let keep = self.redactor.longest().saturating_sub(1);
         let emit_until = done.max(data.len().saturating_sub(keep));
@@ -389,6 +460,55 @@ mod tests {
                 String::from_utf8(out).unwrap(),
                 expected,
                 "chunk size {chunk_size}"
+            );
+        }
+    }
+
+    #[test]
+    fn any_case_of_a_form_is_caught() {
+        let mixed: String = SECRET
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if i % 2 == 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        for form in [SECRET.to_uppercase(), mixed, header().to_lowercase()] {
+            assert_eq!(clean(&format!("<{form}>")), "<[redacted]>", "{form}");
+        }
+    }
+
+    /// The SIMD searcher and the automaton it falls back to find the same occurrences.
+    #[test]
+    fn both_engines_redact_alike() {
+        let packed = redactor();
+        let automaton = Redactor::with_engine(SECRET, &header(), false);
+        #[cfg(target_arch = "x86_64")]
+        assert!(format!("{packed:?}").contains("packed"), "{packed:?}");
+        assert!(format!("{automaton:?}").contains("automaton"));
+        let b64 = STANDARD.encode(format!("Authorization: {}", header()));
+        let mut texts = vec![
+            String::new(),
+            "short".to_owned(),
+            format!("{{\"echo\":\"{}\",\"b64\":\"{b64}\"}}", header()),
+            format!("{}{SECRET}{}", hex::encode(SECRET), SECRET.to_uppercase()),
+            format!("{}x{}", &SECRET[..20], &SECRET[20..]),
+        ];
+        // Every split of the header value by a near miss, and long clean stretches around it.
+        let value = header();
+        for cut in 1..value.len() {
+            let (head, tail) = value.split_at(cut);
+            texts.push(format!("{}{head}~{tail}{head}{tail}", "a".repeat(cut * 7)));
+        }
+        for text in &texts {
+            assert_eq!(
+                packed.redact(text.as_bytes()),
+                automaton.redact(text.as_bytes()),
+                "{text}"
             );
         }
     }

@@ -455,6 +455,33 @@ async fn slow_body_hits_the_total_timeout() {
     );
 }
 
+/// A body that stops arriving is ended by the deadline alone: no later chunk comes to notice it.
+#[tokio::test]
+async fn stalled_body_hits_the_total_timeout() {
+    let setup = Setup::new(handler(|_| Reply {
+        chunk_delay: Duration::from_secs(3600),
+        ..Reply::chunked(vec![b"{".to_vec(), b"}".to_vec()])
+    }))
+    .await;
+    let mut grant = setup.grant();
+    grant["timeouts"]["totalMs"] = 300.into();
+    let broker = broker("proxmox", grant);
+    // The bound is looked at first: a `timeout` would poll the request once more when it fires,
+    // and that poll would find the deadline past without the broker's own timer. It is well
+    // short of the 30 s after which something else on the connection wakes the body.
+    let result = tokio::select! {
+        biased;
+        () = tokio::time::sleep(Duration::from_secs(10)) => {
+            panic!("the broker did not end a stalled body at its deadline")
+        }
+        result = send(&broker, "proxmox", get(&setup.url("/"), &[])) => result,
+    };
+    assert!(
+        matches!(result, Err(EgressError::HttpResponseTimeout)),
+        "{result:?}"
+    );
+}
+
 #[tokio::test]
 async fn response_over_the_cap_is_a_body_size_error() {
     let big = "x".repeat(2048);
