@@ -172,26 +172,42 @@ struct Injection {
     prefix: String,
     suffix: String,
     source: Arc<dyn CredentialSource>,
-    /// The redactor for the last header value injected: building one (an Aho-Corasick automaton
-    /// of every form of the secret) costs more than the request, so it is built once per secret.
-    redactor: std::sync::Mutex<Option<(zeroize::Zeroizing<String>, Redactor)>>,
+    /// What the last secret read became. Building a redactor (a matcher of every form of the
+    /// secret) costs more than the request, so it and the header value are made once per secret.
+    injected: std::sync::Mutex<Option<Injected>>,
+}
+
+/// The header value and the redactor made from one secret.
+struct Injected {
+    /// The secret they were made from.
+    secret: zeroize::Zeroizing<String>,
+    value: HeaderValue,
+    redactor: Redactor,
 }
 
 impl Injection {
-    /// The redactor for `secret` injected as `value`, built once per value.
-    fn redactor(&self, secret: &str, value: &str) -> Redactor {
+    /// The header value (marked sensitive) and the redactor for `secret`, made once per secret;
+    /// `None` when the secret cannot be carried in a header value.
+    fn for_secret(&self, secret: &str) -> Option<(HeaderValue, Redactor)> {
         let mut cached = self
-            .redactor
+            .injected
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match cached.as_ref() {
-            Some((known, redactor)) if known.as_str() == value => redactor.clone(),
-            _ => {
-                let redactor = Redactor::new(secret, value);
-                *cached = Some((zeroize::Zeroizing::new(value.to_owned()), redactor.clone()));
-                redactor
-            }
+        if let Some(injected) = cached.as_ref()
+            && injected.secret.as_str() == secret
+        {
+            return Some((injected.value.clone(), injected.redactor.clone()));
         }
+        let text = zeroize::Zeroizing::new(format!("{}{secret}{}", self.prefix, self.suffix));
+        let mut value = HeaderValue::try_from(text.as_str()).ok()?;
+        value.set_sensitive(true);
+        let redactor = Redactor::new(secret, &text);
+        *cached = Some(Injected {
+            secret: zeroize::Zeroizing::new(secret.to_owned()),
+            value: value.clone(),
+            redactor: redactor.clone(),
+        });
+        Some((value, redactor))
     }
 }
 
@@ -413,7 +429,7 @@ fn activate(
                 prefix: prefix.to_owned(),
                 suffix: suffix.to_owned(),
                 source,
-                redactor: std::sync::Mutex::new(None),
+                injected: std::sync::Mutex::new(None),
             })
         }
     };
@@ -593,21 +609,13 @@ impl Inner {
                     "credentials",
                 )
             })?;
-            let value = zeroize::Zeroizing::new(format!(
-                "{}{}{}",
-                injection.prefix,
-                secret.expose(),
-                injection.suffix
-            ));
-            let redactor = injection.redactor(secret.expose(), &value);
-            let mut value = HeaderValue::try_from(value.as_str()).map_err(|_| {
+            let (value, redactor) = injection.for_secret(secret.expose()).ok_or_else(|| {
                 refuse(Refusal::CredentialsUnavailable);
                 fail(
                     EgressError::InternalError(Some(CREDENTIALS_UNAVAILABLE.into())),
                     "credentials",
                 )
             })?;
-            value.set_sensitive(true);
             injected = Some((injection.header.clone(), value, redactor));
         }
 

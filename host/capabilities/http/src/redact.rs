@@ -152,8 +152,13 @@ impl Redactor {
 
     /// `data` with every occurrence replaced, or `None` when there is none.
     pub fn redact(&self, data: &[u8]) -> Option<Vec<u8>> {
+        self.redact_with(data, &mut Zeroizing::new(Vec::new()))
+    }
+
+    /// [`Redactor::redact`], with room for the lowercase copy reused across calls.
+    fn redact_with(&self, data: &[u8], folded: &mut Vec<u8>) -> Option<Vec<u8>> {
         let mut out = Vec::new();
-        let done = self.replace(data, &mut Zeroizing::new(Vec::new()), &mut out);
+        let done = self.replace(data, folded, &mut out);
         if done == 0 {
             return None;
         }
@@ -323,8 +328,9 @@ impl StreamRedactor {
 /// Redacts every header value in place. A value that contained the secret becomes a valid value
 /// (the replacement is plain ASCII) and is marked sensitive.
 pub fn redact_headers(redactor: &Redactor, headers: &mut HeaderMap) {
+    let mut folded = Zeroizing::new(Vec::new());
     for value in headers.values_mut() {
-        if let Some(clean) = redactor.redact(value.as_bytes()) {
+        if let Some(clean) = redactor.redact_with(value.as_bytes(), &mut folded) {
             // Removing bytes from a valid value and inserting ASCII keeps it valid.
             if let Ok(mut clean) = HeaderValue::from_bytes(&clean) {
                 clean.set_sensitive(true);
