@@ -17,7 +17,10 @@
 //! Run: `cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 5`
 //! (needs `just build-components`). Goals: component ÷ direct ≤ 1.05, broker ÷ direct ≤ 1.02;
 //! component ≤ 1 MiB; cold compile ≤ 1 s. Besides criterion's report, the bench prints the ratios
-//! of medians from an interleaved run, so every path sees the same machine load.
+//! of medians from an interleaved run, so every path sees the same machine load, twice: called
+//! from the thread that drives the executor, and from a task on its worker threads, where the
+//! operator's reconcilers call providers (there a host path's requests and their connection
+//! tasks can stay on one thread).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -269,6 +272,57 @@ fn median(samples: &mut [Duration]) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// The four paths taking turns in the order of [`TURNS`], [`RATIO_SAMPLES`] gets each; each
+/// sample is kept with the path that ran before it (`[path][before]`), to show what a component
+/// call leaves for the call after it.
+async fn take_turns(
+    setup: &Setup,
+    paths: &[String],
+    site: &CallSite,
+    auth: &str,
+) -> [[Vec<Duration>; 4]; 4] {
+    let mut samples: [[Vec<Duration>; 4]; 4] = Default::default();
+    let mut before = TURNS[TURNS.len() - 1];
+    for path in TURNS.into_iter().cycle().take(4 * RATIO_SAMPLES) {
+        let start = Instant::now();
+        match path {
+            0 => setup.component_get().await,
+            1 => setup.broker_get(&setup.broker, paths, site).await,
+            2 => setup.broker_get(&setup.uncached_broker, paths, site).await,
+            _ => setup.direct_get(paths, auth).await,
+        }
+        samples[path][before].push(start.elapsed());
+        before = path;
+    }
+    samples
+}
+
+/// Prints the ratios of the medians of one [`take_turns`], called from `caller`.
+fn report_turns(caller: &str, samples: [[Vec<Duration>; 4]; 4]) {
+    let after_the_component = |path: usize| median(&mut samples[path][0].clone());
+    let after_itself = |path: usize| median(&mut samples[path][path].clone());
+    let (broker_after, direct_after) = (after_the_component(1), after_the_component(3));
+    println!(
+        "get {caller}, after a component get ÷ after one by the same path: broker {:.3}, \
+         direct {:.3} (what a component call leaves to the next call: work after it returned, \
+         colder caches)",
+        broker_after.as_secs_f64() / after_itself(1).as_secs_f64(),
+        direct_after.as_secs_f64() / after_itself(3).as_secs_f64(),
+    );
+    let [through, brokered, uncached, direct] = samples.map(|after| median(&mut after.concat()));
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    println!(
+        "get {caller}, interleaved medians: component {through:?}, broker {brokered:?}, \
+         direct {direct:?}; component/broker {:.3}, broker/direct {:.3} (goal <= 1.02), \
+         component/direct {:.3} (goal <= 1.05); broker with the secret read per request \
+         (before caching) {uncached:?}, {:.3} × direct",
+        ratio(through, brokered),
+        ratio(brokered, direct),
+        ratio(through, direct),
+        ratio(uncached, direct)
+    );
+}
+
 fn proxmox_benchmarks(c: &mut Criterion) {
     let path = component_path();
     let bytes = std::fs::read(&path).unwrap_or_else(|error| {
@@ -313,54 +367,24 @@ fn proxmox_benchmarks(c: &mut Criterion) {
         operation: "get",
     };
 
-    // Interleaved, so every path shares the machine's state, in an order where each path runs
-    // right after each path equally often (see [`TURNS`]); the ratios of medians are printed.
-    // Each sample is kept with the path that ran before it, to show what a component call leaves
-    // for the call after it.
     assert!(
         turns_are_balanced(),
         "TURNS must put each path after each path once"
     );
-    let mut samples: [[Vec<Duration>; 4]; 4] = Default::default();
-    executor.block_on(async {
-        let mut before = TURNS[TURNS.len() - 1];
-        for path in TURNS.into_iter().cycle().take(4 * RATIO_SAMPLES) {
-            let start = Instant::now();
-            match path {
-                0 => setup.component_get().await,
-                1 => setup.broker_get(&setup.broker, &paths, &site).await,
-                2 => {
-                    setup
-                        .broker_get(&setup.uncached_broker, &paths, &site)
-                        .await
-                }
-                _ => setup.direct_get(&paths, &auth).await,
-            }
-            samples[path][before].push(start.elapsed());
-            before = path;
-        }
-    });
-    let after_the_component = |path: usize| median(&mut samples[path][0].clone());
-    let after_itself = |path: usize| median(&mut samples[path][path].clone());
-    println!(
-        "get after a component get ÷ after one by the same path: broker {:.3}, direct {:.3} \
-         (what a component call leaves to the next call: work after it returned, colder caches)",
-        after_the_component(1).as_secs_f64() / after_itself(1).as_secs_f64(),
-        after_the_component(3).as_secs_f64() / after_itself(3).as_secs_f64(),
-    );
-    let [through, brokered, uncached, direct] = samples.map(|after| median(&mut after.concat()));
-    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
-    println!(
-        "get, interleaved medians: component {through:?}, broker {brokered:?}, direct {direct:?}; \
-         component/broker {:.3}, broker/direct {:.3} (goal <= 1.02), component/direct {:.3} (goal <= 1.05)",
-        ratio(through, brokered),
-        ratio(brokered, direct),
-        ratio(through, direct),
-    );
-    println!(
-        "get, broker with the secret read per request (before caching) {uncached:?}: its ratio to direct {:.3}",
-        ratio(uncached, direct)
-    );
+    // Interleaved, once from the thread that drives the executor (as a CLI call would) and once
+    // from a task on its workers (as the operator calls providers: its reconcilers are tasks).
+    let setup = Arc::new(setup);
+    let paths = Arc::new(paths);
+    let samples = executor.block_on(take_turns(&setup, &paths, &site, &auth));
+    report_turns("from the executor's own thread", samples);
+    let on_worker = {
+        let (setup, paths, site, auth) = (setup.clone(), paths.clone(), site.clone(), auth.clone());
+        executor.spawn(async move { take_turns(&setup, &paths, &site, &auth).await })
+    };
+    let samples = executor
+        .block_on(on_worker)
+        .expect("the turns run to the end");
+    report_turns("from a task on the executor's workers", samples);
 
     let mut group = c.benchmark_group("proxmox get of a running VM");
     group.bench_function("component (runtime + broker)", |b| {
