@@ -23,6 +23,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
 use crate::policy::{Origin, Scheme};
+use crate::sync::lock;
 use crate::watch::{FileWatch, Freshness};
 
 /// Idle pooled connections kept per origin.
@@ -228,13 +229,6 @@ impl GrantClients {
         }
         builder.build().map_err(ClientError::Build)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding these locks leaves plain data behind, still consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Every certificate of a PEM bundle held in memory; `path` names it in errors.

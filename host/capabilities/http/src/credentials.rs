@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use zeroize::Zeroizing;
 
+use crate::sync::lock;
 use crate::watch::{FileWatch, Freshness};
 
 /// A secret value. Its `Debug` and `Display` print `[redacted]`; its memory is zeroed on drop.
@@ -159,12 +160,6 @@ impl FileSource {
         }
         Ok(Secret::new(secret.to_string()))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Read, trim and check a secret file.

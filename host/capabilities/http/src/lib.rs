@@ -68,6 +68,7 @@ pub mod grant;
 pub mod metrics;
 pub mod policy;
 pub mod redact;
+mod sync;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -94,6 +95,7 @@ use crate::policy::{
     Allowlist, CREDENTIAL_HEADERS, Denied, Origin, Scheme, refused_method, screen_headers,
 };
 use crate::redact::{Redactor, redact_headers};
+use crate::sync::lock;
 use arc_swap::ArcSwap;
 
 /// The detail of `internal-error` when the secret could not be read: transient, and a provider's
@@ -189,10 +191,7 @@ impl Injection {
     /// The header value (marked sensitive) and the redactor for `secret`, made once per secret;
     /// `None` when the secret cannot be carried in a header value.
     fn for_secret(&self, secret: &str) -> Option<(HeaderValue, Redactor)> {
-        let mut cached = self
-            .injected
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cached = lock(&self.injected);
         if let Some(injected) = cached.as_ref()
             && injected.secret.as_str() == secret
         {
@@ -278,11 +277,7 @@ impl Broker {
     }
 
     fn change(&self, edit: impl FnOnce(&mut HashMap<String, Arc<ActiveGrant>>)) {
-        let _serialised = self
-            .inner
-            .changes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serialised = lock(&self.inner.changes);
         let mut grants = HashMap::clone(&self.inner.grants.load());
         edit(&mut grants);
         // Headers first: a guest may never set a header some grant injects.

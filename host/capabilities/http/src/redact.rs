@@ -21,8 +21,9 @@
 //! so positions carry over), which finds exactly what a case-insensitive automaton finds. Folded,
 //! the patterns fit aho-corasick's SIMD searcher (Teddy), which redacts a clean 4 KiB answer
 //! about 5 times faster than the automaton and a 256 KiB one about 10 times (`benches/redact.rs`);
-//! where it cannot be built (another CPU, too many patterns) the automaton does the same search. Compressed bodies are not scanned at all: the broker
-//! asks for and accepts only the identity encoding on credentialed requests (see the crate docs).
+//! where it cannot be built (another CPU, too many patterns) the automaton does the same search.
+//! Compressed bodies are not scanned at all: the broker asks for and accepts only the identity
+//! encoding on credentialed requests (see the crate docs).
 //!
 //! The body is redacted while it streams: each chunk is scanned together with the last
 //! `longest pattern - 1` bytes held back from the previous chunk, so an occurrence split across

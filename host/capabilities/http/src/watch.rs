@@ -15,6 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::sync::lock;
+
 /// What a [`FileWatch`] knows about its file since it was last armed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Freshness {
@@ -57,10 +59,7 @@ impl FileWatch {
     /// Whether the file changed since the last [`FileWatch::arm_blocking`]. Never blocks; a
     /// change seen disarms the watch until the next arming.
     pub fn check(&self) -> Freshness {
-        let mut armed = self
-            .armed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut armed = lock(&self.armed);
         let Some(watch) = armed.as_mut() else {
             return Freshness::Unwatched;
         };
@@ -76,10 +75,7 @@ impl FileWatch {
     /// again next time.
     pub fn arm_blocking(&self) {
         let watch = arm(&self.path);
-        *self
-            .armed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = watch;
+        *lock(&self.armed) = watch;
     }
 }
 
