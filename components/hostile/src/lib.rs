@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `reflect` | sends `method` (default GET) to `endpoint` + `path`, asking for `acceptEncoding` and `range` if given; decompresses a gzip or deflate answer | `permanent("HTTP <status> <content-encoding>: <body>")`, or `transient("transport: <code>")` |
 //! | `headers` | builds `count` header lists of one `bytes`-long header each and keeps them all | `permanent("held <count>")`, or where it was refused |
-//! | `requests` | sends `count` requests to `endpoint` without reading any answer, keeps them in flight, then waits for the first | `permanent("sent <n>; refused: <code>")` |
+//! | `requests` | sends `count` requests to `endpoint` without reading any answer, keeps them in flight, then waits for the first; each with an empty body resource, or with none if `bodyless` is true (the host sends those two kinds by different paths) | `permanent("sent <n>; refused: <code>")` |
 //! | `bodies` | opens `count` request bodies and writes into each until the host says to wait, keeping them all, never sending | `permanent("buffered <bytes> in <n>")` |
 //! | `big-error` | answers an error of `mib` MiB | that error |
 //! | `big-name` | answers a VM whose name is `mib` MiB | that VM |
@@ -79,7 +79,11 @@ fn attack(config: &str) -> Result<Instance, Error> {
     match text(&config, "attack")? {
         "reflect" => reflect(&config),
         "headers" => hold_headers(number(&config, "count")?, number(&config, "bytes")?),
-        "requests" => flood_requests(text(&config, "endpoint")?, number(&config, "count")?),
+        "requests" => flood_requests(
+            text(&config, "endpoint")?,
+            number(&config, "count")?,
+            config.get("bodyless").and_then(Value::as_bool) == Some(true),
+        ),
         "bodies" => fill_bodies(number(&config, "count")?),
         "big-error" => Err(Error::Permanent("e".repeat(mib(&config)?))),
         "big-name" => Ok(vm("n".repeat(mib(&config)?))),
@@ -238,7 +242,7 @@ fn hold_headers(count: u64, bytes: u64) -> Result<Instance, Error> {
     Err(Error::Permanent(format!("held {}", held.len())))
 }
 
-fn flood_requests(endpoint: &str, count: u64) -> Result<Instance, Error> {
+fn flood_requests(endpoint: &str, count: u64, bodyless: bool) -> Result<Instance, Error> {
     let mut pending = Vec::new();
     for index in 0..count {
         let outgoing = request(
@@ -247,10 +251,12 @@ fn flood_requests(endpoint: &str, count: u64) -> Result<Instance, Error> {
             Method::Get,
             Fields::new(),
         );
-        let body = outgoing.body().expect("a new request has its body");
+        let body = (!bodyless).then(|| outgoing.body().expect("a new request has its body"));
         match outgoing_handler::handle(outgoing, None) {
             Ok(future) => {
-                let _ = OutgoingBody::finish(body, None);
+                if let Some(body) = body {
+                    let _ = OutgoingBody::finish(body, None);
+                }
                 pending.push(future);
             }
             Err(code) => {

@@ -6,7 +6,9 @@
 //! place that knows the shape of wasmtime-wasi-http's hooks ([`EgressHooks`]). Per call it holds
 //! the in-flight budget (each request takes a permit, which its response body keeps until the
 //! guest drops it), the header list limit, the outgoing body buffer, and the record of why the
-//! latest request was refused, which `egress:http-broker/broker.last-refusal` answers.
+//! latest request was refused, which `egress:http-broker/broker.last-refusal` answers. Its
+//! submodule `outgoing` serves `outgoing-handler.handle` so that a request without a body runs on
+//! the call's own task.
 //!
 //! [`DenyAll`]: crate::egress::DenyAll
 
@@ -23,8 +25,8 @@ use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi_http::{
-    ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
-    WasiHttpView,
+    ForbiddenHeaderFilter, RequestOptions, WasiBody, WasiHttp, WasiHttpCtx, WasiHttpCtxView,
+    WasiHttpHooks, WasiHttpView,
 };
 
 use crate::capability::{Capability, PrepareContext, import_matches};
@@ -32,6 +34,8 @@ use crate::egress::{CallSite, DenyAll, Egress, EgressError, Refusal, RefusalSlot
 use crate::error::Budget;
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
+
+mod outgoing;
 
 /// `wasi:http` interfaces this capability provides, at any 0.2 version.
 const WASI_HTTP: &[&str] = &["wasi:http/types", "wasi:http/outgoing-handler"];
@@ -76,7 +80,13 @@ impl Capability for HttpCapability {
     }
 
     fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+        let options = wasmtime_wasi_http::p2::bindings::LinkOptions::default();
+        wasmtime_wasi_http::p2::bindings::http::types::add_to_linker::<HostState, WasiHttp>(
+            linker,
+            &options.into(),
+            HostState::http,
+        )?;
+        outgoing::link(linker)?;
         wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
     }
 
@@ -209,13 +219,33 @@ impl WasiHttpHooks for EgressHooks {
 
     fn send_request(
         &mut self,
-        mut request: http::Request<WasiBody>,
+        request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _request_body_errors: IoFuture,
     ) -> Box<
         dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>>
             + Send,
     > {
+        let response = self.send(request, options);
+        Box::new(async move {
+            // The egress drives its own connection; there is no separate I/O task to report.
+            let io_done: IoFuture = Box::new(async { Ok(()) });
+            Ok((response.await?, io_done))
+        })
+    }
+}
+
+/// An exchange under way: the response, or why there is none.
+type Exchange = Pin<Box<dyn Future<Output = Result<http::Response<WasiBody>, EgressError>> + Send>>;
+
+impl EgressHooks {
+    /// Send `request` through the egress under the call's in-flight budget: the response body
+    /// keeps the request's permit until the guest drops it.
+    fn send(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+    ) -> Exchange {
         let reporter = self.refusals.begin();
         let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
             self.in_flight_exceeded.store(true, Ordering::Relaxed);
@@ -226,22 +256,19 @@ impl WasiHttpHooks for EgressHooks {
                 limit = self.in_flight_limit,
                 "outgoing HTTP refused: too many requests in flight"
             );
-            return Box::new(async { Err(EgressError::ConnectionLimitReached) });
+            return Box::pin(async { Err(EgressError::ConnectionLimitReached) });
         };
         request.extensions_mut().insert(reporter);
         let response = self.egress.send(&self.site, request, options);
-        Box::new(async move {
+        Box::pin(async move {
             let response = response.await?;
-            // The egress drives its own connection; there is no separate I/O task to report.
-            let io_done: IoFuture = Box::new(async { Ok(()) });
-            let response = response.map(|body| {
+            Ok(response.map(|body| {
                 PermitBody {
                     body,
                     _permit: permit,
                 }
                 .boxed_unsync()
-            });
-            Ok((response, io_done))
+            }))
         })
     }
 }

@@ -11,5 +11,6 @@ mod limits;
 mod load;
 mod logs;
 mod memory_creator;
+mod outgoing;
 mod tiering;
 mod versions;

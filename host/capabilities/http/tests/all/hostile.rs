@@ -284,6 +284,17 @@ async fn a_compressed_echo_never_puts_the_secret_in_guest_memory() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_cannot_hold_more_requests_in_flight_than_its_budget() {
+    requests_in_flight_are_bounded(false).await;
+}
+
+/// The same without body resources: the runtime sends those requests from the call's own task,
+/// by another path than wasmtime-wasi-http's (docs/performance.md).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_cannot_hold_more_bodyless_requests_in_flight_than_its_budget() {
+    requests_in_flight_are_bounded(true).await;
+}
+
+async fn requests_in_flight_are_bounded(bodyless: bool) {
     let setup = Setup::new();
     let mut slow = Reply::ok("late");
     slow.headers_delay = Duration::from_millis(300);
@@ -306,7 +317,7 @@ async fn a_guest_cannot_hold_more_requests_in_flight_than_its_budget() {
 
     let flood = Request::Get {
         config:
-            serde_json::json!({"attack": "requests", "endpoint": server.origin(), "count": 100})
+            serde_json::json!({"attack": "requests", "endpoint": server.origin(), "count": 100, "bodyless": bodyless})
                 .to_string(),
         provider_id: "hostile/1".into(),
     };
@@ -332,6 +343,6 @@ async fn a_guest_cannot_hold_more_requests_in_flight_than_its_budget() {
     );
 
     // Within the budget the same guest is answered.
-    let within = serde_json::json!({"attack": "requests", "endpoint": server.origin(), "count": 4});
+    let within = serde_json::json!({"attack": "requests", "endpoint": server.origin(), "count": 4, "bodyless": bodyless});
     assert_eq!(attack(&hostile, within).await, "sent 4");
 }
