@@ -10,6 +10,7 @@
 //! | `reflect` | sends `method` (default GET) to `endpoint` + `path`, asking for `acceptEncoding` and `range` if given; decompresses a gzip or deflate answer | `permanent("HTTP <status> <content-encoding>: <body>")`, or `transient("transport: <code>")` |
 //! | `headers` | builds `count` header lists of one `bytes`-long header each and keeps them all | `permanent("held <count>")`, or where it was refused |
 //! | `requests` | sends `count` requests to `endpoint` without reading any answer, keeps them in flight, then waits for the first; each with an empty body resource, or with none if `bodyless` is true (the host sends those two kinds by different paths) | `permanent("sent <n>; refused: <code>")` |
+//! | `spin-get` | sends one bodyless GET to `endpoint` and asks for its response with `get` up to `gets` times, never waiting on it | `permanent("answered after <n> gets: <status or code>")`, or `permanent("no answer after <gets> gets")` |
 //! | `bodies` | opens `count` request bodies and writes into each until the host says to wait, keeping them all, never sending | `permanent("buffered <bytes> in <n>")` |
 //! | `big-error` | answers an error of `mib` MiB | that error |
 //! | `big-name` | answers a VM whose name is `mib` MiB | that VM |
@@ -84,6 +85,7 @@ fn attack(config: &str) -> Result<Instance, Error> {
             number(&config, "count")?,
             config.get("bodyless").and_then(Value::as_bool) == Some(true),
         ),
+        "spin-get" => spin_get(text(&config, "endpoint")?, number(&config, "gets")?),
         "bodies" => fill_bodies(number(&config, "count")?),
         "big-error" => Err(Error::Permanent("e".repeat(mib(&config)?))),
         "big-name" => Ok(vm("n".repeat(mib(&config)?))),
@@ -240,6 +242,24 @@ fn hold_headers(count: u64, bytes: u64) -> Result<Instance, Error> {
     }
     black_box(&held);
     Err(Error::Permanent(format!("held {}", held.len())))
+}
+
+fn spin_get(endpoint: &str, gets: u64) -> Result<Instance, Error> {
+    let outgoing = request(endpoint, "/api2/json/spin", Method::Get, Fields::new());
+    let future = outgoing_handler::handle(outgoing, None)
+        .map_err(|code| Error::Transient(format!("transport: {code:?}")))?;
+    for asked in 1..=gets {
+        let answer = match future.get() {
+            None => continue,
+            Some(Ok(Ok(response))) => format!("HTTP {}", response.status()),
+            Some(Ok(Err(code))) => format!("{code:?}"),
+            Some(Err(())) => "taken".into(),
+        };
+        return Err(Error::Permanent(format!(
+            "answered after {asked} gets: {answer}"
+        )));
+    }
+    Err(Error::Permanent(format!("no answer after {gets} gets")))
 }
 
 fn flood_requests(endpoint: &str, count: u64, bodyless: bool) -> Result<Instance, Error> {
