@@ -9,8 +9,9 @@
 //! call's resource table and polled by the call itself: once when the guest hands it over (so it
 //! is on its way before the guest waits), on each `get`, and while the guest waits on it.
 //!
-//! A request with a body, or a `content-length`, still goes through wasmtime-wasi-http's
-//! `handle`: its task takes the body while the guest writes it, and it checks the length.
+//! A request with a body, or a `content-length` other than `0`, still goes through
+//! wasmtime-wasi-http's `handle`: its task takes the body while the guest writes it, and it
+//! checks the length.
 //!
 //! The response future's resource keeps wasmtime-wasi-http's type, so the guest's other calls
 //! type-check as before; its `get`, `subscribe` and destructor are defined again here, for both
@@ -205,14 +206,14 @@ impl Pollable for SentHere {
 }
 
 /// `handle`: a request without a body is sent from here; one with a body, or a
-/// `content-length`, by wasmtime-wasi-http.
+/// `content-length` other than `0`, by wasmtime-wasi-http.
 fn handle(
     state: &mut HostState,
     request: Resource<HostOutgoingRequest>,
     options: Option<Resource<RequestOptions>>,
 ) -> HttpResult<Resource<HostFutureIncomingResponse>> {
     let outgoing = state.table().get(&request)?;
-    if outgoing.body.is_some() || outgoing.headers.contains_key(CONTENT_LENGTH) {
+    if outgoing.body.is_some() || !no_length_or_zero(&outgoing.headers) {
         return outgoing_handler::Host::handle(&mut state.http(), request, options);
     }
     let options = options.and_then(|options| state.table().get(&options).ok().cloned());
@@ -223,6 +224,17 @@ fn handle(
     sent.poll_now();
     let sent = table.push(sent)?;
     Ok(Resource::new_own(sent.rep()))
+}
+
+/// Whether `headers` declare no body: no `content-length`, or one of `0` (a `DELETE` or a bodiless
+/// `POST`). Any other length, or a malformed one, is wasmtime-wasi-http's to refuse.
+fn no_length_or_zero(headers: &http::HeaderMap) -> bool {
+    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (None, _) => true,
+        (Some(length), None) => length.as_bytes() == b"0",
+        (Some(_), Some(_)) => false,
+    }
 }
 
 /// The request the guest built, with an empty body, as wasmtime-wasi-http's `handle` builds it:
