@@ -30,7 +30,7 @@ use wasmtime_wasi_http::{
 };
 
 use crate::capability::{Capability, PrepareContext, import_matches};
-use crate::egress::{CallSite, DenyAll, Egress, EgressError, Refusal, RefusalSlot};
+use crate::egress::{CallSite, DenyAll, Egress, EgressError, EgressFuture, Refusal, RefusalSlot};
 use crate::error::Budget;
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
@@ -235,9 +235,6 @@ impl WasiHttpHooks for EgressHooks {
     }
 }
 
-/// An exchange under way: the response, or why there is none.
-type Exchange = Pin<Box<dyn Future<Output = Result<http::Response<WasiBody>, EgressError>> + Send>>;
-
 impl EgressHooks {
     /// Send `request` through the egress under the call's in-flight budget: the response body
     /// keeps the request's permit until the guest drops it.
@@ -245,7 +242,7 @@ impl EgressHooks {
         &mut self,
         mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
-    ) -> Exchange {
+    ) -> EgressFuture {
         let reporter = self.refusals.begin();
         let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
             self.in_flight_exceeded.store(true, Ordering::Relaxed);

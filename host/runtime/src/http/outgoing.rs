@@ -35,8 +35,8 @@ use wasmtime_wasi_http::p2::types::{
 use wasmtime_wasi_http::p2::{HttpResult, http_request_error};
 use wasmtime_wasi_http::{FieldMap, RequestOptions, WasiBody, WasiHttpHooks, WasiHttpView};
 
-use super::{EgressHooks, Exchange, HttpCallState};
-use crate::egress::EgressError;
+use super::{EgressHooks, HttpCallState};
+use crate::egress::{EgressError, EgressFuture};
 use crate::state::HostState;
 
 /// The instances as wasmtime-wasi-http names them (the version of its WIT): `handle` is defined
@@ -174,7 +174,7 @@ fn response(
 /// A response future for a request sent from the call's own task.
 enum SentHere {
     /// The exchange, polled by the call.
-    Sending(Exchange),
+    Sending(EgressFuture),
     /// The response, or why there is none, not yet taken.
     Answered(Result<http::Response<WasiBody>, EgressError>),
     /// The guest has taken the answer.
