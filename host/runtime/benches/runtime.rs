@@ -4,8 +4,12 @@
 //! (needs `just build-components`). Goals: a fresh instance of the reference provider ≤ 5 µs
 //! median (the Proxmox provider's is reported beside it); a whole no-op call (instantiate +
 //! `describe` + drop) ≤ 8 µs, reported beside a call of an operation the operator makes
-//! (`validate-config`, which does no I/O in the reference provider). The compile group compares Cranelift with Winch, which tiered
-//! compilation serves first.
+//! (`validate-config`, which does no I/O in the reference provider). Beside them, wasmtime's own
+//! floor on the same engine: a fresh instance of a component of one core instance with a memory
+//! the size of a Rust guest's and nothing imported, in a `Store<()>`; a provider's instance costs
+//! more for its imports (each a host function to link), its three core instances and the call's
+//! host state. The compile group compares Cranelift with Winch, which tiered compilation serves
+//! first.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use egress_runtime::{CallContext, Compilation, DenyAll, Request, Runtime, RuntimeConfig};
 use wasmtime::Store;
-use wasmtime::component::Component;
+use wasmtime::component::{Component, Linker};
 
 fn component_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../target/components/{name}.wasm"))
@@ -26,6 +30,64 @@ fn read_component(path: &Path) -> Vec<u8> {
             path.display()
         )
     })
+}
+
+/// The smallest component shaped like a guest's main module: one core instance with a memory of
+/// 17 pages (a Rust guest's 1 MiB stack and its data), a table, and one exported function
+/// lifted as `f: func() -> u32`; nothing imported.
+fn empty_component() -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, ComponentBuilder, ComponentExportKind, ComponentValType, ExportKind,
+        ExportSection, Function, FunctionSection, MemorySection, MemoryType, Module,
+        PrimitiveValType, RefType, TableSection, TableType, TypeSection, ValType,
+    };
+    let mut types = TypeSection::new();
+    types.ty().function([], [ValType::I32]);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    let mut tables = TableSection::new();
+    tables.table(TableType {
+        element_type: RefType::FUNCREF,
+        table64: false,
+        minimum: 102,
+        maximum: Some(102),
+        shared: false,
+    });
+    let mut memories = MemorySection::new();
+    memories.memory(MemoryType {
+        minimum: 17,
+        maximum: None,
+        memory64: false,
+        shared: false,
+        page_size_log2: None,
+    });
+    let mut exports = ExportSection::new();
+    exports.export("memory", ExportKind::Memory, 0);
+    exports.export("f", ExportKind::Func, 0);
+    let mut code = CodeSection::new();
+    let mut body = Function::new([]);
+    body.instructions().i32_const(0).end();
+    code.function(&body);
+    let mut module = Module::new();
+    module
+        .section(&types)
+        .section(&functions)
+        .section(&tables)
+        .section(&memories)
+        .section(&exports)
+        .section(&code);
+
+    let mut component = ComponentBuilder::default();
+    let module = component.core_module(None, &module);
+    let instance = component.core_instantiate(None, module, []);
+    let core_func = component.core_alias_export(None, instance, "f", ExportKind::Func);
+    let (func_type, mut encoder) = component.type_function(None);
+    encoder
+        .params::<_, ComponentValType>([])
+        .result(Some(ComponentValType::Primitive(PrimitiveValType::U32)));
+    let func = component.lift_func(None, core_func, func_type, []);
+    component.export("f", ComponentExportKind::Func, func, None);
+    component.finish()
 }
 
 fn runtime_benchmarks(c: &mut Criterion) {
@@ -53,6 +115,19 @@ fn runtime_benchmarks(c: &mut Criterion) {
 
     c.bench_function("baseline: Store::new", |b| {
         b.iter(|| Store::new(runtime.engine(), ()))
+    });
+    let floor = Component::new(runtime.engine(), empty_component()).expect("the floor compiles");
+    let floor = Linker::<()>::new(runtime.engine())
+        .instantiate_pre(&floor)
+        .expect("the floor imports nothing");
+    c.bench_function("floor: fresh instance of an empty component", |b| {
+        b.to_async(&executor).iter(|| async {
+            let mut store = Store::new(runtime.engine(), ());
+            floor
+                .instantiate_async(&mut store)
+                .await
+                .expect("instantiates")
+        })
     });
     c.bench_function("fresh instance of reference", |b| {
         b.to_async(&executor).iter(|| async {
