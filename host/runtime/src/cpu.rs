@@ -2,11 +2,16 @@
 //!
 //! A provider's `create` may legitimately wait fifteen minutes for a hypervisor; it may not
 //! compute for fifteen minutes. The wall-clock deadline bounds the first; [`CpuMeter`] measures
-//! the second: the thread CPU time spent inside each poll of the call's future (the guest runs
-//! only inside those polls, on the polling thread), so time spent waiting for I/O or a timer is
-//! not counted and time the thread was descheduled on a loaded machine is not charged either.
-//! The epoch callback reads [`CpuMeter::used`] every tick, mid-poll, and stops a guest past its
-//! budget.
+//! the second: the time spent inside each poll of the call's future (the guest runs only inside
+//! those polls, on the polling thread), so time spent waiting for I/O or a timer is not counted.
+//!
+//! Reading the thread's CPU clock is a system call, and a dear one (the kernel takes the run
+//! queue's lock): two per poll were a tenth of a whole no-op call. So a poll is charged its
+//! wall-clock time, read from the vDSO, which bounds its CPU time from above, until the epoch
+//! callback first reads [`CpuMeter::used`] in it, one tick into a poll that computes; from then
+//! on the poll is charged the thread CPU time it uses, so time the thread was descheduled on a
+//! loaded machine is not charged past a poll's first tick. The short polls of a call that waits
+//! on I/O make no system call, and a guest cannot compute unseen in them: every poll is charged.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,28 +21,56 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// CPU time used by one call. Shared by the polling wrapper ([`Metered`]) and the epoch callback,
-/// which run on the same thread during a poll.
+/// which run on the same thread during a poll. Clock readings are in nanoseconds; 0 means "none".
 #[derive(Debug, Default)]
 pub(crate) struct CpuMeter {
-    /// Nanoseconds of thread CPU time spent in finished polls.
+    /// Nanoseconds charged for finished polls.
     used_ns: AtomicU64,
-    /// The thread CPU clock when the current poll began, or 0 outside a poll.
+    /// The monotonic clock when the current poll began, or 0 outside a poll.
     poll_started_ns: AtomicU64,
+    /// The thread CPU clock when the epoch callback first looked in the current poll, or 0.
+    cpu_mark_ns: AtomicU64,
+    /// The wall-clock time of the current poll before that first look.
+    wall_before_mark_ns: AtomicU64,
 }
 
 impl CpuMeter {
-    /// CPU time used so far, including the poll in progress.
+    /// Time charged so far, including the poll in progress. The first call within a poll starts
+    /// charging that poll by thread CPU time rather than wall-clock time.
     pub(crate) fn used(&self) -> Duration {
-        let mut used = self.used_ns.load(Ordering::Relaxed);
+        let used = self.used_ns.load(Ordering::Relaxed);
         let started = self.poll_started_ns.load(Ordering::Relaxed);
-        if started != 0 {
-            used += thread_cpu_ns().saturating_sub(started);
+        if started == 0 {
+            return Duration::from_nanos(used);
         }
-        Duration::from_nanos(used)
+        let mark = self.cpu_mark_ns.load(Ordering::Relaxed);
+        let in_poll = if mark == 0 {
+            let wall = monotonic_ns().saturating_sub(started);
+            self.wall_before_mark_ns.store(wall, Ordering::Relaxed);
+            self.cpu_mark_ns
+                .store(thread_cpu_ns().max(1), Ordering::Relaxed);
+            wall
+        } else {
+            self.wall_before_mark_ns.load(Ordering::Relaxed) + thread_cpu_ns().saturating_sub(mark)
+        };
+        Duration::from_nanos(used.saturating_add(in_poll))
+    }
+
+    /// What the poll that began at `started` costs, now that it has returned.
+    fn finish_poll(&self, started: u64) {
+        let mark = self.cpu_mark_ns.load(Ordering::Relaxed);
+        let spent = if mark == 0 {
+            monotonic_ns().saturating_sub(started)
+        } else {
+            self.wall_before_mark_ns.load(Ordering::Relaxed) + thread_cpu_ns().saturating_sub(mark)
+        };
+        self.poll_started_ns.store(0, Ordering::Relaxed);
+        self.cpu_mark_ns.store(0, Ordering::Relaxed);
+        self.used_ns.fetch_add(spent, Ordering::Relaxed);
     }
 }
 
-/// Runs `inner`, charging the CPU time of each poll to `meter`.
+/// Runs `inner`, charging the time of each poll to `meter`.
 pub(crate) struct Metered<F> {
     inner: Pin<Box<F>>,
     meter: Arc<CpuMeter>,
@@ -57,24 +90,31 @@ impl<F: Future> Future for Metered<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // Never 0, which means "not in a poll".
-        let started = thread_cpu_ns().max(1);
+        let started = monotonic_ns().max(1);
         self.meter.poll_started_ns.store(started, Ordering::Relaxed);
         let result = self.inner.as_mut().poll(cx);
-        let spent = thread_cpu_ns().saturating_sub(started);
-        self.meter.poll_started_ns.store(0, Ordering::Relaxed);
-        self.meter.used_ns.fetch_add(spent, Ordering::Relaxed);
+        self.meter.finish_poll(started);
         result
     }
 }
 
-/// The calling thread's CPU clock in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+/// The monotonic clock in nanoseconds (`CLOCK_MONOTONIC`, read in the vDSO without a system call).
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The calling thread's CPU clock in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`, a system call).
 fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `now` is a valid, writable timespec; the clock id is a constant the kernel knows.
-    let result = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    // SAFETY: `now` is a valid, writable timespec; the clock ids are constants the kernel knows.
+    let result = unsafe { libc::clock_gettime(clock, &mut now) };
     if result != 0 {
         return 0;
     }
@@ -110,6 +150,47 @@ mod tests {
         assert!(
             used < Duration::from_millis(150),
             "the wait was charged: {used:?}"
+        );
+    }
+
+    /// The thread blocked inside a poll stands for a thread descheduled on a loaded machine: its
+    /// wall-clock time passes and its CPU clock does not.
+    fn block_thread(time: Duration) {
+        std::thread::sleep(time);
+    }
+
+    #[tokio::test]
+    async fn a_poll_is_charged_cpu_time_once_the_epoch_callback_has_looked_in_it() {
+        let meter = Arc::new(CpuMeter::default());
+        let inside = Arc::clone(&meter);
+        Metered::new(
+            async move {
+                // What the epoch callback does one tick into a poll that computes.
+                inside.used();
+                block_thread(Duration::from_millis(200));
+            },
+            Arc::clone(&meter),
+        )
+        .await;
+        let used = meter.used();
+        assert!(
+            used < Duration::from_millis(100),
+            "time the thread did not run was charged after the callback looked: {used:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_poll_the_epoch_callback_never_looked_in_is_charged_its_wall_clock_time() {
+        let meter = Arc::new(CpuMeter::default());
+        Metered::new(
+            async { block_thread(Duration::from_millis(50)) },
+            Arc::clone(&meter),
+        )
+        .await;
+        let used = meter.used();
+        assert!(
+            used >= Duration::from_millis(50),
+            "a poll too short for a tick went uncharged: {used:?}"
         );
     }
 }
