@@ -51,9 +51,15 @@ impl CpuMeter {
                 .store(thread_cpu_ns().max(1), Ordering::Relaxed);
             wall
         } else {
-            self.wall_before_mark_ns.load(Ordering::Relaxed) + thread_cpu_ns().saturating_sub(mark)
+            self.charged_since_mark(mark)
         };
         Duration::from_nanos(used.saturating_add(in_poll))
+    }
+
+    /// The current poll's charge once the epoch callback has looked in it at thread CPU clock
+    /// `mark`: its wall-clock time before the look, its thread CPU time since.
+    fn charged_since_mark(&self, mark: u64) -> u64 {
+        self.wall_before_mark_ns.load(Ordering::Relaxed) + thread_cpu_ns().saturating_sub(mark)
     }
 
     /// What the poll that began at `started` costs, now that it has returned.
@@ -62,7 +68,7 @@ impl CpuMeter {
         let spent = if mark == 0 {
             monotonic_ns().saturating_sub(started)
         } else {
-            self.wall_before_mark_ns.load(Ordering::Relaxed) + thread_cpu_ns().saturating_sub(mark)
+            self.charged_since_mark(mark)
         };
         self.poll_started_ns.store(0, Ordering::Relaxed);
         self.cpu_mark_ns.store(0, Ordering::Relaxed);
