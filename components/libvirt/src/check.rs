@@ -1,5 +1,7 @@
-//! `check`: can the provider reach its hypervisor and use its pool, on a fresh connection (not
-//! the host's pool, so a dead hypervisor is not hidden by a pooled connection)?
+//! `check`: can the provider reach each of its hypervisors and use its pool there, on fresh
+//! connections (not the host's pool, so a dead hypervisor is not hidden by a pooled connection)?
+//! The first connection that fails, in list order, is the answer, named in the message: create
+//! needs every one of them to answer.
 
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::{Connection, Error as LibvirtError};
@@ -24,10 +26,10 @@ pub fn reason(error: &LibvirtError) -> CheckReason {
     }
 }
 
-fn failed(what: &str, error: LibvirtError) -> CheckResult {
+fn failed(connection: &str, what: &str, error: LibvirtError) -> CheckResult {
     CheckResult {
         reason: reason(&error),
-        message: format!("{what}: {error:?}"),
+        message: format!("connection {connection}: {what}: {error:?}"),
     }
 }
 
@@ -42,28 +44,34 @@ pub fn check(config: &str) -> CheckResult {
             };
         }
     };
-    let connection = match Connection::open_unpooled(&config.connection) {
-        Ok(connection) => connection,
-        Err(error) => return failed("open the connection", error),
-    };
-    let version = match connection.version() {
-        Ok(version) => version,
-        Err(error) => return failed("ask the hypervisor its version", error),
-    };
-    let info = match connection
-        .storage_pool(&config.pool)
-        .and_then(|pool| pool.info())
-    {
-        Ok(info) => info,
-        Err(error) => return failed(&format!("pool {}", config.pool), error),
-    };
+    let mut answers = Vec::with_capacity(config.connections.len());
+    for name in &config.connections {
+        match check_one(&config.pool, name) {
+            Ok(answer) => answers.push(answer),
+            Err(failed) => return failed,
+        }
+    }
     CheckResult {
         reason: CheckReason::Ok,
-        message: format!(
-            "libvirt {version}; pool {} has {} of {} bytes available",
-            config.pool, info.available, info.capacity
-        ),
+        message: answers.join("; "),
     }
+}
+
+/// One connection: its daemon's version and the pool's space, or the first failure.
+fn check_one(pool: &str, name: &str) -> Result<String, CheckResult> {
+    let connection = Connection::open_unpooled(name)
+        .map_err(|error| failed(name, "open the connection", error))?;
+    let version = connection
+        .version()
+        .map_err(|error| failed(name, "ask the hypervisor its version", error))?;
+    let info = connection
+        .storage_pool(pool)
+        .and_then(|pool| pool.info())
+        .map_err(|error| failed(name, &format!("pool {pool}"), error))?;
+    Ok(format!(
+        "{name}: libvirt {version}; pool {pool} has {} of {} bytes available",
+        info.available, info.capacity
+    ))
 }
 
 #[cfg(test)]

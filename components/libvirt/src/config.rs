@@ -10,9 +10,21 @@ pub const SCHEMA: &str = r#"{
   "$schema": "https://json-schema.org/draft/2020-12/schema",
   "type": "object",
   "additionalProperties": false,
-  "required": ["connection", "pool", "image"],
+  "required": ["connections", "pool", "image"],
   "properties": {
-    "connection": {"type": "string", "minLength": 1, "description": "A connection name of the host's libvirt grant"},
+    "connections": {
+      "type": "array",
+      "minItems": 1,
+      "maxItems": 16,
+      "uniqueItems": true,
+      "items": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^/]+$"},
+      "description": "Connection names of the host's libvirt grant, one per hypervisor; every one is searched before a VM is made"
+    },
+    "placement": {
+      "enum": ["mostAvailable", "firstWithRoom"],
+      "default": "mostAvailable",
+      "description": "Which connection a new VM goes to: the pool with the most available bytes (ties in list order), or the first in list order with room for its disk and seed"
+    },
     "pool": {"type": "string", "minLength": 1, "description": "The granted storage pool for base image, disks and seeds"},
     "network": {"type": "string", "minLength": 1, "description": "The libvirt network the NIC joins (or bridge)"},
     "bridge": {"type": "string", "minLength": 1, "description": "The host bridge the NIC joins (or network)"},
@@ -34,6 +46,9 @@ pub const SCHEMA: &str = r#"{
   },
   "oneOf": [{"required": ["network"]}, {"required": ["bridge"]}]
 }"#;
+
+/// Most hypervisors one ProviderConfig spans: create looks the name up on each of them.
+const MAX_CONNECTIONS: usize = 16;
 
 /// Longest name libvirt takes as one path component; the seed name adds 9 bytes to the proxy's.
 const MAX_NAME_BYTES: usize = 255;
@@ -73,6 +88,18 @@ impl VolumeFormat {
     }
 }
 
+/// Which connection a new VM goes to (a retried create continues where a cut attempt left a
+/// volume, whatever the rule).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// The pool with the most available bytes; ties go to the first in list order.
+    #[default]
+    MostAvailable,
+    /// The first in list order whose pool has room for the disk and the seed.
+    FirstWithRoom,
+}
+
 /// `<domain type='…'>`.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -109,8 +136,10 @@ pub enum Nic {
 /// The parsed configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// The grant's connection name.
-    pub connection: String,
+    /// The grant's connection names, one per hypervisor, distinct, in the configured order.
+    pub connections: Vec<String>,
+    /// How create chooses among them.
+    pub placement: Placement,
     /// The granted pool.
     pub pool: String,
     /// The NIC's attachment.
@@ -132,7 +161,9 @@ pub struct Config {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Raw {
-    connection: String,
+    connections: Vec<String>,
+    #[serde(default)]
+    placement: Placement,
     pool: String,
     #[serde(default)]
     network: Option<String>,
@@ -178,7 +209,17 @@ impl Config {
     pub fn parse(json: &str) -> Result<Config, String> {
         let raw: Raw =
             serde_json::from_str(json).map_err(|error| format!("libvirt config: {error}"))?;
-        simple_name("connection", &raw.connection)?;
+        if !(1..=MAX_CONNECTIONS).contains(&raw.connections.len()) {
+            return Err(format!(
+                "connections must list 1 to {MAX_CONNECTIONS} connection names"
+            ));
+        }
+        for (index, connection) in raw.connections.iter().enumerate() {
+            simple_name("each connection name", connection)?;
+            if raw.connections[..index].contains(connection) {
+                return Err(format!("connections lists {connection:?} twice"));
+            }
+        }
         simple_name("pool", &raw.pool)?;
         let nic = match (raw.network, raw.bridge) {
             (Some(network), None) => {
@@ -208,7 +249,8 @@ impl Config {
             return Err("diskGiB must be 1 to 65536".into());
         }
         Ok(Config {
-            connection: raw.connection,
+            connections: raw.connections,
+            placement: raw.placement,
             pool: raw.pool,
             nic,
             image: raw.image,
@@ -234,7 +276,7 @@ mod tests {
 
     fn json(extra: &str) -> String {
         format!(
-            r#"{{"connection":"hv1","pool":"default","image":{{"url":"https://images.lab/base.qcow2","sha256":"{SHA}"}}{extra}}}"#
+            r#"{{"connections":["hv1"],"pool":"default","image":{{"url":"https://images.lab/base.qcow2","sha256":"{SHA}"}}{extra}}}"#
         )
     }
 
@@ -248,7 +290,24 @@ mod tests {
         assert_eq!(config.disk_gib, None);
         assert!(config.install_guest_agent);
         let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
-        assert_eq!(schema["required"][0], "connection");
+        assert_eq!(schema["required"][0], "connections");
+        assert_eq!(config.connections, ["hv1"]);
+        assert_eq!(config.placement, Placement::MostAvailable);
+    }
+
+    #[test]
+    fn connections_keep_their_order_and_placement_is_read() {
+        let text = json(r#","bridge":"br0","placement":"firstWithRoom""#)
+            .replace(r#"["hv1"]"#, r#"["hv2","hv1","hv3"]"#);
+        let config = Config::parse(&text).unwrap();
+        assert_eq!(config.connections, ["hv2", "hv1", "hv3"]);
+        assert_eq!(config.placement, Placement::FirstWithRoom);
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+        assert_eq!(schema["properties"]["connections"]["maxItems"], 16);
+        assert_eq!(
+            schema["properties"]["placement"]["enum"],
+            serde_json::json!(["mostAvailable", "firstWithRoom"])
+        );
     }
 
     #[test]
@@ -273,7 +332,43 @@ mod tests {
                 json(r#","bridge":"br0""#).replace(SHA, &SHA.to_uppercase()),
                 "image.sha256",
             ),
-            (r#"{"connection":""}"#.to_string(), "missing field"),
+            (r#"{"connections":[""]}"#.to_string(), "missing field"),
+            (
+                json(r#","bridge":"br0""#).replace(r#""connections":["hv1"],"#, ""),
+                "missing field `connections`",
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(r#""connections""#, r#""connection""#),
+                "unknown field `connection`",
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(r#"["hv1"]"#, "[]"),
+                "connections must list 1 to 16",
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(
+                    r#"["hv1"]"#,
+                    &serde_json::to_string(&(0..17).map(|n| format!("hv{n}")).collect::<Vec<_>>())
+                        .unwrap(),
+                ),
+                "connections must list 1 to 16",
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(r#"["hv1"]"#, r#"["hv1","hv2","hv1"]"#),
+                r#"connections lists "hv1" twice"#,
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(r#"["hv1"]"#, r#"["hv1","a/b"]"#),
+                "each connection name must be",
+            ),
+            (
+                json(r#","bridge":"br0""#).replace(r#"["hv1"]"#, r#""hv1""#),
+                "invalid type",
+            ),
+            (
+                json(r#","bridge":"br0","placement":"random""#),
+                "unknown variant",
+            ),
         ];
         for (text, expected) in cases {
             let error = Config::parse(&text).unwrap_err();

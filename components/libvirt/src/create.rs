@@ -1,22 +1,35 @@
-//! `create`: make sure the proxy's domain exists and is starting. Idempotent by name.
+//! `create`: make sure the proxy's domain exists and is starting. Idempotent by name, across
+//! every connection of the config.
 //!
-//! 1. A domain with the name already exists:
-//!    * its mark carries the request's UID: adopted. Running (or paused, blocked) it is returned
-//!      at once; stopped it is started.
+//! 1. The name is looked up on every connection, in list order. The first that has a domain with
+//!    the name goes to adoption there:
+//!    * its mark carries the request's UID: adopted ([`adoption`]). Running it is returned at
+//!      once; stopped it is started; paused or pm-suspended it is `permanent` (kvm2: a person
+//!      paused it, or the guest suspended itself: resume or destroy it), except paused while
+//!      starting up, which is returned as provisioning.
 //!    * its mark carries another UID, or it has none: `permanent`, never adopted (the kvm2
 //!      adoption guard). One exception keeps a cut create retryable: a domain with no mark whose
 //!      UUID is the request's UID and that is shut off is this proxy's own definition, cut
 //!      between `define-domain` and `set-metadata` (the provider cannot write the mark in the
 //!      definition, because only the host knows its metadata namespace); it is marked and
 //!      started.
-//! 2. Otherwise, in the granted pool: the base image is imported once (its volume is named
-//!    after its sha256, which the host checks), the pool's free space is checked against what
-//!    the new volumes need (`quota-exceeded` when short), the disk is cloned from the base, the
-//!    seed is rewritten (a seed left by a cut attempt may be partial; no domain uses it yet),
-//!    then the domain is defined with the Proxy UID as its UUID, marked, and started.
+//!
+//!    A connection that cannot be opened or does not answer, when no other has the domain, fails
+//!    create (`transient` unless retrying cannot help, naming the connection): the domain may be
+//!    there, and making one elsewhere would give the Proxy two.
+//! 2. Otherwise every connection's pool is read: whether it holds this VM's disk or seed (left by
+//!    a cut attempt), its available bytes, and whether it holds the base image. [`placement`]
+//!    chooses: the pool holding our volume, else the config's rule.
+//! 3. In the chosen pool: the base image is imported once (its volume is named after its sha256,
+//!    which the host checks), the pool's free space is checked against what the new volumes need
+//!    (`quota-exceeded` when short), the disk is cloned from the base, the seed is rewritten (a
+//!    seed left by a cut attempt may be partial; no domain uses it yet), then the domain is
+//!    defined with the Proxy UID as its UUID, marked, and started.
 //!
 //! Every step looks before it makes, so a create cut after any capability call and retried ends
 //! with one domain, one disk and one seed.
+//!
+//! [`placement`]: crate::placement
 
 use crate::Step;
 use crate::config::{Config, VolumeFormat};
@@ -27,6 +40,7 @@ use crate::egress::libvirt::libvirt::{
 use crate::egress::provider::types::{CreateRequest, Error, Instance};
 use crate::errors::{already_running, code, is_code};
 use crate::mark::Mark;
+use crate::placement::{Candidate, choose, disk_capacity, needed};
 use crate::state::instance_state;
 use crate::volume_xml::{base_volume_name, disk_volume_name, seed_volume_name, volume_xml};
 
@@ -35,6 +49,9 @@ const CHUNK_BYTES: usize = 1024 * 1024;
 
 /// `VIR_ERR_STORAGE_VOL_EXIST`: another create imported the base at the same time.
 const STORAGE_VOL_EXIST: i32 = 90;
+
+/// `VIR_DOMAIN_PAUSED_STARTING_UP`: libvirt pauses a domain while it starts it.
+const PAUSED_STARTING_UP: i32 = 11;
 
 /// Whether `text` is a UUID in the `8-4-4-4-12` form (Kubernetes UIDs are).
 pub fn is_uuid(text: &str) -> bool {
@@ -50,6 +67,35 @@ pub fn is_own_unmarked(uid: &str, domain_uuid: &str, status: &DomainStatus) -> b
     is_uuid(uid) && uid.eq_ignore_ascii_case(domain_uuid) && status.state == DomainState::Shutoff
 }
 
+/// What create does with a domain of its own, by its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Adoption {
+    /// Return it as it is (running, or on its way).
+    Return,
+    /// Start it first.
+    Start,
+    /// Leave it to a person: `permanent`, with why.
+    Refuse(String),
+}
+
+/// The adoption rule for our own domain in `status`. Paused or pm-suspended is not stopped: kvm2
+/// refused to adopt it ("resume or destroy it"), since starting it fails and returning it as
+/// stopped would only loop. Paused while starting up is a start under way.
+pub fn adoption(status: DomainStatus) -> Adoption {
+    match status.state {
+        DomainState::Paused if status.reason == PAUSED_STARTING_UP => Adoption::Return,
+        DomainState::Paused => Adoption::Refuse(format!(
+            "is paused (reason {}): resume or destroy it",
+            status.reason
+        )),
+        DomainState::PmSuspended => {
+            Adoption::Refuse("is suspended by the guest: resume or destroy it".into())
+        }
+        DomainState::Shutoff | DomainState::Crashed | DomainState::Shutdown => Adoption::Start,
+        DomainState::Running | DomainState::Blocked | DomainState::NoState => Adoption::Return,
+    }
+}
+
 /// The instance for a domain create returns: provisioning until `get` sees an address.
 pub fn instance(connection: &str, name: &str, status: DomainStatus, mark: &Mark) -> Instance {
     Instance {
@@ -62,38 +108,153 @@ pub fn instance(connection: &str, name: &str, status: DomainStatus, mark: &Mark)
     }
 }
 
+/// One connection's pool, read before anything is made.
+struct Site<'a> {
+    name: &'a str,
+    connection: Connection,
+    pool: StoragePool,
+    disk: Option<Volume>,
+    seed: Option<Volume>,
+    base: Option<Volume>,
+    /// The base's capacity, when the pool holds it.
+    base_capacity: Option<u64>,
+    available: u64,
+}
+
 /// The operation.
 pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
     let config = Config::parse(&request.config).map_err(Error::Permanent)?;
     if request.uid.is_empty() {
         return Err(Error::Permanent("create needs the Proxy UID".into()));
     }
-    let connection = Connection::open(&config.connection).at("open the connection")?;
-    if let Some(domain) = connection
-        .lookup_domain(&request.name)
-        .at("look up the domain")?
-    {
-        return existing(&config, request, &domain);
+
+    // Step 1: the name on every connection.
+    let mut connections = Vec::with_capacity(config.connections.len());
+    let mut unanswered = None;
+    for name in &config.connections {
+        let looked_up = Connection::open(name)
+            .on(name, "open the connection")
+            .and_then(|connection| {
+                let domain = connection
+                    .lookup_domain(&request.name)
+                    .on(name, "look up the domain")?;
+                Ok((connection, domain))
+            });
+        match looked_up {
+            Ok((_, Some(domain))) => return existing(name, request, &domain),
+            Ok((connection, None)) => connections.push((name.as_str(), connection)),
+            Err(error) => {
+                unanswered.get_or_insert(error);
+            }
+        }
     }
-    let pool = connection.storage_pool(&config.pool).at("open the pool")?;
-    let base = base_image(&config, &pool)?;
+    if let Some(error) = unanswered {
+        return Err(error);
+    }
+
+    // Step 2: where this VM goes.
     let seed_iso = nocloud::build_seed_iso(&nocloud::Seed {
         name: request.name.clone(),
         user_data: request.user_data.clone(),
         install_guest_agent: config.install_guest_agent,
     })
     .map_err(|error| Error::Permanent(format!("seed: {error}")))?;
+    let mut sites = connections
+        .into_iter()
+        .map(|(name, connection)| survey(&config, &request.name, name, connection))
+        .collect::<Result<Vec<_>, _>>()?;
+    let candidates: Vec<_> = sites
+        .iter()
+        .map(|site| Candidate {
+            name: site.name,
+            available: site.available,
+            holds_our_volume: site.disk.is_some() || site.seed.is_some(),
+            needed: needed(config.disk_gib, site.base_capacity, seed_iso.len() as u64),
+        })
+        .collect();
+    let Some(chosen) = choose(config.placement, &candidates) else {
+        let pools: Vec<_> = candidates
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} has {} bytes available, needs at least {}",
+                    c.name, c.available, c.needed
+                )
+            })
+            .collect();
+        return Err(Error::QuotaExceeded(format!(
+            "no connection's pool {} has room for {}: {}",
+            config.pool,
+            request.name,
+            pools.join(", ")
+        )));
+    };
+    let site = sites.swap_remove(chosen);
+    drop(sites);
+    make(&config, request, site, &seed_iso)
+}
 
+/// Reads what placement needs from `connection`'s pool.
+fn survey<'a>(
+    config: &Config,
+    vm: &str,
+    name: &'a str,
+    connection: Connection,
+) -> Result<Site<'a>, Error> {
+    let pool = connection
+        .storage_pool(&config.pool)
+        .on(name, "open the pool")?;
+    let disk = pool
+        .lookup_volume(&disk_volume_name(vm, config.image.format))
+        .on(name, "look up the disk")?;
+    let seed = pool
+        .lookup_volume(&seed_volume_name(vm))
+        .on(name, "look up the seed")?;
+    let base = pool
+        .lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
+        .on(name, "look up the base image")?;
+    let base_capacity = match &base {
+        Some(base) => Some(base.info().on(name, "read the base image")?.capacity),
+        None => None,
+    };
+    let available = pool.info().on(name, "read the pool")?.available;
+    Ok(Site {
+        name,
+        connection,
+        pool,
+        disk,
+        seed,
+        base,
+        base_capacity,
+        available,
+    })
+}
+
+/// Step 3: the disk, the seed and the domain on the chosen connection.
+fn make(
+    config: &Config,
+    request: &CreateRequest,
+    site: Site<'_>,
+    seed_iso: &[u8],
+) -> Result<Instance, Error> {
+    let Site {
+        name: connection_name,
+        connection,
+        pool,
+        disk,
+        seed: old_seed,
+        base,
+        ..
+    } = site;
+    let base = match base {
+        Some(base) => base,
+        None => import_base(config, &pool)?,
+    };
     let format = config.image.format;
     let disk_name = disk_volume_name(&request.name, format);
     let seed_name = seed_volume_name(&request.name);
-    let disk = pool.lookup_volume(&disk_name).at("look up the disk")?;
-    let old_seed = pool.lookup_volume(&seed_name).at("look up the seed")?;
     let base_capacity = base.info().at("read the base image")?.capacity;
-    let disk_capacity = config
-        .disk_gib
-        .map_or(0, |gib| gib.saturating_mul(1 << 30))
-        .max(base_capacity);
+    let disk_capacity = disk_capacity(config.disk_gib, base_capacity);
     let old_seed_bytes = match &old_seed {
         Some(seed) => seed.info().at("read the seed")?.capacity,
         None => 0,
@@ -103,7 +264,7 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
     let available = pool.info().at("read the pool")?.available;
     if needed > available {
         return Err(Error::QuotaExceeded(format!(
-            "pool {} has {available} bytes available; {} needs {needed}",
+            "pool {} on connection {connection_name} has {available} bytes available; {} needs {needed}",
             config.pool, request.name
         )));
     }
@@ -115,11 +276,11 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
     if let Some(seed) = old_seed {
         delete_volume(&seed, "delete a stale seed")?;
     }
-    upload_seed(&pool, &seed_name, &seed_iso)?;
+    upload_seed(&pool, &seed_name, seed_iso)?;
 
     let uuid = is_uuid(&request.uid).then_some(request.uid.as_str());
     let xml = domain_xml(
-        &config,
+        config,
         &DomainSpec {
             name: &request.name,
             uuid,
@@ -134,17 +295,17 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
         .at("mark the domain")?;
     start(&domain)?;
     let status = domain.status().at("read the domain state")?;
-    Ok(instance(&config.connection, &request.name, status, &mark))
+    Ok(instance(connection_name, &request.name, status, &mark))
 }
 
-/// Step 1: a domain with the request's name exists.
-fn existing(config: &Config, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
+/// Step 1: a domain with the request's name exists on `connection`.
+fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
     let status = domain.status().at("read the domain state")?;
     let mark = match Mark::parse(domain.metadata().at("read the mark")?.as_deref()) {
         Some(mark) if mark.uid == request.uid => mark,
         Some(mark) => {
             return Err(Error::Permanent(format!(
-                "domain {} belongs to Proxy UID {:?}, not {:?}: not adopted",
+                "domain {} on connection {connection} belongs to Proxy UID {:?}, not {:?}: not adopted",
                 request.name, mark.uid, request.uid
             )));
         }
@@ -157,19 +318,25 @@ fn existing(config: &Config, request: &CreateRequest, domain: &Domain) -> Result
         }
         None => {
             return Err(Error::Permanent(format!(
-                "domain {} exists without this provider's mark: not adopted",
+                "domain {} on connection {connection} exists without this provider's mark: not adopted",
                 request.name
             )));
         }
     };
-    let status = match status.state {
-        DomainState::Shutoff | DomainState::Crashed | DomainState::Shutdown => {
+    let status = match adoption(status) {
+        Adoption::Return => status,
+        Adoption::Start => {
             start(domain)?;
             domain.status().at("read the domain state")?
         }
-        _ => status,
+        Adoption::Refuse(why) => {
+            return Err(Error::Permanent(format!(
+                "domain {} on connection {connection} {why}",
+                request.name
+            )));
+        }
     };
-    Ok(instance(&config.connection, &request.name, status, &mark))
+    Ok(instance(connection, &request.name, status, &mark))
 }
 
 /// The mark for a new domain: the UID, now, and the request's tags.
@@ -185,12 +352,9 @@ fn new_mark(request: &CreateRequest) -> Mark {
     }
 }
 
-/// The base volume, imported by the host when the pool does not have it yet.
-fn base_image(config: &Config, pool: &StoragePool) -> Result<Volume, Error> {
+/// The base volume, imported by the host (the pool did not have it when surveyed).
+fn import_base(config: &Config, pool: &StoragePool) -> Result<Volume, Error> {
     let name = base_volume_name(&config.image.sha256, config.image.format);
-    if let Some(base) = pool.lookup_volume(&name).at("look up the base image")? {
-        return Ok(base);
-    }
     match pool.import_image(&name, &config.image.url, &config.image.sha256) {
         Ok(base) => Ok(base),
         // Another create imported it meanwhile.
@@ -238,6 +402,50 @@ fn start(domain: &Domain) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adoption_table() {
+        use Adoption::{Return, Start};
+        use DomainState as D;
+        let refused = |reason: &str| Adoption::Refuse(reason.to_owned());
+        let rows = [
+            (D::Running, 1, Return),
+            (D::Blocked, 0, Return),
+            (D::NoState, 0, Return),
+            (D::Paused, 11, Return),
+            (
+                D::Paused,
+                1,
+                refused("is paused (reason 1): resume or destroy it"),
+            ),
+            (
+                D::Paused,
+                5,
+                refused("is paused (reason 5): resume or destroy it"),
+            ),
+            (
+                D::Paused,
+                0,
+                refused("is paused (reason 0): resume or destroy it"),
+            ),
+            (
+                D::PmSuspended,
+                1,
+                refused("is suspended by the guest: resume or destroy it"),
+            ),
+            (D::Shutoff, 1, Start),
+            (D::Shutoff, 3, Start),
+            (D::Crashed, 0, Start),
+            (D::Shutdown, 1, Start),
+        ];
+        for (state, reason, want) in rows {
+            assert_eq!(
+                adoption(DomainStatus { state, reason }),
+                want,
+                "{state:?}/{reason}"
+            );
+        }
+    }
 
     #[test]
     fn only_a_shut_off_domain_whose_uuid_is_the_uid_is_our_own_unmarked_one() {

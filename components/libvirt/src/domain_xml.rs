@@ -91,7 +91,7 @@ mod tests {
 
     fn config(extra: &str) -> Config {
         Config::parse(&format!(
-            r#"{{"connection":"hv1","pool":"images","image":{{"url":"https://i/b","sha256":"{}"}}{extra}}}"#,
+            r#"{{"connections":["hv1"],"pool":"images","image":{{"url":"https://i/b","sha256":"{}"}}{extra}}}"#,
             "a".repeat(64)
         ))
         .unwrap()

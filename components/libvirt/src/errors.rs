@@ -90,6 +90,20 @@ pub fn classify(what: &str, error: LibvirtError) -> Error {
     }
 }
 
+/// The contract error for a failed call on `connection`, one of the connections that create and
+/// list-by-tag must all hear from before they answer: the message names it, and the class is
+/// `transient` unless retrying cannot help (`permanent` stays, so an SSH key refused stays
+/// permanent as kvm2 has it). Never `not-found` or `quota-exceeded`: one host's answer must not
+/// speak for the whole operation.
+pub fn classify_on(connection: &str, what: &str, error: LibvirtError) -> Error {
+    match classify(&format!("connection {connection}: {what}"), error) {
+        Error::Permanent(message) => Error::Permanent(message),
+        Error::Transient(message) | Error::NotFound(message) | Error::QuotaExceeded(message) => {
+            Error::Transient(message)
+        }
+    }
+}
+
 /// Whether `error` is libvirt's `code`.
 pub fn is_code(error: &LibvirtError, code: i32) -> bool {
     matches!(error, LibvirtError::Libvirt(libvirt) if libvirt.code == code)
@@ -182,6 +196,28 @@ mod tests {
             let shown = format!("{error:?}");
             let got = classify("step", error);
             assert!(format!("{got:?}").contains("step: "), "{got:?}");
+            assert_eq!(class(got), want, "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_failure_on_one_of_several_connections_is_named_and_never_speaks_for_all() {
+        use Class::*;
+        let rows = [
+            (LibvirtError::Timeout, Transient),
+            (lv(38, "unable to connect"), Transient),
+            (lv(42, "Domain not found"), Transient),
+            (lv(38, "No space left on device"), Transient),
+            (LibvirtError::SshAuth("publickey".into()), Permanent),
+            (LibvirtError::Denied("hv9".into()), Permanent),
+        ];
+        for (error, want) in rows {
+            let shown = format!("{error:?}");
+            let got = classify_on("hv2", "look up the domain", error);
+            assert!(
+                format!("{got:?}").contains("connection hv2: look up the domain: "),
+                "{got:?}"
+            );
             assert_eq!(class(got), want, "{shown}");
         }
     }

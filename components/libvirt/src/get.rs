@@ -7,8 +7,10 @@ use crate::errors::{code, is_code};
 use crate::mark::Mark;
 use crate::state::{first_ipv4, instance_state};
 
-/// The operation. `not-found` when the domain is gone; `permanent` when a domain with the name
-/// exists but is not this provider's.
+/// The operation. `not-found` when the domain is gone, and when a domain with the name carries no
+/// mark of this provider (the contract's rule, as the Proxmox provider has it: not ours; create
+/// then refuses to adopt it, and delete never touches it). Answering `permanent` here would latch
+/// a Proxy whose VM was replaced behind its back into Failed.
 pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
     let (connection_name, name) = crate::id::parse(provider_id)?;
     let connection = Connection::open(connection_name).at("open the connection")?;
@@ -16,8 +18,8 @@ pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
         return Err(Error::NotFound(format!("domain {name} is gone")));
     };
     let Some(mark) = Mark::parse(domain.metadata().at("read the mark")?.as_deref()) else {
-        return Err(Error::Permanent(format!(
-            "domain {name} does not carry this provider's mark"
+        return Err(Error::NotFound(format!(
+            "domain {name} does not carry this provider's mark: not ours"
         )));
     };
     let status = domain.status().at("read the domain state")?;

@@ -4,7 +4,7 @@
 //! KVM hypervisors through the host's libvirt capability (`egress:libvirt/libvirt@0.1.0`): each
 //! VM's disk is cloned from a base image the host imports once per checksum, its NoCloud seed
 //! (built by `nocloud`) is uploaded as a CD-ROM volume, and the domain carries an ownership mark
-//! in the provider's own metadata namespace. It ports the behaviour of the Go predecessor's kvm2
+//! in the metadata namespace of its grant's owner. It ports the behaviour of the Go predecessor's kvm2
 //! provider; the operator's guide is `docs/providers/libvirt.md`.
 //!
 //! ## Layout
@@ -14,10 +14,12 @@
 //!   `describe` is here and `validate-config` in [`config`].
 //! * Pure rules, table-tested on the host: [`domain_xml`], [`volume_xml`] (names and XML),
 //!   [`mark`] (the metadata element), [`state`] (state from state and reason, address choice),
-//!   [`errors`] (classification), [`id`] (provider IDs).
+//!   [`placement`] (which connection a new VM goes to), [`errors`] (classification), [`id`]
+//!   (provider IDs).
 //!
-//! The provider never sees a URI, key or image byte: it names a granted connection and pool, and
-//! the host does the rest. Every call runs in a fresh instance and keeps no state.
+//! The provider never sees a URI, key or image byte: it names granted connections (one per
+//! hypervisor) and a pool, and the host does the rest. Every call runs in a fresh instance and
+//! keeps no state.
 
 pub mod check;
 pub mod config;
@@ -29,6 +31,7 @@ pub mod get;
 pub mod id;
 pub mod list_by_tag;
 pub mod mark;
+pub mod placement;
 pub mod state;
 pub mod volume_xml;
 
@@ -49,11 +52,18 @@ pub const CONTRACT_VERSION: &str = "0.2.0";
 pub(crate) trait Step<T> {
     /// The value, or the contract error for a failure during `what`.
     fn at(self, what: &str) -> Result<T, Error>;
+    /// The same on `connection`, one of several that must all answer
+    /// ([`errors::classify_on`]).
+    fn on(self, connection: &str, what: &str) -> Result<T, Error>;
 }
 
 impl<T> Step<T> for Result<T, LibvirtError> {
     fn at(self, what: &str) -> Result<T, Error> {
         self.map_err(|error| errors::classify(what, error))
+    }
+
+    fn on(self, connection: &str, what: &str) -> Result<T, Error> {
+        self.map_err(|error| errors::classify_on(connection, what, error))
     }
 }
 

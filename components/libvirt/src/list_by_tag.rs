@@ -1,6 +1,10 @@
-//! `list-by-tag`: every domain whose mark carries the tag, read from the metadata the host's
-//! `list-domains` returns in one call. Addresses are not read here (one more call per domain);
-//! states are as `get` reports them without an address.
+//! `list-by-tag`: every domain whose mark carries the tag, on every connection of the config,
+//! read from the metadata the host's `list-domains` returns in one call per connection.
+//! Addresses are not read here (one more call per domain); states are as `get` reports them
+//! without an address.
+//!
+//! A connection that cannot be opened or listed fails the whole call (`transient` unless
+//! retrying cannot help): a partial list would read as VMs gone.
 
 use crate::Step;
 use crate::config::Config;
@@ -12,20 +16,21 @@ use crate::state::instance_state;
 /// The operation.
 pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Vec<Instance>, Error> {
     let config = Config::parse(config).map_err(Error::Permanent)?;
-    let connection = Connection::open(&config.connection).at("open the connection")?;
-    let domains = connection.list_domains().at("list the domains")?;
-    Ok(domains
-        .into_iter()
-        .filter_map(|summary| {
+    let mut instances = Vec::new();
+    for name in &config.connections {
+        let connection = Connection::open(name).on(name, "open the connection")?;
+        let domains = connection.list_domains().on(name, "list the domains")?;
+        instances.extend(domains.into_iter().filter_map(|summary| {
             let mark = Mark::parse(summary.metadata.as_deref())?;
             mark.has_tag(key, value).then(|| Instance {
-                provider_id: crate::id::format(&config.connection, &summary.name),
+                provider_id: crate::id::format(name, &summary.name),
                 state: instance_state(summary.status, false),
                 name: summary.name,
                 addresses: Vec::new(),
                 created_at: mark.created_at,
                 uid: mark.uid,
             })
-        })
-        .collect())
+        }));
+    }
+    Ok(instances)
 }

@@ -1,5 +1,6 @@
-//! The ownership mark: one element in the provider's own metadata namespace, which the host
-//! chooses from the provider's identity (so no other provider can read or forge it).
+//! The ownership mark: one element in the metadata namespace of the grant's owner, which the host
+//! chooses (so a provider of another owner can neither read nor forge it, and a ProviderConfig
+//! renamed keeps its marks).
 //!
 //! ```xml
 //! <proxy uid="6c1f0a2e-…" created-at="2026-09-18T15:02:00Z">
@@ -100,7 +101,7 @@ mod tests {
     /// What libvirt hands back: the host's prefix and namespace on the element.
     #[test]
     fn the_namespaced_element_libvirt_returns_is_read() {
-        let returned = r#"<egress:proxy xmlns:egress="https://egress-operator.io/provider/kvm2" uid="u1" created-at="2026-01-01T00:00:00Z">
+        let returned = r#"<egress:proxy xmlns:egress="https://egress-operator.io/owner/egress-operator" uid="u1" created-at="2026-01-01T00:00:00Z">
   <egress:tag key="k" value="v"/>
 </egress:proxy>"#;
         let mark = Mark::parse(Some(returned)).unwrap();

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use egress_capability_http::{Broker, Grants};
+use egress_operator::grants::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, Request};
 use egress_runtime::{CallContext, Limits, Operation, Runtime, RuntimeConfig};
 use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
@@ -121,22 +121,26 @@ async fn run() {
     let files = tempfile::tempdir().unwrap();
     let secret_file = files.path().join("token");
     std::fs::write(&secret_file, sim.token()).unwrap();
-    let grants = Grants::from_json(
-        &json!({"grants": {"hostile": {
+    let capabilities = Capabilities::new();
+    GrantsFile::parse(
+        &json!({"grants": {"hostile": {"http": {
             "origins": [sim.url()],
             "credential": {"header": "Authorization", "format": "PVEAPIToken={secret}", "secretFile": secret_file},
             "tls": {"caFile": sim.ca_file(), "http1Only": true},
-        }}})
+        }}}})
         .to_string(),
     )
-    .expect("grant parses");
+    .expect("grant parses")
+    .grant(&capabilities)
+    .expect("grant is valid");
     let limits = Limits::default().cpu_time(Operation::Create, Duration::from_secs(2));
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("budgets-bench-cache");
     let runtime = Runtime::new(
-        RuntimeConfig::default()
-            .limits(limits.clone())
-            .cache_dir(Some(cache)),
-        Arc::new(Broker::new(&grants).expect("grant is valid")),
+        capabilities.serve(
+            RuntimeConfig::default()
+                .limits(limits.clone())
+                .cache_dir(Some(cache)),
+        ),
     )
     .expect("runtime");
     let hostile = runtime

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use egress_capability_http::{Broker, Grants};
+use egress_operator::grants::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, InstanceState, Request, Response, Tag};
 use egress_runtime::{CallContext, Limits, Runtime, RuntimeConfig};
 use futures::StreamExt;
@@ -139,22 +139,22 @@ async fn floor_run(count: usize) -> Duration {
     let files = tempfile::tempdir().unwrap();
     let token = files.path().join("token");
     std::fs::write(&token, sim.token()).unwrap();
-    let grants = Grants::from_json(
-        &serde_json::json!({"grants": {"proxmox-lab": {
+    let capabilities = Capabilities::new();
+    GrantsFile::parse(
+        &serde_json::json!({"grants": {"proxmox-lab": {"http": {
             "origins": [sim.url()],
             "credential": {"header": "Authorization", "format": "PVEAPIToken={secret}", "secretFile": token},
             "tls": {"caFile": sim.ca_file(), "http1Only": true},
-        }}})
+        }}}})
         .to_string(),
     )
+    .unwrap()
+    .grant(&capabilities)
     .unwrap();
     let cache =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-scale-cache/egress-operator");
-    let runtime = Runtime::new(
-        RuntimeConfig::default().cache_dir(Some(cache)),
-        Arc::new(Broker::new(&grants).unwrap()),
-    )
-    .unwrap();
+    let runtime =
+        Runtime::new(capabilities.serve(RuntimeConfig::default().cache_dir(Some(cache)))).unwrap();
     let file = runtime.load_file(&component()).await.unwrap();
     // Measure Cranelift's code, not Winch's that serves while it compiles.
     file.optimized().await;

@@ -29,8 +29,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use egress_capability_http::credentials::{CredentialSource, FileSource, SecretFuture};
-use egress_capability_http::{Broker, GrantSources, Grants};
+use egress_capability_http::{Broker, HttpGrant};
+use egress_runtime::Capability as _;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
+use egress_runtime::grant::{FilesOnly, GrantContext};
 use egress_runtime::types::{CreateRequest, Request, Response};
 use egress_runtime::{CallContext, InstanceState, Provider, Runtime, RuntimeConfig};
 use http_body_util::{BodyExt, Empty};
@@ -85,33 +87,40 @@ async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
     let files = tempfile::tempdir().unwrap();
     let secret_file = files.path().join("token");
     std::fs::write(&secret_file, sim.token()).unwrap();
-    let grants = Grants::from_json(
-        &json!({"grants": {"proxmox": {
-            "origins": [sim.url()],
-            "credential": {"header": "Authorization", "format": "PVEAPIToken={secret}", "secretFile": secret_file},
-            "tls": {"caFile": sim.ca_file(), "http1Only": true},
-        }}})
-        .to_string(),
-    )
+    let grant: HttpGrant = serde_json::from_value(json!({
+        "origins": [sim.url()],
+        "credential": {"header": "Authorization", "format": "PVEAPIToken={secret}", "secretFile": secret_file},
+        "tls": {"caFile": sim.ca_file(), "http1Only": true},
+    }))
     .expect("grant parses");
-    let broker = Broker::new(&grants).expect("grant is valid");
-    let uncached_broker = Broker::new(&Grants::default()).unwrap();
+    let context = GrantContext {
+        digests: &[],
+        host: &FilesOnly,
+    };
+    let granted = || {
+        let broker = Broker::new();
+        broker
+            .set_grant("proxmox", &grant, &context)
+            .expect("grant is valid");
+        broker
+    };
+    let broker = granted();
+    let uncached_broker = Broker::new();
     uncached_broker
-        .set_grant(
+        .set_grant_with_credential(
             "proxmox",
-            &grants.grants["proxmox"],
-            GrantSources {
-                credential: Some(Arc::new(ReadEveryTime(FileSource::new(&secret_file)))),
-                ..GrantSources::default()
-            },
+            &grant,
+            &context,
+            Arc::new(ReadEveryTime(FileSource::new(&secret_file))),
         )
         .expect("grant is valid");
     // The runtime gets a broker of its own, so each of the four paths has its own pooled
     // connection: switching connections costs the next request (most of all from a worker task),
     // and a path sharing the previous path's connection would be spared that cost.
     let runtime = Runtime::new(
-        RuntimeConfig::default().cache_dir(None),
-        Arc::new(Broker::new(&grants).expect("grant is valid")),
+        RuntimeConfig::default()
+            .cache_dir(None)
+            .capability(Arc::new(granted())),
     )
     .expect("runtime");
     let provider = runtime

@@ -11,11 +11,10 @@
 //! `components/python-proxmox/README.md`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use egress_capability_http::{Broker, Grants};
+use egress_operator::grants::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, Request, Response};
 use egress_runtime::{CallContext, InstanceState, Limits, Provider, Runtime, RuntimeConfig};
 use pvesim::{SimConfig, Simulator};
@@ -61,10 +60,10 @@ fn component_path(identity: &str) -> PathBuf {
         .join(format!("{identity}.wasm"))
 }
 
-/// A simulator and a broker granting `identity` its token.
+/// A simulator and the capabilities granting `identity` its token.
 struct World {
     sim: Simulator,
-    broker: Arc<Broker>,
+    capabilities: Capabilities,
     _files: tempfile::TempDir,
 }
 
@@ -79,17 +78,20 @@ async fn world(identity: &str) -> World {
     let files = tempfile::tempdir().unwrap();
     let secret_file = files.path().join("token");
     std::fs::write(&secret_file, sim.token()).unwrap();
-    let grants = Grants::from_json(
-        &json!({"grants": {identity: {
+    let capabilities = Capabilities::new();
+    GrantsFile::parse(
+        &json!({"grants": {identity: {"http": {
             "origins": [sim.url()],
             "credential": {"header": "Authorization", "format": "PVEAPIToken={secret}", "secretFile": secret_file},
             "tls": {"caFile": sim.ca_file(), "http1Only": true},
-        }}})
+        }}}})
         .to_string(),
     )
-    .expect("grant parses");
+    .expect("grant parses")
+    .grant(&capabilities)
+    .expect("grant is valid");
     World {
-        broker: Arc::new(Broker::new(&grants).expect("grant is valid")),
+        capabilities,
         sim,
         _files: files,
     }
@@ -97,10 +99,11 @@ async fn world(identity: &str) -> World {
 
 fn new_runtime(world: &World, limits: Limits, cache: &Path) -> Runtime {
     Runtime::new(
-        RuntimeConfig::default()
-            .limits(limits)
-            .cache_dir(Some(cache.to_path_buf())),
-        world.broker.clone(),
+        world.capabilities.serve(
+            RuntimeConfig::default()
+                .limits(limits)
+                .cache_dir(Some(cache.to_path_buf())),
+        ),
     )
     .expect("runtime")
 }

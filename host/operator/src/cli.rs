@@ -19,13 +19,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use egress_capability_http::{Broker, Grants};
-use egress_capability_libvirt::{Grants as LibvirtGrants, LibvirtCapability};
-use egress_runtime::egress::{DenyAll, Egress};
 use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
 use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig};
 use serde::Deserialize;
 
+use crate::grants::{Capabilities, GrantsFile};
 use crate::run_args::RunArgs;
 
 #[derive(Parser)]
@@ -80,7 +78,8 @@ pub struct ConformanceArgs {
     /// VMs on.
     #[arg(long)]
     config: PathBuf,
-    /// Egress grants (YAML, see docs/egress.md) naming the provider's identity.
+    /// Grants (YAML, see docs/operations.md): under the provider's identity, its `http` and
+    /// `libvirt` grants.
     #[arg(long)]
     grants: PathBuf,
     /// The identity the provider runs as; defaults to the file's name without `.wasm`.
@@ -126,10 +125,11 @@ enum ProviderCommand {
         /// The provider's configuration (a JSON file). Defaults to `{}`.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Grants (YAML, see docs/egress.md): which origins the provider may reach and the
-        /// credentials the host injects, keyed by provider identity, and under each identity's
-        /// `libvirt` key its libvirt grant (docs/providers/libvirt.md). Without it every outgoing
-        /// request and every libvirt call is denied.
+        /// Grants (YAML, see docs/operations.md), keyed by provider identity: each identity's
+        /// `http` grant (the origins it may reach, the credential the host injects) and
+        /// `libvirt` grant (docs/providers/libvirt.md), the same documents as a
+        /// ProviderConfig's `spec.grant`, with files in place of Secrets. Without it every
+        /// outgoing request and every libvirt call is denied.
         #[arg(long)]
         grants: Option<PathBuf>,
         /// The identity the provider runs as, which the grants file names. Defaults to the file's
@@ -230,15 +230,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 async fn load(
     file: &Path,
     identity: Option<&str>,
-    egress: Arc<dyn Egress>,
-    libvirt: LibvirtCapability,
+    capabilities: &Capabilities,
 ) -> anyhow::Result<Arc<Provider>> {
     // One call and exit: tiering would only start a background compile the exit throws away.
     // Cranelift's code is cached, so the next run loads it.
-    let config = RuntimeConfig::default()
-        .compilation(Compilation::Optimized)
-        .capability(Arc::new(libvirt));
-    let runtime = Runtime::new(config, egress)?;
+    let config = capabilities.serve(RuntimeConfig::default().compilation(Compilation::Optimized));
+    let runtime = Runtime::new(config)?;
     Ok(match identity {
         None => runtime.load_file(file).await?,
         Some(identity) => {
@@ -251,9 +248,9 @@ async fn load(
 }
 
 async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    // No grants: a provider importing libvirt loads and is described, and every call is denied.
-    let libvirt = LibvirtCapability::new(&LibvirtGrants::default())?;
-    let provider = load(file, None, Arc::new(DenyAll), libvirt).await?;
+    // No grants: a provider importing a capability loads and is described, and every use of it
+    // is denied.
+    let provider = load(file, None, &Capabilities::new()).await?;
     let description = provider.description();
     if json {
         let report = serde_json::json!({
@@ -336,15 +333,13 @@ async fn call(
         None => "{}".to_owned(),
     };
     let request = build_request(operation, config, input)?;
-    let (egress, libvirt): (Arc<dyn Egress>, LibvirtGrants) = match grants {
-        Some(path) => {
-            let (broker, libvirt) = read_grants(path)?;
-            (Arc::new(broker), libvirt)
-        }
-        None => (Arc::new(DenyAll), LibvirtGrants::default()),
-    };
-    let libvirt = LibvirtCapability::new(&libvirt).context("libvirt grants")?;
-    let provider = load(file, identity, egress, libvirt).await?;
+    let capabilities = Capabilities::new();
+    if let Some(path) = grants {
+        GrantsFile::read(path)?
+            .grant(&capabilities)
+            .with_context(|| format!("grants {}", path.display()))?;
+    }
+    let provider = load(file, identity, &capabilities).await?;
     let context = CallContext { proxy: None };
     match provider.call(request, &context).await {
         Ok(response) => {
@@ -426,18 +421,6 @@ fn read_config(path: &Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The grants file's HTTP grants as a broker, and its libvirt grants (each identity's `libvirt`
-/// key).
-fn read_grants(path: &Path) -> anyhow::Result<(Broker, LibvirtGrants)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading grants {}", path.display()))?;
-    let grants = Grants::from_yaml(&text).with_context(|| format!("grants {}", path.display()))?;
-    let broker = Broker::new(&grants).with_context(|| format!("grants {}", path.display()))?;
-    let libvirt = LibvirtGrants::from_grants_file_yaml(&text)
-        .with_context(|| format!("grants {}", path.display()))?;
-    Ok((broker, libvirt))
-}
-
 fn parse_input<T: serde::de::DeserializeOwned>(
     operation: Operation,
     input: Option<&str>,
@@ -509,7 +492,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             unreachable!("parsed as run")
         };
-        Ok(crate::kube_mode::settings(&args))
+        Ok(args.settings(std::path::Path::new("/components")))
     }
 
     #[test]

@@ -7,6 +7,10 @@
 
 use std::collections::BTreeMap;
 
+pub use egress_capability_http::HttpGrant;
+pub use egress_capability_libvirt::LibvirtGrant;
+pub use egress_runtime::grant::SecretKeyRef;
+use egress_runtime::grant::{GrantDocument, ObjectRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -202,91 +206,44 @@ pub struct ComponentRef {
     pub digest: Option<String>,
 }
 
-/// What a provider may reach.
+/// What a provider may reach: one grant per capability, each the capability's own typed
+/// document (the same type its crate validates and the CLI's grants file holds). A key that names
+/// no capability is refused, naming it.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GrantSpec {
-    /// Outgoing HTTP through the egress broker.
+    /// Outgoing HTTP through the egress broker: origins, the credential the host injects, TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpGrant>,
+    /// libvirt hypervisors: connections and what may be used on each, image origins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libvirt: Option<LibvirtGrant>,
 }
 
-/// The HTTP origins a provider may reach, and the credential the host injects there.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct HttpGrant {
-    /// `scheme://host[:port]` each; everything else is denied.
-    pub origins: Vec<String>,
-    /// The credential the host adds to every request; the provider never sees it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credential: Option<CredentialSpec>,
-    /// How the server is verified.
-    #[serde(default)]
-    pub tls: TlsSpec,
-    /// Connect, first-byte and total timeouts in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeouts: Option<TimeoutsSpec>,
-    /// Largest response body passed to the provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_response_bytes: Option<u64>,
-}
+impl GrantSpec {
+    /// The names of the capabilities it grants (`http`, `libvirt`).
+    pub fn granted(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.http.is_some() {
+            names.push("http");
+        }
+        if self.libvirt.is_some() {
+            names.push("libvirt");
+        }
+        names
+    }
 
-/// A credential injected as one header: `format` with `{secret}` replaced by the Secret's key.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct CredentialSpec {
-    /// The header, for example `Authorization`.
-    pub header: String,
-    /// The value, for example `PVEAPIToken={secret}`.
-    pub format: String,
-    /// Where the secret is.
-    pub secret_ref: SecretKeyRef,
-}
-
-/// A key of a Secret (or, for a CA, a ConfigMap) in a namespace.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Hash)]
-#[serde(rename_all = "camelCase")]
-pub struct SecretKeyRef {
-    /// The object's name.
-    pub name: String,
-    /// The key in its data.
-    pub key: String,
-    /// Its namespace; defaults to the operator's own.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-}
-
-/// How the broker verifies the server: the CA it trusts (and only it) and an optional name.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct TlsSpec {
-    /// A PEM bundle in a Secret key (required for https origins: no system roots are trusted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_secret_ref: Option<SecretKeyRef>,
-    /// The same, in a ConfigMap key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_config_map_ref: Option<SecretKeyRef>,
-    /// Verify the certificate for this DNS name instead of the origin's host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_name: Option<String>,
-    /// Speak HTTP/1.1 only (Proxmox's API is HTTP/1.1, F18).
-    #[serde(default)]
-    pub http1_only: bool,
-}
-
-/// Timeouts in milliseconds; the broker's defaults where unset.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct TimeoutsSpec {
-    /// TCP connect and TLS handshake.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_ms: Option<u64>,
-    /// Until the response headers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_byte_ms: Option<u64>,
-    /// The whole exchange.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total_ms: Option<u64>,
+    /// Every Secret and ConfigMap key its grants name.
+    pub fn references(&self) -> Vec<ObjectRef<'_>> {
+        let mut references = Vec::new();
+        if let Some(http) = &self.http {
+            references.extend(http.references());
+        }
+        if let Some(libvirt) = &self.libvirt {
+            references.extend(libvirt.references());
+        }
+        references
+    }
 }
 
 /// Per-call limits for one ProviderConfig's provider.
@@ -401,6 +358,10 @@ pub struct EffectiveGrant {
     /// value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpGrant>,
+    /// libvirt, if granted: the owner, connections, pools, networks, image origins, and the SSH
+    /// key's Secret (never its value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libvirt: Option<LibvirtGrant>,
 }
 
 /// The last orphan sweep's findings.
@@ -483,6 +444,28 @@ mod tests {
 
     fn time(seconds: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn a_grant_key_that_names_no_capability_is_refused_naming_it() {
+        let spec = |grant: &str| {
+            serde_json::from_str::<ProviderConfigSpec>(&format!(
+                r#"{{"component":{{"file":"libvirt.wasm"}},"grant":{grant}}}"#
+            ))
+        };
+        let error = spec(r#"{"libvrt":{"connections":[]}}"#).unwrap_err();
+        assert!(error.to_string().contains("libvrt"), "{error}");
+        let granted = spec(
+            r#"{"http":{"origins":["https://h"]},"libvirt":{"connections":[{"name":"c","uri":"qemu:///system"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(granted.grant.granted(), ["http", "libvirt"]);
+        // A field renamed inside a capability's grant is refused by that capability's own type.
+        let error = spec(
+            r#"{"libvirt":{"connections":[{"name":"c","uri":"qemu:///system","sshKey":"x"}]}}"#,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("sshKey"), "{error}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub mod proxy;
 mod fixtures;
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +47,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Note;
-use crate::operator::{Operator, Settings};
-use crate::reconciler::Timing;
+use crate::operator::Operator;
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 
@@ -128,40 +127,18 @@ impl Options {
     }
 }
 
-/// The shared settings `run` starts the operator with.
-pub fn settings(args: &RunArgs) -> Settings {
-    let mut settings = Settings::new(
-        args.components
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_COMPONENTS)),
-    );
-    settings.namespace = args.namespace.clone();
-    settings.listen = args.listen;
-    settings.timing = Timing {
-        resync: Duration::from_secs(args.resync_seconds.max(1)),
-        ..Timing::default()
-    };
-    match &args.cache_dir {
-        Some(dir) if dir.as_os_str() == "none" => settings.cache_dir = None,
-        Some(dir) => settings.cache_dir = Some(dir.clone()),
-        None => {}
-    }
-    settings.compilation = args.compilation.into();
-    settings
-}
-
 /// Run the operator against a cluster until SIGTERM or SIGINT (exit 0) or a lost lease (1).
 pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let client = Client::try_default()
         .await
         .context("connecting to the cluster (in-cluster config or kubeconfig)")?;
-    let operator = Operator::start(settings(args)).await?;
+    let operator = Operator::start(args.settings(Path::new(DEFAULT_COMPONENTS))).await?;
     let identity = match &args.pod_name {
         Some(name) => name.clone(),
         None => host_name(),
     };
     let options = Options::new(&args.namespace, &identity);
-    run_with(client, operator, options, shutdown_signal()).await
+    run_with(client, operator, options, crate::shutdown_signal()).await
 }
 
 /// Run with `client` and a started `operator` until `shutdown` resolves (exit 0) or the lease
@@ -388,28 +365,6 @@ fn truncate(text: &str, max: usize) -> String {
         end -= 1;
     }
     text[..end].to_owned()
-}
-
-/// SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-    tracing::info!("shutdown requested");
 }
 
 fn host_name() -> String {

@@ -21,6 +21,7 @@
 pub mod cli;
 pub mod conformance;
 pub mod crd;
+pub mod grants;
 pub mod kube_mode;
 pub mod local;
 pub mod metrics;
@@ -130,4 +131,27 @@ pub fn user_data(
                 .into(),
         }),
     }
+}
+
+/// SIGTERM or SIGINT, in either mode. Listening starts at the first poll: keep one future
+/// for the life of the process (a signal arriving while no listener exists is lost).
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutdown requested");
 }

@@ -1,14 +1,15 @@
-//! [`Operator`]: what both modes share — the runtime and its components, the broker, the
-//! ProviderConfig bindings, the reconciler, the sweeper and the metrics.
+//! [`Operator`]: what both modes share — the runtime and its components, the capabilities (the
+//! egress broker, libvirt), the ProviderConfig bindings, the reconciler, the sweeper and the
+//! metrics.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use egress_capability_http::{Broker, Grants};
 use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
+use crate::grants::Capabilities;
 use crate::metrics::Metrics;
 use crate::providers::ProviderSet;
 use crate::reconciler::{Reconciler, Timing};
@@ -33,6 +34,9 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// How a component missing from the cache is compiled.
     pub compilation: Compilation,
+    /// A memory-backed directory under which SSH keys from Secrets are written for libvirt;
+    /// `None`: `$XDG_RUNTIME_DIR` or `/dev/shm`.
+    pub key_dir: Option<PathBuf>,
 }
 
 impl Settings {
@@ -48,6 +52,7 @@ impl Settings {
             slot_memory_bytes: 256 << 20,
             cache_dir: egress_runtime::default_cache_dir(),
             compilation: Compilation::default(),
+            key_dir: None,
         }
     }
 }
@@ -57,6 +62,8 @@ impl Settings {
 pub struct Operator {
     /// The ProviderConfig bindings over the components directory.
     pub providers: ProviderSet,
+    /// The capabilities the runtime serves, whose grants the bindings set.
+    pub capabilities: Capabilities,
     /// The Proxy reconciler.
     pub reconciler: Reconciler,
     /// The orphan sweep's memory.
@@ -69,18 +76,22 @@ pub struct Operator {
 
 impl Operator {
     /// Start the runtime and the registry on `settings.components` (loading every component
-    /// now), with an empty broker: grants arrive with ProviderConfigs.
+    /// now), with the capabilities granting nothing yet: grants arrive with ProviderConfigs.
     pub async fn start(settings: Settings) -> anyhow::Result<Arc<Operator>> {
-        let broker = Broker::new(&Grants::default()).context("starting the egress broker")?;
+        let capabilities = match &settings.key_dir {
+            Some(dir) => Capabilities::with_key_base(dir.clone())?,
+            None => Capabilities::new(),
+        };
         let metrics = Metrics::default();
-        metrics.register_with(|registry| broker.metrics().register(registry));
-        let config = RuntimeConfig::default()
-            .limits(settings.limits.clone())
-            .cache_dir(settings.cache_dir.clone())
-            .compilation(settings.compilation)
-            .slot_memory_bytes(settings.slot_memory_bytes);
-        let runtime =
-            Runtime::new(config, Arc::new(broker.clone())).context("starting the runtime")?;
+        metrics.register_with(|registry| capabilities.http.metrics().register(registry));
+        let config = capabilities.serve(
+            RuntimeConfig::default()
+                .limits(settings.limits.clone())
+                .cache_dir(settings.cache_dir.clone())
+                .compilation(settings.compilation)
+                .slot_memory_bytes(settings.slot_memory_bytes),
+        );
+        let runtime = Runtime::new(config).context("starting the runtime")?;
         let registry = Registry::watch(runtime, &settings.components)
             .await
             .with_context(|| {
@@ -88,12 +99,13 @@ impl Operator {
             })?;
         let providers = ProviderSet::new(
             registry,
-            broker,
+            capabilities.clone(),
             &settings.namespace,
             settings.limits.clone(),
         );
         Ok(Arc::new(Operator {
             providers,
+            capabilities,
             reconciler: Reconciler::new(settings.timing.clone(), metrics.clone()),
             sweeper: Sweeper::default(),
             metrics,

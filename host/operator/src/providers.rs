@@ -9,9 +9,11 @@
 //! 3. binds the component under the ProviderConfig's **name** as its identity, with the limits the
 //!    spec asks for ([`Provider::bind`]): grants, permits, metrics and logs follow that name,
 //!    never the name the component gives itself;
-//! 4. sets the broker's grant for that identity, pinned to the digest just bound (and to older
-//!    generations still finishing calls), with the credential and CA held in memory from the
-//!    Secrets the spec references;
+//! 4. sets each capability's grant for that identity (`spec.grant`, one typed document per
+//!    capability), pinned to the digest just bound (and to older generations still finishing
+//!    calls), with what it references (a credential, a CA, an SSH key) resolved from the
+//!    Secrets and ConfigMaps the adapter watches; a capability the component imports without a
+//!    grant leaves the ProviderConfig not Ready, naming it;
 //! 5. runs the provider's `check`.
 //!
 //! A step that fails leaves the last good binding serving, with a `Degraded` condition naming the
@@ -21,15 +23,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use egress_capability_http::credentials::MemorySource;
-use egress_capability_http::{Broker, Grant, GrantSources};
+use egress_runtime::grant::{GrantContext, ObjectRef, digest_hex};
 use egress_runtime::types::{CheckReason, Operation, Request, Response};
 use egress_runtime::{CallContext, Limits, Provider, Registry, RegistryEvent};
 
 use crate::crd::{
-    EffectiveGrant, HttpGrant, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec,
-    ProviderConfigStatus, SecretKeyRef, conditions, set_condition,
+    EffectiveGrant, GrantSpec, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec,
+    ProviderConfigStatus, conditions, set_condition,
 };
+use crate::grants::{Capabilities, ObjectsHost};
 use crate::{Note, Objects, lock, now};
 
 /// A ProviderConfig's provider, ready to serve Proxies.
@@ -95,13 +97,12 @@ struct Entry {
     revision: u64,
     /// Earlier bindings, kept until their calls finish so their digest stays granted.
     retired: Vec<Arc<Binding>>,
-    credential: Arc<MemorySource>,
 }
 
-/// Every ProviderConfig's binding, over one registry and one broker.
+/// Every ProviderConfig's binding, over one registry and the host's capabilities.
 pub struct ProviderSet {
     registry: Registry,
-    broker: Broker,
+    capabilities: Capabilities,
     /// The operator's namespace: where a Secret reference without one points.
     namespace: String,
     /// Limits for providers whose spec sets none.
@@ -115,16 +116,21 @@ impl std::fmt::Debug for ProviderSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProviderSet")
             .field("components", &self.registry.dir())
-            .field("broker", &self.broker)
+            .field("capabilities", &self.capabilities)
             .finish_non_exhaustive()
     }
 }
 
 impl ProviderSet {
-    /// Bindings over the components `registry` serves, with grants in `broker`. `namespace` is
-    /// where a Secret reference without a namespace points; `defaults` the limits of a spec that
-    /// sets none.
-    pub fn new(registry: Registry, broker: Broker, namespace: &str, defaults: Limits) -> Self {
+    /// Bindings over the components `registry` serves, with grants set on `capabilities` (those
+    /// the registry's runtime serves). `namespace` is where a Secret reference without a
+    /// namespace points; `defaults` the limits of a spec that sets none.
+    pub fn new(
+        registry: Registry,
+        capabilities: Capabilities,
+        namespace: &str,
+        defaults: Limits,
+    ) -> Self {
         let load_errors = Arc::new(Mutex::new(BTreeMap::new()));
         let mut events = registry.subscribe();
         let errors = Arc::clone(&load_errors);
@@ -146,7 +152,7 @@ impl ProviderSet {
         });
         ProviderSet {
             registry,
-            broker,
+            capabilities,
             namespace: namespace.to_owned(),
             defaults,
             entries: Mutex::new(HashMap::new()),
@@ -178,10 +184,10 @@ impl ProviderSet {
             .collect()
     }
 
-    /// Forget ProviderConfig `name`: its grant goes, its Proxies can no longer be served.
+    /// Forget ProviderConfig `name`: its grants go, its Proxies can no longer be served.
     pub fn remove(&self, name: &str) {
         lock(&self.entries).remove(name);
-        self.broker.remove_grant(name);
+        self.capabilities.remove(name);
     }
 
     /// Bring ProviderConfig `name` (at `generation`) in step with `spec`; `previous` is its
@@ -208,7 +214,6 @@ impl ProviderSet {
                 fingerprint: [0; 32],
                 revision: 0,
                 retired: Vec::new(),
-                credential: Arc::new(MemorySource::new(credential_origin(spec, &self.namespace))),
             });
             if let Ok(fresh) = &attempt
                 && (entry.binding.is_none() || entry.fingerprint != fingerprint)
@@ -235,7 +240,7 @@ impl ProviderSet {
                     .chain(&entry.retired)
                     .map(|bound| bound.provider.digest().to_owned())
                     .collect();
-                (binding, digests, Arc::clone(&entry.credential))
+                (binding, digests)
             })
         };
 
@@ -278,7 +283,7 @@ impl ProviderSet {
             }
         }
 
-        let Some((binding, digests, credential)) = current else {
+        let Some((binding, digests)) = current else {
             let failure = attempt.err().unwrap_or(NotReady {
                 reason: "ProviderNotReady",
                 message: "no provider loaded".into(),
@@ -294,7 +299,7 @@ impl ProviderSet {
             );
             status.loaded = None;
             status.effective_grant = None;
-            self.broker.remove_grant(name);
+            self.capabilities.remove(name);
             return Applied {
                 status,
                 notes,
@@ -303,42 +308,51 @@ impl ProviderSet {
         };
 
         // The grant follows the binding that serves, whatever the attempt gave.
-        let grant_spec = if binding.generation == generation {
-            spec.grant.http.clone()
+        let grant = if binding.generation == generation {
+            spec.grant.clone()
         } else {
             status
                 .effective_grant
                 .as_ref()
-                .and_then(|grant| grant.http.clone())
+                .map(|grant| GrantSpec {
+                    http: grant.http.clone(),
+                    libvirt: grant.libvirt.clone(),
+                })
+                .unwrap_or_default()
         };
-        match self.set_grant(name, grant_spec.as_ref(), &digests, &credential, objects) {
-            Ok(()) => {
-                status.effective_grant = Some(EffectiveGrant {
-                    identity: name.to_owned(),
-                    digest: format!("sha256:{}", binding.provider.digest()),
-                    http: grant_spec,
-                });
-            }
-            Err(message) => {
-                self.broker.remove_grant(name);
-                status.effective_grant = None;
-                set_condition(
-                    &mut status.conditions,
-                    conditions::READY,
-                    false,
-                    "InvalidGrant",
-                    &message,
-                    Some(generation),
-                    &now,
-                );
-                notes.push(Note::warning("InvalidGrant", message));
-                return Applied {
-                    status,
-                    notes,
-                    rebound,
-                };
-            }
+        let context = GrantContext {
+            digests: &digests,
+            host: &ObjectsHost {
+                objects,
+                namespace: &self.namespace,
+            },
+        };
+        if let Err(error) = self.capabilities.set(name, &grant, &context) {
+            self.capabilities.remove(name);
+            status.effective_grant = None;
+            let message = error.to_string();
+            set_condition(
+                &mut status.conditions,
+                conditions::READY,
+                false,
+                "InvalidGrant",
+                &message,
+                Some(generation),
+                &now,
+            );
+            notes.push(Note::warning("InvalidGrant", message));
+            return Applied {
+                status,
+                notes,
+                rebound,
+            };
         }
+        status.effective_grant = Some(EffectiveGrant {
+            identity: name.to_owned(),
+            digest: format!("sha256:{}", binding.provider.digest()),
+            http: grant.http.clone(),
+            libvirt: grant.libvirt.clone(),
+        });
         let description = binding.provider.description();
         status.loaded = Some(LoadedComponent {
             file: spec.component.file.clone(),
@@ -348,6 +362,37 @@ impl ProviderSet {
             digest: format!("sha256:{}", binding.provider.digest()),
             generation: binding.provider.generation(),
         });
+
+        let granted = grant.granted();
+        if let Some(missing) = binding
+            .provider
+            .capabilities()
+            .into_iter()
+            .find(|capability| !granted.contains(capability))
+        {
+            let message = format!(
+                "the component imports the {missing} capability, which spec.grant does not grant: add spec.grant.{missing}"
+            );
+            let was_ready = crate::crd::condition(&status.conditions, conditions::READY)
+                .is_some_and(|condition| condition.status == "True");
+            set_condition(
+                &mut status.conditions,
+                conditions::READY,
+                false,
+                "CapabilityNotGranted",
+                &message,
+                Some(generation),
+                &now,
+            );
+            if was_ready || rebound {
+                notes.push(Note::warning("CapabilityNotGranted", message));
+            }
+            return Applied {
+                status,
+                notes,
+                rebound,
+            };
+        }
 
         let check = binding
             .provider
@@ -417,10 +462,12 @@ impl ProviderSet {
             });
         }
         if let Some(pin) = &spec.component.digest {
-            let pinned = pin
-                .strip_prefix("sha256:")
-                .unwrap_or(pin)
-                .to_ascii_lowercase();
+            let Some(pinned) = digest_hex(pin) else {
+                return Err(NotReady {
+                    reason: "DigestMismatch",
+                    message: format!("the spec pins {pin:?}, which is not sha256:<64 hex digits>"),
+                });
+            };
             if pinned != loaded.digest() {
                 return Err(NotReady {
                     reason: "DigestMismatch",
@@ -475,114 +522,23 @@ impl ProviderSet {
         if let Ok(fresh) = attempt {
             hasher.update(fresh.provider.generation().to_le_bytes());
         }
-        if let Some(http) = &spec.grant.http {
-            let references = http
-                .credential
-                .iter()
-                .map(|credential| ("secret", &credential.secret_ref))
-                .chain(http.tls.ca_secret_ref.iter().map(|r| ("secret", r)))
-                .chain(http.tls.ca_config_map_ref.iter().map(|r| ("configmap", r)));
-            for (kind, reference) in references {
-                let namespace = self.namespace_of(reference);
-                let value = match kind {
-                    "secret" => objects.secret_value(namespace, &reference.name, &reference.key),
-                    _ => objects
-                        .config_map_value(namespace, &reference.name, &reference.key)
-                        .map(String::into_bytes),
-                };
-                let value = value.unwrap_or_default();
-                hasher.update((value.len() as u64).to_le_bytes());
-                hasher.update(&value);
-            }
-        }
-        hasher.finalize().into()
-    }
-
-    /// Step 4: the broker's grant for `identity`.
-    fn set_grant(
-        &self,
-        identity: &str,
-        http: Option<&HttpGrant>,
-        digests: &[String],
-        credential: &Arc<MemorySource>,
-        objects: &dyn Objects,
-    ) -> Result<(), String> {
-        let Some(http) = http else {
-            self.broker.remove_grant(identity);
-            return Ok(());
+        let host = ObjectsHost {
+            objects,
+            namespace: &self.namespace,
         };
-        let mut sources = GrantSources {
-            digests: digests.to_vec(),
-            ..GrantSources::default()
-        };
-        let mut document = serde_json::json!({
-            "origins": http.origins,
-            "tls": {
-                "serverName": http.tls.server_name,
-                "http1Only": http.tls.http1_only,
-            },
-        });
-        if let Some(spec) = &http.credential {
-            let value = self.secret(&spec.secret_ref, objects, "credential")?;
-            credential.set(Some(&value));
-            sources.credential = Some(Arc::clone(credential) as _);
-            document["credential"] = serde_json::json!({
-                "header": spec.header,
-                "format": spec.format,
-            });
-        }
-        let ca = match (&http.tls.ca_secret_ref, &http.tls.ca_config_map_ref) {
-            (Some(secret), _) => Some(self.secret(secret, objects, "CA")?),
-            (None, Some(map)) => Some(
-                objects
-                    .config_map_value(self.namespace_of(map), &map.name, &map.key)
-                    .ok_or_else(|| missing("ConfigMap", map, self.namespace_of(map), "CA"))?,
-            ),
-            (None, None) => None,
-        };
-        sources.ca_pem = ca;
-        if let Some(timeouts) = &http.timeouts {
-            let mut object = serde_json::Map::new();
-            for (key, value) in [
-                ("connectMs", timeouts.connect_ms),
-                ("firstByteMs", timeouts.first_byte_ms),
-                ("totalMs", timeouts.total_ms),
-            ] {
-                if let Some(value) = value {
-                    object.insert(key.into(), value.into());
+        for reference in spec.grant.references() {
+            use egress_runtime::grant::GrantHost as _;
+            let value = match reference {
+                ObjectRef::Secret(reference) => host.secret(reference).map(|value| value.to_vec()),
+                ObjectRef::ConfigMap(reference) => {
+                    host.config_map(reference).map(String::into_bytes)
                 }
             }
-            document["timeouts"] = object.into();
+            .unwrap_or_default();
+            hasher.update((value.len() as u64).to_le_bytes());
+            hasher.update(&value);
         }
-        if let Some(max) = http.max_response_bytes {
-            document["maxResponseBytes"] = max.into();
-        }
-        let grant: Grant = serde_json::from_value(document).map_err(|error| error.to_string())?;
-        self.broker
-            .set_grant(identity, &grant, sources)
-            .map_err(|error| error.to_string())
-    }
-
-    fn namespace_of<'a>(&'a self, reference: &'a SecretKeyRef) -> &'a str {
-        reference.namespace.as_deref().unwrap_or(&self.namespace)
-    }
-
-    fn secret(
-        &self,
-        reference: &SecretKeyRef,
-        objects: &dyn Objects,
-        what: &str,
-    ) -> Result<String, String> {
-        let namespace = self.namespace_of(reference);
-        let bytes = objects
-            .secret_value(namespace, &reference.name, &reference.key)
-            .ok_or_else(|| missing("Secret", reference, namespace, what))?;
-        String::from_utf8(bytes).map_err(|_| {
-            format!(
-                "the {what} in Secret {namespace}/{} key {} is not UTF-8",
-                reference.name, reference.key
-            )
-        })
+        hasher.finalize().into()
     }
 }
 
@@ -590,29 +546,6 @@ impl ProviderSet {
 struct Fresh {
     provider: Arc<Provider>,
     config: String,
-}
-
-fn missing(kind: &str, reference: &SecretKeyRef, namespace: &str, what: &str) -> String {
-    format!(
-        "the {what} {kind} {namespace}/{} has no key {}",
-        reference.name, reference.key
-    )
-}
-
-fn credential_origin(spec: &ProviderConfigSpec, namespace: &str) -> String {
-    spec.grant
-        .http
-        .as_ref()
-        .and_then(|http| http.credential.as_ref())
-        .map_or_else(String::new, |credential| {
-            let reference = &credential.secret_ref;
-            format!(
-                "Secret {}/{} key {}",
-                reference.namespace.as_deref().unwrap_or(namespace),
-                reference.name,
-                reference.key
-            )
-        })
 }
 
 /// A component file name: `<identity>.wasm`, no directory.

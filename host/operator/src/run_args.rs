@@ -1,9 +1,13 @@
 //! `egress-operator run`'s options, which both modes read: [`crate::kube_mode`] and
 //! [`crate::local`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use egress_runtime::Compilation;
+
+use crate::operator::Settings;
+use crate::reconciler::Timing;
 
 /// `run`'s options.
 #[derive(clap::Args, Debug)]
@@ -44,6 +48,37 @@ pub struct RunArgs {
     /// else the host name.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// A directory on a memory-backed filesystem (tmpfs) where SSH keys from Secrets are written
+    /// for libvirt, 0600 in a private folder removed at exit. Defaults to $XDG_RUNTIME_DIR, else
+    /// /dev/shm.
+    #[arg(long, value_name = "DIR")]
+    pub key_dir: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The settings the operator starts with, in either mode; `components` is the mode's
+    /// default components directory.
+    pub fn settings(&self, components: &Path) -> Settings {
+        let mut settings = Settings::new(
+            self.components
+                .clone()
+                .unwrap_or_else(|| components.to_owned()),
+        );
+        settings.namespace = self.namespace.clone();
+        settings.listen = self.listen;
+        settings.timing = Timing {
+            resync: Duration::from_secs(self.resync_seconds.max(1)),
+            ..Timing::default()
+        };
+        match &self.cache_dir {
+            Some(dir) if dir.as_os_str() == "none" => settings.cache_dir = None,
+            Some(dir) => settings.cache_dir = Some(dir.clone()),
+            None => {}
+        }
+        settings.compilation = self.compilation.into();
+        settings.key_dir = self.key_dir.clone();
+        settings
+    }
 }
 
 /// `--compilation`: [`Compilation`] on the command line.

@@ -120,7 +120,7 @@ fn call_gives_the_provider_the_libvirt_grant_of_the_grants_file() {
     std::fs::write(
         &config,
         serde_json::json!({
-            "connection": "node",
+            "connections": ["node"],
             "pool": "default-pool",
             "network": "default",
             "image": { "url": "https://images.invalid/b.raw", "sha256": "a".repeat(64), "format": "raw" },
@@ -132,7 +132,7 @@ fn call_gives_the_provider_the_libvirt_grant_of_the_grants_file() {
     let grants = dir.path().join("grants.yaml");
     std::fs::write(
         &grants,
-        "grants:\n  proxmox:\n    origins: [\"http://127.0.0.1:8006\"]\n  libvirt:\n    libvirt:\n      connections:\n        - { name: node, uri: \"test:///default\", pools: [default-pool], networks: [default], undefineFlags: [managedSave] }\n",
+        "grants:\n  proxmox:\n    http:\n      origins: [\"http://127.0.0.1:8006\"]\n  libvirt:\n    libvirt:\n      connections:\n        - { name: node, uri: \"test:///default\", pools: [default-pool], networks: [default], undefineFlags: [managedSave] }\n",
     )
     .unwrap();
     let check = |grants: Option<&std::path::Path>| {
@@ -317,9 +317,9 @@ fn a_check_reason_prints_in_kebab_case() {
     std::fs::write(
         &grants,
         format!(
-            "grants:\n  reference:\n    origins: [\"https://127.0.0.1:9\"]\n    credential:\n      \
-             header: Authorization\n      format: \"Bearer {{secret}}\"\n      secretFile: {}\n    \
-             tls:\n      caFile: {}\n",
+            "grants:\n  reference:\n    http:\n      origins: [\"https://127.0.0.1:9\"]\n      \
+             credential:\n        header: Authorization\n        format: \"Bearer {{secret}}\"\n        \
+             secretFile: {}\n      tls:\n        caFile: {}\n",
             missing.display(),
             ca.display()
         ),
@@ -384,4 +384,26 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     let output = child.wait_with_output().unwrap();
     let text = stderr(&output);
     assert!(!text.contains("panicked"), "{text}");
+}
+
+/// SSH keys from Secrets are written only to a memory-backed folder: `--key-dir` on a disk is
+/// refused at start, naming it, before anything runs.
+#[test]
+fn run_refuses_a_key_dir_that_is_not_memory_backed() {
+    let folder = tempfile::tempdir().unwrap();
+    let on_disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let output = run(&[
+        "run",
+        "--local",
+        folder.path().to_str().unwrap(),
+        "--key-dir",
+        on_disk.path().to_str().unwrap(),
+        "--exit-when-settled",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let error = stderr(&output);
+    assert!(
+        error.contains("--key-dir") && error.contains("memory-backed"),
+        "{error}"
+    );
 }

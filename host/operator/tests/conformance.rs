@@ -351,7 +351,7 @@ const REFERENCE: Subject = Subject {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_provider_passes_every_rule_against_its_endpoint() {
     let inventory = Inventory::start().await;
-    let grants = json!({"grants": {"reference": {"origins": [inventory.origin()]}}});
+    let grants = json!({"grants": {"reference": {"http": {"origins": [inventory.origin()]}}}});
     let options = Options {
         file: component_path(&REFERENCE),
         config: json!({"endpoint": inventory.origin()}).to_string(),
@@ -419,7 +419,7 @@ async fn the_run_wide_rules_fail_traps_memory_credentials_and_denials() {
     assert!(failed_with(&grow, "hit a limit"), "{grow:?}");
 
     let inventory = Inventory::start().await;
-    let granted = json!({"grants": {"reference": {"origins": [inventory.origin()]}}});
+    let granted = json!({"grants": {"reference": {"http": {"origins": [inventory.origin()]}}}});
     let authorization = only(
         "reference.wasm",
         json!({"endpoint": inventory.origin(), "debugSendAuthorization": "Bearer guest"}),

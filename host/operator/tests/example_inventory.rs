@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use egress_capability_http::{Broker, Grants};
+use egress_operator::grants::{Capabilities, GrantsFile};
 use egress_runtime::types::{CheckReason, CreateRequest, Request, Response, Tag};
 use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState, Provider, Runtime};
 use egress_runtime::{Limits, RuntimeConfig};
@@ -98,20 +98,20 @@ impl Inventory {
 
     /// The provider loaded in a runtime with `limits`, granted the inventory with `token_file`.
     async fn provider(&self, limits: Limits, token_file: &std::path::Path) -> Arc<Provider> {
-        let grants = Grants::from_json(
-            &json!({"grants": {"example-inventory": {
+        let capabilities = Capabilities::new();
+        GrantsFile::parse(
+            &json!({"grants": {"example-inventory": {"http": {
                 "origins": [self.url],
                 "credential": {"header": "Authorization", "format": "Bearer {secret}", "secretFile": token_file},
                 "tls": {"caFile": self.ca_file},
-            }}})
+            }}}})
             .to_string(),
         )
+        .unwrap()
+        .grant(&capabilities)
         .unwrap();
-        let runtime = Runtime::new(
-            RuntimeConfig::default().limits(limits),
-            Arc::new(Broker::new(&grants).unwrap()),
-        )
-        .unwrap();
+        let runtime =
+            Runtime::new(capabilities.serve(RuntimeConfig::default().limits(limits))).unwrap();
         let path = repository().join("target/components/example-inventory.wasm");
         assert!(
             path.exists(),

@@ -622,3 +622,24 @@ fn pve_client(local: &Local) -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// SIGTERM (a supervisor, `kill`) and SIGINT (Ctrl-C) stop local mode the same way: calls in
+/// flight finish and it exits 0, also while the turns of its loop keep it busy (a resync every
+/// second).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_and_sigint_stop_local_mode_cleanly_while_it_is_busy() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut local = Local::new().await;
+        local.write("proxy-web.yaml", &proxy("team-a", "web"));
+        local.start();
+        local.wait_until("the Proxy running", LIMIT, |proxies| {
+            proxies.len() == 1 && proxies.iter().all(running)
+        });
+        let status = local.stop_with(signal);
+        assert!(
+            status.is_some_and(|status| status.success()),
+            "signal {signal}: {status:?}\n{}",
+            local.log()
+        );
+    }
+}

@@ -80,7 +80,7 @@ async fn describe_and_validate_config_follow_the_contract_without_io() {
     assert_eq!(description.contract_version, "0.1.0");
     assert_eq!(
         description.capabilities,
-        [egress_runtime::types::Capability::Http]
+        [egress_runtime::types::DeclaredCapability::Http]
     );
     let schema: Value = serde_json::from_str(&description.config_schema).expect("schema is JSON");
     assert_eq!(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use egress_runtime::{
-    CallContext, Compilation, DenyAll, Registry, RegistryEvent, Request, Runtime, RuntimeConfig,
+    CallContext, Compilation, Registry, RegistryEvent, Request, Runtime, RuntimeConfig,
 };
 use sha2::Digest;
 
@@ -84,7 +84,7 @@ impl Swapper {
         let config = RuntimeConfig::default()
             .cache_dir(Some(cache.path().to_owned()))
             .compilation(compilation);
-        let runtime = Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds");
+        let runtime = Runtime::new(config).expect("runtime builds");
         let registry = executor
             .block_on(Registry::watch(runtime, components.path()))
             .expect("registry watches");

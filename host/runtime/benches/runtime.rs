@@ -12,10 +12,9 @@
 //! first.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use egress_runtime::{CallContext, Compilation, DenyAll, Request, Runtime, RuntimeConfig};
+use egress_runtime::{CallContext, Compilation, Request, Runtime, RuntimeConfig};
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker};
 
@@ -100,8 +99,7 @@ fn runtime_benchmarks(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(DenyAll))
-        .expect("runtime builds");
+    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None)).expect("runtime builds");
     let provider = executor
         .block_on(runtime.load_bytes("reference", &bytes, &path))
         .expect("reference loads");
@@ -180,7 +178,6 @@ fn runtime_benchmarks(c: &mut Criterion) {
         RuntimeConfig::default()
             .cache_dir(None)
             .compilation(Compilation::Baseline),
-        Arc::new(DenyAll),
     )
     .expect("runtime builds");
     compile.bench_function("cold: Component::new (Winch)", |b| {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use wasmtime::{Store, UpdateDeadline};
 
-use crate::capability::{Capability, PrepareContext};
+use crate::capability::{Linked, PrepareContext};
 use crate::cpu::Metered;
 use crate::egress::CallSite;
 use crate::engine::EpochTicker;
@@ -56,7 +56,7 @@ pub(crate) struct CallPlan<'a> {
     /// The bindings of the component's contract version.
     pub(crate) pre: &'a dyn ContractPre,
     /// The capabilities the component imports: each is prepared for the call.
-    pub(crate) capabilities: &'a [Arc<dyn Capability>],
+    pub(crate) capabilities: &'a [Arc<dyn Linked>],
     /// Who calls.
     pub(crate) site: CallSite,
     /// The limits the call runs under.

@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | the runtime is built | [`link`](Capability::link) | adds the capability's interfaces to the one linker, once |
 //! | a component is loaded | [`provides`](Capability::provides) | claims its imports: what a provider needs is read from its imports, never from what it declares |
+//! | the host grants an identity, or takes the grant back | [`set_grant`](Capability::set_grant), [`remove_grant`](Capability::remove_grant) | validates the typed [`Grant`](Capability::Grant), resolves what it names through the host ([`GrantContext`]) and swaps it in: calls in flight keep the grant they started with |
 //! | a provider is loaded or bound | [`granted`](Capability::granted) | says whether its identity has a grant (a note when it does not) |
 //! | every call | [`prepare`](Capability::prepare) | builds the call's state: the granted context, or an ungranted one on which everything is denied |
 //!
@@ -28,6 +29,8 @@
 //!
 //! ```no_run
 //! use std::any::Any;
+//! use std::sync::Mutex;
+//! use egress_runtime::grant::{GrantContext, GrantError, NoGrant};
 //! use egress_runtime::{Capability, HostState, PrepareContext};
 //! use wasmtime::component::Linker;
 //!
@@ -37,6 +40,8 @@
 //! struct Echo { granted: Vec<String> }
 //!
 //! impl Capability for Echo {
+//!     // Echo's grants are fixed when it is built: there is nothing to set.
+//!     type Grant = NoGrant;
 //!     fn name(&self) -> &'static str { "echo" }
 //!     fn provides(&self, import: &str) -> bool {
 //!         egress_runtime::capability::import_matches(import, "acme:echo/echo", "0.1.0")
@@ -53,6 +58,10 @@
 //!             },
 //!         )
 //!     }
+//!     fn set_grant(&self, _: &str, grant: &NoGrant, _: &GrantContext<'_>) -> Result<(), GrantError> {
+//!         match *grant {}
+//!     }
+//!     fn remove_grant(&self, _identity: &str) {}
 //!     fn granted(&self, identity: &str) -> bool {
 //!         self.granted.iter().any(|granted| granted == identity)
 //!     }
@@ -72,6 +81,7 @@ use wasmtime::component::Linker;
 use wasmtime::component::ResourceTable;
 
 use crate::egress::CallSite;
+use crate::grant::{GrantContext, GrantDocument, GrantError};
 use crate::limits::Limits;
 use crate::state::HostState;
 
@@ -81,6 +91,11 @@ use crate::state::HostState;
 /// Implementations are shared by every call of every provider (`Send + Sync`); whatever one call
 /// needs goes in the state [`prepare`](Capability::prepare) returns.
 pub trait Capability: Send + Sync + 'static {
+    /// What the host grants one provider identity: the capability's one typed grant document,
+    /// which the ProviderConfig's `spec.grant.<name>` and the CLI's grants file hold as they are
+    /// ([`NoGrant`](crate::grant::NoGrant) for a capability whose grants are fixed).
+    type Grant: GrantDocument;
+
     /// A short, stable name (`http`, `libvirt`): what [`Provider::capabilities`] lists and logs
     /// say. Unique within a runtime.
     ///
@@ -97,6 +112,21 @@ pub trait Capability: Send + Sync + 'static {
     /// engine has async support, so host functions may be async.
     fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
 
+    /// Grant `identity` what `grant` says, replacing its grant: the document is validated, what
+    /// it names is resolved through `context.host` now, and the grant is pinned to
+    /// `context.digests`. Calls in flight keep the grant they started with; the next call gets
+    /// this one. An invalid grant is refused and the previous one, if any, stays.
+    fn set_grant(
+        &self,
+        identity: &str,
+        grant: &Self::Grant,
+        context: &GrantContext<'_>,
+    ) -> Result<(), GrantError>;
+
+    /// Take `identity`'s grant back: its next call gets the ungranted state. Whatever the grant
+    /// held (secrets in memory, key files) goes once the calls in flight that use it end.
+    fn remove_grant(&self, identity: &str);
+
     /// Whether the provider `identity` has a grant of this capability now. Informational: a call
     /// of a provider without one still runs, with the ungranted state
     /// [`prepare`](Capability::prepare) gives it.
@@ -108,6 +138,38 @@ pub trait Capability: Send + Sync + 'static {
     /// [`ResourceTable`]. Called before the call's instance is made, on the async executor: it
     /// must not block.
     fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn Any + Send>;
+}
+
+/// The part of a [`Capability`] the runtime uses, without its grant type, so capabilities with
+/// different grants sit in one list.
+pub(crate) trait Linked: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn provides(&self, import: &str) -> bool;
+    fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()>;
+    fn granted(&self, identity: &str) -> bool;
+    fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn Any + Send>;
+}
+
+impl<C: Capability> Linked for C {
+    fn name(&self) -> &'static str {
+        Capability::name(self)
+    }
+
+    fn provides(&self, import: &str) -> bool {
+        Capability::provides(self, import)
+    }
+
+    fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        Capability::link(self, linker)
+    }
+
+    fn granted(&self, identity: &str) -> bool {
+        Capability::granted(self, identity)
+    }
+
+    fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn Any + Send> {
+        Capability::prepare(self, call)
+    }
 }
 
 /// What [`Capability::prepare`] knows about the call it prepares.
@@ -170,7 +232,7 @@ pub(crate) fn compatible(a: &semver::Version, b: &semver::Version) -> bool {
 /// The capabilities of a runtime, in the order they were given (HTTP first).
 #[derive(Clone, Default)]
 pub(crate) struct CapabilitySet {
-    capabilities: Vec<Arc<dyn Capability>>,
+    capabilities: Vec<Arc<dyn Linked>>,
 }
 
 impl std::fmt::Debug for CapabilitySet {
@@ -181,7 +243,7 @@ impl std::fmt::Debug for CapabilitySet {
 
 impl CapabilitySet {
     /// A set of `capabilities`; `Err` names a capability given twice.
-    pub(crate) fn new(capabilities: Vec<Arc<dyn Capability>>) -> Result<Self, &'static str> {
+    pub(crate) fn new(capabilities: Vec<Arc<dyn Linked>>) -> Result<Self, &'static str> {
         for (index, capability) in capabilities.iter().enumerate() {
             let name = capability.name();
             if capabilities[..index].iter().any(|c| c.name() == name) {
@@ -197,12 +259,12 @@ impl CapabilitySet {
     }
 
     /// Every capability.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn Capability>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn Linked>> {
         self.capabilities.iter()
     }
 
     /// The capability that provides `import`, if any.
-    pub(crate) fn provider_of(&self, import: &str) -> Option<&Arc<dyn Capability>> {
+    pub(crate) fn provider_of(&self, import: &str) -> Option<&Arc<dyn Linked>> {
         self.capabilities.iter().find(|c| c.provides(import))
     }
 
@@ -210,7 +272,7 @@ impl CapabilitySet {
     pub(crate) fn imported_by<'a>(
         &self,
         imports: impl IntoIterator<Item = &'a str>,
-    ) -> Vec<Arc<dyn Capability>> {
+    ) -> Vec<Arc<dyn Linked>> {
         let imports: Vec<&str> = imports.into_iter().collect();
         self.capabilities
             .iter()

@@ -1,8 +1,12 @@
-//! The HTTP capability: `wasi:http` (types and outgoing handler) and `egress:http-broker/broker`,
-//! over the runtime's one [`Egress`].
+//! Outgoing HTTP as a capability: `wasi:http` (types and outgoing handler) and
+//! `egress:http-broker/broker`, over an [`Egress`].
 //!
-//! The runtime owns the `wasi:http` plumbing; the [`Egress`] (default [`DenyAll`], or the broker
-//! of `egress-capability-http`) decides what happens to each request. This module is the one
+//! The runtime owns the `wasi:http` plumbing, because its host traits are implemented on the
+//! runtime's [`HostState`] (the orphan rule keeps those impls here); an [`Egress`] decides what
+//! happens to each request. A capability of outgoing HTTP is [`link`] + [`provides`] +
+//! [`prepare`] over its egress: [`HttpCapability`] does that for any egress without grants
+//! ([`DenyAll`], or a test's), and the egress broker (`egress-capability-http`) for its own,
+//! whose grants it sets and removes. This module is the one
 //! place that knows the shape of wasmtime-wasi-http's hooks ([`EgressHooks`]). Per call it holds
 //! the in-flight budget (each request takes a permit, which its response body keeps until the
 //! guest drops it), the header list limit, the outgoing body buffer, and the record of why the
@@ -32,6 +36,7 @@ use wasmtime_wasi_http::{
 use crate::capability::{Capability, PrepareContext, import_matches};
 use crate::egress::{CallSite, DenyAll, Egress, EgressError, EgressFuture, Refusal, RefusalSlot};
 use crate::error::Budget;
+use crate::grant::{GrantContext, GrantError, NoGrant};
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
 
@@ -39,6 +44,8 @@ mod outgoing;
 
 /// `wasi:http` interfaces this capability provides, at any 0.2 version.
 const WASI_HTTP: &[&str] = &["wasi:http/types", "wasi:http/outgoing-handler"];
+/// An import every component that sends HTTP has: how the runtime finds an HTTP capability.
+pub(crate) const TYPES_IMPORT: &str = "wasi:http/types@0.2.0";
 /// The WASI version the interfaces above are matched against.
 const WASI_HTTP_VERSION: &str = "0.2.0";
 /// The broker's own interface and its version.
@@ -55,56 +62,83 @@ mod bindings {
 
 use bindings::egress::http_broker::broker::{self as wit, Refusal as WitRefusal};
 
-/// Outgoing HTTP through the runtime's [`Egress`]: the capability `Runtime::new` builds from the
-/// egress it is given.
-pub(crate) struct HttpCapability {
+/// Whether `import` is one of the outgoing-HTTP interfaces ([`Capability::provides`] of an
+/// HTTP capability).
+pub fn provides(import: &str) -> bool {
+    WASI_HTTP
+        .iter()
+        .any(|interface| import_matches(import, interface, WASI_HTTP_VERSION))
+        || import_matches(import, BROKER_INTERFACE, BROKER_VERSION)
+}
+
+/// Adds the outgoing-HTTP interfaces to `linker` ([`Capability::link`] of an HTTP capability).
+pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    let options = wasmtime_wasi_http::p2::bindings::LinkOptions::default();
+    wasmtime_wasi_http::p2::bindings::http::types::add_to_linker::<HostState, WasiHttp>(
+        linker,
+        &options.into(),
+        HostState::http,
+    )?;
+    outgoing::link(linker)?;
+    wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+}
+
+/// The HTTP state of one call whose requests go to `egress` ([`Capability::prepare`] of an HTTP
+/// capability): the call's budgets, and its record of why a request was refused.
+pub fn prepare(egress: Arc<dyn Egress>, call: &PrepareContext<'_>) -> Box<dyn Any + Send> {
+    Box::new(HttpCallState::new(egress, call.site.clone(), call.limits))
+}
+
+/// Outgoing HTTP over an [`Egress`] that keeps no grants: [`DenyAll`], which the runtime uses
+/// when it is given no HTTP capability, or an egress of a test.
+pub struct HttpCapability {
     egress: Arc<dyn Egress>,
 }
 
 impl HttpCapability {
-    pub(crate) fn new(egress: Arc<dyn Egress>) -> Self {
+    /// The capability sending every request to `egress`.
+    pub fn new(egress: Arc<dyn Egress>) -> Self {
         HttpCapability { egress }
     }
 }
 
 impl Capability for HttpCapability {
+    type Grant = NoGrant;
+
     fn name(&self) -> &'static str {
         "http"
     }
 
     fn provides(&self, import: &str) -> bool {
-        WASI_HTTP
-            .iter()
-            .any(|interface| import_matches(import, interface, WASI_HTTP_VERSION))
-            || import_matches(import, BROKER_INTERFACE, BROKER_VERSION)
+        provides(import)
     }
 
     fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-        let options = wasmtime_wasi_http::p2::bindings::LinkOptions::default();
-        wasmtime_wasi_http::p2::bindings::http::types::add_to_linker::<HostState, WasiHttp>(
-            linker,
-            &options.into(),
-            HostState::http,
-        )?;
-        outgoing::link(linker)?;
-        wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
+        link(linker)
     }
+
+    fn set_grant(
+        &self,
+        _identity: &str,
+        grant: &NoGrant,
+        _context: &GrantContext<'_>,
+    ) -> Result<(), GrantError> {
+        match *grant {}
+    }
+
+    fn remove_grant(&self, _identity: &str) {}
 
     fn granted(&self, identity: &str) -> bool {
         self.egress.granted(identity)
     }
 
     fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn Any + Send> {
-        Box::new(HttpCallState::new(
-            Arc::clone(&self.egress),
-            call.site.clone(),
-            call.limits,
-        ))
+        prepare(Arc::clone(&self.egress), call)
     }
 }
 
 /// The HTTP state of one call.
-pub(crate) struct HttpCallState {
+struct HttpCallState {
     /// wasi:http state (the header list size limit).
     http: WasiHttpCtx,
     /// Where outgoing HTTP goes: the runtime's shared [`Egress`], tagged with this call's site.

@@ -5,8 +5,9 @@
 //!
 //! - [`Runtime`] owns the wasmtime [`Engine`](wasmtime::Engine) calls settle on (Cranelift,
 //!   pooling allocator, copy-on-write memory images, epoch interruption), the linker, the
-//!   [`Limits`], an on-disk compile cache and the host's [`Capability`]s: outgoing HTTP through
-//!   the [`Egress`] it is given, and whatever [`RuntimeConfig::capability`] adds (libvirt). Under
+//!   [`Limits`], an on-disk compile cache and the host's [`Capability`]s, which
+//!   [`RuntimeConfig::capability`] adds (the egress broker for outgoing HTTP, libvirt), each with
+//!   its own typed [`grant`] per provider identity, set and removed at run time. Under
 //!   [`Compilation::Tiered`] (the default) a second engine runs Winch's code for a component
 //!   missing from the cache while Cranelift compiles it in the background ([`Tier`]).
 //! - [`Runtime::load_file`] validates a component before it serves — a wasm component, a
@@ -34,9 +35,10 @@
 //! A provider gets clocks, randomness, the log (`egress:provider/log` in 0.1.0, `egress:log/log`
 //! from 0.2.0: one host implementation, whose lines become `tracing` events inside the call's
 //! `provider_call` span with fields `provider`, `version`, `operation`, `proxy`) and the
-//! interfaces of the capabilities it imports ([`capability`]): outgoing HTTP through the host's
-//! [`Egress`] (default [`DenyAll`]; the broker crate `egress-capability-http` implements grants
-//! and credential injection), and libvirt when the runtime has it. What a provider needs is read
+//! interfaces of the capabilities it imports ([`capability`]): outgoing HTTP through an
+//! [`Egress`] (the broker crate `egress-capability-http` implements grants and credential
+//! injection; without it, [`http::HttpCapability`] over [`DenyAll`]), and libvirt when the
+//! runtime has it. What a provider needs is read
 //! from its imports ([`Provider::capabilities`]). Rust components import all of WASI 0.2 even
 //! when unused, so the linker provides it, but the WASI context grants nothing: no files,
 //! environment, arguments, sockets or stdio (stderr is captured, bounded, for error messages).
@@ -45,14 +47,13 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use std::sync::Arc;
 //! use std::time::Duration;
 //!
-//! use egress_runtime::{CallContext, DenyAll, Limits, Operation, Request, Runtime, RuntimeConfig};
+//! use egress_runtime::{CallContext, Limits, Operation, Request, Runtime, RuntimeConfig};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! let limits = Limits::default().deadline(Operation::Get, Duration::from_secs(10));
-//! let runtime = Runtime::new(RuntimeConfig::default().limits(limits), Arc::new(DenyAll))?;
+//! let runtime = Runtime::new(RuntimeConfig::default().limits(limits))?;
 //!
 //! let provider = runtime.load_file(Path::new("providers/proxmox.wasm")).await?;
 //! println!("{} {}", provider.description().name, provider.description().version);
@@ -75,7 +76,8 @@ mod cpu;
 pub mod egress;
 mod engine;
 mod error;
-mod http;
+pub mod grant;
+pub mod http;
 mod identity;
 mod limits;
 mod log;

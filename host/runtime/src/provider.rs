@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 use crate::call::{BENCHMARK_DEADLINE, CallEnv, CallPlan, new_store, run_call};
-use crate::capability::Capability;
+use crate::capability::Linked;
 use crate::egress::CallSite;
 use crate::engine::Tier;
 use crate::error::{CallError, LoadError, one_line};
@@ -60,7 +60,7 @@ pub struct Provider {
     /// The contract version it exports.
     contract_version: Version,
     /// The runtime's capabilities this component imports, prepared for each of its calls.
-    capabilities: Arc<[Arc<dyn Capability>]>,
+    capabilities: Arc<[Arc<dyn Linked>]>,
     description: Description,
     identity: Arc<str>,
     digest: Arc<str>,
@@ -105,7 +105,7 @@ pub(crate) struct LoadedParts {
     pub(crate) settled: watch::Receiver<bool>,
     pub(crate) loaded_tier: Tier,
     pub(crate) contract_version: Version,
-    pub(crate) capabilities: Vec<Arc<dyn Capability>>,
+    pub(crate) capabilities: Vec<Arc<dyn Linked>>,
     pub(crate) description: Description,
     pub(crate) identity: Arc<str>,
     pub(crate) digest: String,
@@ -369,7 +369,7 @@ impl Provider {
 
 /// Note each capability of `capabilities` the provider `identity` has no grant of: its calls get
 /// the ungranted state, on which every use is denied. (Grants may still arrive.)
-pub(crate) fn note_ungranted(capabilities: &[Arc<dyn Capability>], identity: &str) {
+pub(crate) fn note_ungranted(capabilities: &[Arc<dyn Linked>], identity: &str) {
     for capability in capabilities {
         if !capability.granted(identity) {
             tracing::debug!(

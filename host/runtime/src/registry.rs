@@ -122,10 +122,9 @@ struct RegistryInner {
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::sync::Arc;
-/// use egress_runtime::{CallContext, DenyAll, Registry, Request, Runtime, RuntimeConfig};
+/// use egress_runtime::{CallContext, Registry, Request, Runtime, RuntimeConfig};
 ///
-/// let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(DenyAll))?;
+/// let runtime = Runtime::new(RuntimeConfig::default())?;
 /// let registry = Registry::watch(runtime, "/var/lib/egress-operator/providers").await?;
 /// // Serves /var/lib/egress-operator/providers/proxmox.wasm:
 /// let response = registry.call("proxmox", Request::Describe, &CallContext::default()).await?;

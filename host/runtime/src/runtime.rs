@@ -16,8 +16,8 @@ use wasmtime::{Engine, MemoryCreator};
 
 use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
 use crate::call::{CallEnv, CallPlan, run_call};
-use crate::capability::{Capability, CapabilitySet};
-use crate::egress::{CallSite, Egress};
+use crate::capability::{Capability, CapabilitySet, Linked};
+use crate::egress::CallSite;
 use crate::engine::{Allocation, Compilation, EpochTicker, Tier, build_engine};
 use crate::error::{LoadError, RuntimeError, one_line};
 use crate::http::HttpCapability;
@@ -47,11 +47,12 @@ pub struct RuntimeConfig {
     /// may be given ([`Provider::bind`]). Defaults to the limits' memory cap; reserved address
     /// space, not memory, until a call touches it.
     pub slot_memory_bytes: Option<usize>,
-    /// Host capabilities beside outgoing HTTP (which [`Runtime::new`] builds from its egress),
-    /// in the order given: for example `egress-capability-libvirt`'s `LibvirtCapability`. A
-    /// component importing an interface none of them provides is refused at load. Defaults to
-    /// none.
-    pub capabilities: Vec<Arc<dyn Capability>>,
+    /// Host capabilities, in the order given ([`RuntimeConfig::capability`]): for example
+    /// `egress-capability-http`'s `Broker` and `egress-capability-libvirt`'s
+    /// `LibvirtCapability`. A component importing an interface none of them provides is refused
+    /// at load. Defaults to none, and then outgoing HTTP is [`HttpCapability`] over
+    /// [`DenyAll`](crate::DenyAll).
+    capabilities: Vec<Arc<dyn Linked>>,
     /// How a component missing from the compile cache is compiled. Defaults to
     /// [`Compilation::Tiered`]: Winch first, Cranelift in the background.
     pub compilation: Compilation,
@@ -121,8 +122,8 @@ impl RuntimeConfig {
 
     /// Add a host capability (see [`Capability`]): its interfaces are linked once, and each call
     /// of a provider that imports them gets the capability's per-call state. Names must be
-    /// unique (`http` is taken by the runtime's own).
-    pub fn capability(mut self, capability: Arc<dyn Capability>) -> Self {
+    /// unique. The host keeps its own handle to set grants through.
+    pub fn capability<C: Capability>(mut self, capability: Arc<C>) -> Self {
         self.capabilities.push(capability);
         self
     }
@@ -172,13 +173,21 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 impl Runtime {
     /// Build the engine and linker and start the epoch ticker.
     ///
-    /// Outgoing HTTP (`wasi:http`, and `egress:http-broker` to tell a guest why a request was
-    /// refused) is the runtime's own capability over `egress` (see [`Egress`]); other capabilities
-    /// come from [`RuntimeConfig::capability`]. Fails when the engine cannot be configured, a
-    /// capability's interfaces cannot be linked, or two capabilities share a name.
-    pub fn new(config: RuntimeConfig, egress: Arc<dyn Egress>) -> Result<Runtime, RuntimeError> {
-        let mut capabilities: Vec<Arc<dyn Capability>> =
-            vec![Arc::new(HttpCapability::new(egress))];
+    /// The capabilities are [`RuntimeConfig::capability`]'s. Outgoing HTTP (`wasi:http`, and
+    /// `egress:http-broker` to tell a guest why a request was refused) is one of them, such as
+    /// the egress broker; without one, [`HttpCapability`] over [`DenyAll`](crate::DenyAll) comes
+    /// first, so a component that imports `wasi:http` loads and every request it makes is
+    /// denied. Fails when the engine cannot be configured, a capability's interfaces cannot be
+    /// linked, or two capabilities share a name.
+    pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let mut capabilities: Vec<Arc<dyn Linked>> = Vec::new();
+        if !config
+            .capabilities
+            .iter()
+            .any(|capability| capability.provides(crate::http::TYPES_IMPORT))
+        {
+            capabilities.push(Arc::new(HttpCapability::new(Arc::new(crate::DenyAll))));
+        }
         capabilities.extend(config.capabilities.iter().cloned());
         let capabilities =
             CapabilitySet::new(capabilities).map_err(|name| RuntimeError::Linker {
@@ -523,7 +532,7 @@ impl Runtime {
     async fn describe(
         &self,
         pre: &dyn ContractPre,
-        capabilities: &[Arc<dyn Capability>],
+        capabilities: &[Arc<dyn Linked>],
         path: &Path,
     ) -> Result<Description, LoadError> {
         // Not yet accepted: an empty identity, which no grant names, so every capability grants
@@ -569,7 +578,7 @@ fn warn_on_declared_mismatch(
     identity: &str,
     path: &Path,
     description: &Description,
-    imported: &[Arc<dyn Capability>],
+    imported: &[Arc<dyn Linked>],
 ) {
     let mut declared: Vec<&str> = description
         .capabilities
@@ -727,11 +736,8 @@ mod tests {
 
     #[test]
     fn host_provides_wasi_0_2_the_log_and_its_capabilities_only() {
-        let runtime = Runtime::new(
-            RuntimeConfig::default().cache_dir(None),
-            Arc::new(crate::DenyAll),
-        )
-        .expect("runtime builds");
+        let runtime =
+            Runtime::new(RuntimeConfig::default().cache_dir(None)).expect("runtime builds");
         let provided = |import: &str| runtime.provided_by_host(import);
         assert!(provided("wasi:http/outgoing-handler@0.2.12"));
         assert!(provided("egress:http-broker/broker@0.1.0"));

@@ -152,20 +152,20 @@ impl std::error::Error for ProviderError {}
 /// compared with them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Capability {
+pub enum DeclaredCapability {
     /// Outgoing HTTP through the host's egress broker.
     Http,
     /// The host's libvirt interface.
     Libvirt,
 }
 
-impl Capability {
+impl DeclaredCapability {
     /// The name of the host capability that serves it (`http`, `libvirt`), as
     /// [`crate::Capability::name`] says it.
     pub fn name(self) -> &'static str {
         match self {
-            Capability::Http => "http",
-            Capability::Libvirt => "libvirt",
+            DeclaredCapability::Http => "http",
+            DeclaredCapability::Libvirt => "libvirt",
         }
     }
 }
@@ -185,7 +185,7 @@ pub struct Description {
     /// What a 0.1.0 component declares it needs; empty from contract 0.2.0 on, which dropped
     /// the list. The host goes by the imports: see
     /// [`Provider::capabilities`](crate::Provider::capabilities).
-    pub capabilities: Vec<Capability>,
+    pub capabilities: Vec<DeclaredCapability>,
 }
 
 /// Machine-readable reason a check did not pass. Serialized in kebab-case

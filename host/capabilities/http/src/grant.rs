@@ -1,39 +1,35 @@
-//! Grant configuration: which origins each provider may reach, which credential the host injects
-//! there, and how the connection is made.
-//!
-//! The format (YAML or JSON, camelCase keys, unknown keys refused):
+//! The HTTP grant: which origins a provider identity may reach, which credential the host injects
+//! there, and how the connection is made. One typed document ([`HttpGrant`]): a ProviderConfig's
+//! `spec.grant.http`, an identity's `http` in the CLI's grants file, and what
+//! [`Broker`](crate::Broker)'s `set_grant` takes (YAML or JSON, camelCase keys, unknown keys
+//! refused):
 //!
 //! ```yaml
-//! grants:
-//!   proxmox:                                   # provider identity: its file's name (proxmox.wasm)
-//!     digest: "sha256:9f86d0…"                 # optional: only this component gets the grant
-//!     origins: ["https://127.0.0.1:8006"]      # scheme, host, port; anything else is denied
-//!     credential:
-//!       header: Authorization
-//!       format: "PVEAPIToken={secret}"
-//!       secretFile: /etc/egress/proxmox-token  # read on every request
-//!     tls:
-//!       caFile: /etc/egress/proxmox-ca.pem     # loaded on first use, cached once it loads
-//!       serverName: pv1-1.home.lab             # verify the certificate for this name
-//!       http1Only: true
-//!     timeouts: { connectMs: 5000, firstByteMs: 20000, totalMs: 120000 }
-//!     maxResponseBytes: 16777216
-//!   kvm2:                                      # libvirt only: no origins, no HTTP grant
-//!     libvirt: { connections: [{ name: hv1, uri: "qemu:///system" }] }
+//! origins: ["https://127.0.0.1:8006"]      # scheme, host, port; anything else is denied
+//! credential:
+//!   header: Authorization
+//!   format: "PVEAPIToken={secret}"
+//!   secretRef: {name: proxmox-token, key: token}   # a ProviderConfig: a Secret the host holds
+//!   # secretFile: /etc/egress/proxmox-token        # the CLI: a file read on every request
+//! tls:
+//!   caSecretRef: {name: proxmox-ca, key: ca.pem}   # or caConfigMapRef, or (the CLI) caFile
+//!   serverName: pv1-1.home.lab             # verify the certificate for this name
+//!   http1Only: true
+//! timeouts: { connectMs: 5000, firstByteMs: 20000, totalMs: 120000 }
+//! maxResponseBytes: 16777216
 //! ```
 //!
-//! Each identity may also carry its **libvirt grant** under `libvirt`, which the broker does not
-//! read: `egress-capability-libvirt` parses it (`Grants::from_grants_file_yaml` there), and the
-//! identity's `digest` pins it too. An identity with only a `libvirt` key has no HTTP grant.
-//!
-//! [`Grants`] is only the parsed document; `Broker::new` validates it (origins, header names,
-//! the `{secret}` placeholder, the server name) and refuses a grant that cannot be served safely.
+//! The document holds no secret: the host resolves `secretRef` and the CA references when the
+//! grant is set (`GrantContext`), and a file only where its host allows files. The broker
+//! validates a grant when it is set (origins, header names, the `{secret}` placeholder, the
+//! server name) and refuses one that cannot be served safely.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use egress_runtime::grant::{GrantDocument, ObjectRef, SecretKeyRef};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Connect timeout when a grant sets none.
 pub const DEFAULT_CONNECT_MS: u64 = 5_000;
@@ -49,96 +45,78 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 16 * 1024 * 1024;
 /// The placeholder in [`Credential::format`] that the secret replaces.
 pub const SECRET_PLACEHOLDER: &str = "{secret}";
 
-/// Every provider's grant, keyed by provider identity. A provider without a grant reaches
-/// nothing.
-///
-/// The identity is the host's name for a provider (the file it was loaded from, or the
-/// ProviderConfig that names it), never the name a component gives itself in `describe`: a
-/// component that describes itself as `proxmox` gets nothing of the `proxmox` grant unless the
-/// host loaded it as `proxmox`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grants {
-    /// Grants by provider identity.
-    pub grants: BTreeMap<String, Grant>,
-}
-
-impl Grants {
-    /// Parses grants from YAML.
-    pub fn from_yaml(text: &str) -> Result<Self, GrantError> {
-        serde_norway::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))
-    }
-
-    /// Parses grants from JSON.
-    pub fn from_json(text: &str) -> Result<Self, GrantError> {
-        serde_json::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))
-    }
-}
-
-/// What one provider may reach and how.
-#[derive(Clone, Debug, Deserialize)]
+/// What one provider identity may reach over HTTP, and how. Grants follow the host's name for a
+/// provider (the ProviderConfig, or the file it was loaded from), never the name a component
+/// gives itself in `describe`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Grant {
-    /// Pins the grant to one component: `sha256:<hex>` of its bytes (or the bare hex). A
-    /// provider with this identity but other bytes is denied everything.
-    #[serde(default)]
-    pub digest: Option<String>,
-    /// Allowed origins, each `scheme://host[:port]` with no path. Default deny. Required (not
-    /// empty) unless the entry is a libvirt grant only.
-    #[serde(default)]
+pub struct HttpGrant {
+    /// Allowed origins, each `scheme://host[:port]` with no path; everything else is denied.
     pub origins: Vec<String>,
-    /// The credential the host injects into every request of this grant, if any.
-    #[serde(default)]
+    /// The credential the host adds to every request of this grant; the provider never sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<Credential>,
-    /// TLS settings; required (for `caFile`) as soon as one origin is `https`.
+    /// How the server is verified; a CA is required as soon as one origin is `https`.
     #[serde(default)]
     pub tls: Tls,
-    /// Connect, first-byte and total timeouts.
+    /// Connect, first-byte and total timeouts in milliseconds.
     #[serde(default)]
     pub timeouts: Timeouts,
     /// Largest response body passed to the provider; more fails with `HTTP-response-body-size`.
     #[serde(default = "default_max_response_bytes")]
     pub max_response_bytes: u64,
-    /// The identity's libvirt grant, which `egress-capability-libvirt` parses and the broker
-    /// ignores (it is only allowed here, so that one file holds every grant).
-    #[serde(default)]
-    pub libvirt: Option<serde::de::IgnoredAny>,
 }
 
-impl Grant {
-    /// Whether the entry grants HTTP at all: anything but a bare libvirt grant does (and an
-    /// entry with neither origins nor a libvirt grant is refused for its empty origins).
-    pub fn has_http(&self) -> bool {
-        self.libvirt.is_none() || !self.origins.is_empty() || self.credential.is_some()
+impl GrantDocument for HttpGrant {
+    fn references(&self) -> Vec<ObjectRef<'_>> {
+        let credential = self
+            .credential
+            .iter()
+            .filter_map(|credential| credential.secret_ref.as_ref())
+            .map(ObjectRef::Secret);
+        credential
+            .chain(self.tls.ca_secret_ref.iter().map(ObjectRef::Secret))
+            .chain(self.tls.ca_config_map_ref.iter().map(ObjectRef::ConfigMap))
+            .collect()
     }
 }
 
-/// A secret the host injects as one header; the provider never holds it.
-#[derive(Clone, Debug, Deserialize)]
+/// A secret the host injects as one header: `format` with `{secret}` replaced by the secret,
+/// which comes from exactly one of `secretRef` and `secretFile`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Credential {
-    /// The header to set, for example `Authorization`. The guest may not set it itself.
+    /// The header, for example `Authorization`. The guest may not set it itself.
     pub header: String,
-    /// The header value, with `{secret}` where the secret goes, for example `PVEAPIToken={secret}`.
+    /// The value, with `{secret}` where the secret goes, for example `PVEAPIToken={secret}`.
     pub format: String,
-    /// File holding the secret, read and trimmed on every request so rotation needs no restart.
-    /// Required unless the host supplies the secret another way (`GrantSources::credential`,
-    /// for example from a Kubernetes Secret).
-    #[serde(default)]
+    /// A Secret's key holding the secret: held in memory, replaced when the Secret changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+    /// A file holding the secret (the CLI only), read again once it changed, so rotation needs no
+    /// restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<PathBuf>,
 }
 
-/// How the broker verifies the server.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// How the broker verifies the server: the CA it trusts, and only it (no system roots), from at
+/// most one of the three sources, and an optional name.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Tls {
-    /// PEM file with the CA certificates trusted for this grant, and only them: the broker uses
-    /// no system roots. Loaded on the first request and cached once it holds a certificate.
-    #[serde(default)]
+    /// A PEM bundle in a Secret's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+    /// A PEM bundle in a ConfigMap's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_ref: Option<SecretKeyRef>,
+    /// A PEM file (the CLI only), loaded on the first request and cached once it holds a
+    /// certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
     /// Verify the server's certificate for this DNS name instead of the URL's host, while still
     /// connecting to the URL's host (Phase 0: the node's address is not in its certificate).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
     /// Speak HTTP/1.1 only and never negotiate HTTP/2 (F18: Proxmox's API is HTTP/1.1).
     #[serde(default)]
@@ -147,7 +125,7 @@ pub struct Tls {
 
 /// Timeouts in milliseconds. A guest's `request-options` can shorten the first-byte timeout,
 /// never lengthen any.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Timeouts {
     /// TCP connect and TLS handshake.
@@ -204,67 +182,32 @@ fn default_max_response_bytes() -> u64 {
     DEFAULT_MAX_RESPONSE_BYTES
 }
 
-/// A grant document that cannot be used. Messages name the provider and the field, never a secret
-/// (the broker never reads the secret file while validating).
-#[derive(Debug, thiserror::Error)]
-pub enum GrantError {
-    /// The document is not valid YAML/JSON of the grant format.
-    #[error("grants: {0}")]
-    Parse(String),
-    /// A grant that lists no origin can never be used.
-    #[error("grant {provider}: origins is empty")]
-    NoOrigins {
-        /// The provider.
-        provider: String,
-    },
-    /// An origin that is not `http(s)://host[:port]`.
-    #[error("grant {provider}: origin {origin:?}: {reason}")]
-    InvalidOrigin {
-        /// The provider.
-        provider: String,
-        /// The origin as written.
-        origin: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// Any other field that is wrong.
-    #[error("grant {provider}: {field}: {reason}")]
-    Invalid {
-        /// The provider.
-        provider: String,
-        /// The field, as spelled in the document.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parse(yaml: &str) -> Result<HttpGrant, String> {
+        serde_norway::from_str(yaml).map_err(|error| error.to_string())
+    }
+
     #[test]
     fn yaml_with_every_field_parses() {
-        let grants = Grants::from_yaml(
+        let grant = parse(
             r#"
-grants:
-  proxmox:
-    digest: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-    origins: ["https://127.0.0.1:8006"]
-    credential:
-      header: Authorization
-      format: "PVEAPIToken={secret}"
-      secretFile: /tmp/token
-    tls:
-      caFile: /tmp/ca.pem
-      serverName: pv1-1.home.lab
-      http1Only: true
-    timeouts: { connectMs: 1000, firstByteMs: 2000, totalMs: 3000 }
-    maxResponseBytes: 1024
+origins: ["https://127.0.0.1:8006"]
+credential:
+  header: Authorization
+  format: "PVEAPIToken={secret}"
+  secretFile: /tmp/token
+tls:
+  caFile: /tmp/ca.pem
+  serverName: pv1-1.home.lab
+  http1Only: true
+timeouts: { connectMs: 1000, firstByteMs: 2000, totalMs: 3000 }
+maxResponseBytes: 1024
 "#,
         )
         .unwrap();
-        let grant = &grants.grants["proxmox"];
         assert_eq!(grant.origins, ["https://127.0.0.1:8006"]);
         let credential = grant.credential.as_ref().unwrap();
         assert_eq!(credential.format, "PVEAPIToken={secret}");
@@ -275,37 +218,38 @@ grants:
     }
 
     #[test]
-    fn json_uses_defaults_for_omitted_fields() {
-        let grants = Grants::from_json(r#"{"grants":{"p":{"origins":["http://h"]}}}"#).unwrap();
-        let grant = &grants.grants["p"];
+    fn omitted_fields_take_the_defaults() {
+        let grant: HttpGrant = serde_json::from_str(r#"{"origins":["http://h"]}"#).unwrap();
         assert!(grant.credential.is_none());
         assert!(!grant.tls.http1_only);
         assert_eq!(grant.timeouts.connect_ms, DEFAULT_CONNECT_MS);
+        assert_eq!(grant.timeouts.first_byte_ms, DEFAULT_FIRST_BYTE_MS);
         assert_eq!(grant.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
     }
 
     #[test]
-    fn an_identity_may_carry_a_libvirt_grant_the_broker_ignores() {
-        let grants = Grants::from_yaml(
-            "grants:\n  kvm2:\n    libvirt: { connections: [{ name: hv1, uri: \"qemu:///system\" }] }\n  both:\n    origins: [\"https://i.lab\"]\n    libvirt: {}\n",
-        )
-        .unwrap();
-        assert!(!grants.grants["kvm2"].has_http());
-        assert!(grants.grants["both"].has_http());
-        let none = Grants::from_yaml("grants:\n  p: {}\n").unwrap();
-        assert!(
-            none.grants["p"].has_http(),
-            "refused later for its empty origins"
-        );
+    fn unknown_fields_are_refused() {
+        let error = parse("origins: []\ninsecure: true\n").unwrap_err();
+        assert!(error.contains("insecure"), "{error}");
+        let error = serde_json::from_str::<HttpGrant>(r#"{"origins":[],"tls":{"verify":false}}"#)
+            .unwrap_err();
+        assert!(error.to_string().contains("verify"), "{error}");
     }
 
     #[test]
-    fn unknown_fields_are_refused() {
-        let error =
-            Grants::from_yaml("grants:\n  p:\n    origins: []\n    insecure: true\n").unwrap_err();
-        assert!(error.to_string().contains("insecure"), "{error}");
-        let error = Grants::from_json(r#"{"grants":{"p":{"origins":[],"tls":{"verify":false}}}}"#)
-            .unwrap_err();
-        assert!(error.to_string().contains("verify"), "{error}");
+    fn the_secrets_and_config_maps_a_grant_names_are_its_references() {
+        let grant = parse(
+            "origins: [\"https://h\"]\ncredential: {header: Authorization, format: \"{secret}\", secretRef: {name: token, key: t}}\ntls: {caConfigMapRef: {name: ca, key: ca.pem}}\n",
+        )
+        .unwrap();
+        let names: Vec<String> = grant
+            .references()
+            .iter()
+            .map(|reference| match reference {
+                ObjectRef::Secret(r) => format!("secret/{}", r.name),
+                ObjectRef::ConfigMap(r) => format!("configmap/{}", r.name),
+            })
+            .collect();
+        assert_eq!(names, ["secret/token", "configmap/ca"]);
     }
 }

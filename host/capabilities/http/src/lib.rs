@@ -15,9 +15,9 @@
 //!    cannot even set those headers ([`Egress::is_forbidden_header`]); this is the second check.
 //!    On a credentialed request, `Range`/`If-Range` are denied and `Accept-Encoding` becomes
 //!    `identity`: a server that reflects the credential must reflect it where redaction sees it;
-//! 5. take the secret ([`credentials::CredentialSource`]: held in memory, read again off the
-//!    executor once its file changed, so a rotated secret is used from the next request) and
-//!    inject it;
+//! 5. take the secret ([`credentials::CredentialSource`]: held in memory from the Secret the
+//!    grant names, replaced when the grant is set again, or read again off the executor once its
+//!    file changed, so a rotated secret is used from the next request) and inject it;
 //! 6. connect to the origin's host with the grant's client: the grant's CA only, optional
 //!    `serverName` for verification, HTTP/1.1 only if asked, no proxy, no redirects
 //!    ([`client`]), within the connect and first-byte timeouts;
@@ -32,31 +32,34 @@
 //!
 //! # Example
 //!
+//! The broker is the runtime's HTTP capability: give it to the runtime, keep a handle, and set
+//! each identity's [`HttpGrant`] on it.
+//!
 //! ```no_run
 //! use std::sync::Arc;
-//! use egress_capability_http::{Broker, Grants};
-//! use egress_runtime::egress::Egress;
+//! use egress_capability_http::{Broker, HttpGrant};
+//! use egress_runtime::grant::{FilesOnly, GrantContext};
+//! use egress_runtime::{Capability, Runtime, RuntimeConfig};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let grants = Grants::from_yaml(r#"
-//! grants:
-//!   proxmox:
-//!     origins: ["https://192.168.2.8:8006"]
-//!     credential:
-//!       header: Authorization
-//!       format: "PVEAPIToken={secret}"
-//!       secretFile: /etc/egress/proxmox-token
-//!     tls:
-//!       caFile: /etc/egress/proxmox-ca.pem
-//!       serverName: pv1-1.home.lab
-//!       http1Only: true
+//! let grant: HttpGrant = serde_norway::from_str(r#"
+//! origins: ["https://192.168.2.8:8006"]
+//! credential:
+//!   header: Authorization
+//!   format: "PVEAPIToken={secret}"
+//!   secretFile: /etc/egress/proxmox-token
+//! tls:
+//!   caFile: /etc/egress/proxmox-ca.pem
+//!   serverName: pv1-1.home.lab
+//!   http1Only: true
 //! "#)?;
-//! let broker = Broker::new(&grants)?;
+//! let broker = Arc::new(Broker::new());
+//! broker.set_grant("proxmox", &grant, &GrantContext { digests: &[], host: &FilesOnly })?;
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! broker.metrics().register(&mut registry);
-//! // Hand it to the runtime, which calls it for every provider request.
-//! let egress: Arc<dyn Egress> = Arc::new(broker);
-//! # let _ = egress;
+//! // The runtime sends every provider request through it.
+//! let runtime = Runtime::new(RuntimeConfig::default().capability(broker))?;
+//! # let _ = runtime;
 //! # Ok(())
 //! # }
 //! ```
@@ -86,8 +89,8 @@ use tokio::time::Instant;
 
 use crate::body::{RequestBody, ResponseBody};
 use crate::client::{ClientError, ClientSettings, GrantClients, classify};
-use crate::credentials::{CredentialSource, FileSource};
-pub use crate::grant::{Grant, GrantError, Grants};
+use crate::credentials::{CredentialSource, FileSource, MemorySource};
+pub use crate::grant::HttpGrant;
 use crate::grant::{SECRET_PLACEHOLDER, Timeouts};
 pub use crate::metrics::Metrics;
 use crate::metrics::{OriginSeries, Outcome};
@@ -97,6 +100,9 @@ use crate::policy::{
 use crate::redact::{Redactor, redact_headers};
 use crate::sync::lock;
 use arc_swap::ArcSwap;
+use egress_runtime::grant::{GrantContext, GrantError, digest_hex};
+use egress_runtime::{Capability, HostState, PrepareContext};
+use wasmtime::component::Linker;
 
 /// The detail of `internal-error` when the secret could not be read: transient, and a provider's
 /// `check` reports it as `credentials-unavailable`. A contract 0.2.0 guest need not parse it: it
@@ -123,30 +129,6 @@ struct Inner {
     /// Serialises grant changes (readers never wait).
     changes: std::sync::Mutex<()>,
     metrics: Metrics,
-}
-
-/// What the host supplies for a grant beyond its document: sources of secrets held in memory
-/// rather than files, and the component digests it is pinned to. The operator fills these from
-/// Kubernetes Secrets and from the components it loaded.
-#[derive(Clone, Default)]
-pub struct GrantSources {
-    /// Where the credential comes from, in place of the grant's `secretFile`.
-    pub credential: Option<Arc<dyn CredentialSource>>,
-    /// The trusted CA bundle (PEM) itself, in place of the grant's `caFile`.
-    pub ca_pem: Option<String>,
-    /// Component digests (hex) the grant is pinned to, beside the grant's own `digest`. Empty and
-    /// no `digest`: any component with this identity.
-    pub digests: Vec<String>,
-}
-
-impl fmt::Debug for GrantSources {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GrantSources")
-            .field("credential", &self.credential.as_ref().map(|_| "host-held"))
-            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "in memory"))
-            .field("digests", &self.digests)
-            .finish()
-    }
 }
 
 struct ActiveGrant {
@@ -219,54 +201,34 @@ impl fmt::Debug for Broker {
 }
 
 impl Broker {
-    /// A broker serving `grants`. Validates every grant; reads no file (secrets and CAs are read
-    /// when requests need them).
-    ///
-    /// An identity whose entry holds only a `libvirt` grant (no origins, no credential) has no
-    /// HTTP grant: its requests are denied.
-    pub fn new(grants: &Grants) -> Result<Self, GrantError> {
-        let mut active = HashMap::new();
-        for (provider, grant) in &grants.grants {
-            if !grant.has_http() {
-                continue;
-            }
-            active.insert(
-                provider.clone(),
-                Arc::new(activate(provider, grant, GrantSources::default())?),
-            );
-        }
-        let injected = injected_headers(&active);
-        Ok(Self {
+    /// A broker with no grants: every request is denied until
+    /// [`set_grant`](Capability::set_grant) grants an identity.
+    pub fn new() -> Self {
+        Self {
             inner: Arc::new(Inner {
-                grants: ArcSwap::from_pointee(active),
-                injected_headers: ArcSwap::from_pointee(injected),
+                grants: ArcSwap::from_pointee(HashMap::new()),
+                injected_headers: ArcSwap::from_pointee(Vec::new()),
                 changes: std::sync::Mutex::new(()),
                 metrics: Metrics::default(),
             }),
-        })
+        }
     }
 
-    /// Add or replace the grant of `identity`, with `sources` for what the document leaves to
-    /// the host. Requests already in flight finish under the grant they started with; the next
-    /// one uses this one. An invalid grant is refused and the previous one, if any, stays.
-    pub fn set_grant(
+    /// [`set_grant`](Capability::set_grant), with the credential read from `source` instead of
+    /// what the grant's `credential` names (its header and format still apply): for a host that
+    /// keeps secrets somewhere of its own.
+    pub fn set_grant_with_credential(
         &self,
         identity: &str,
-        grant: &Grant,
-        sources: GrantSources,
+        grant: &HttpGrant,
+        context: &GrantContext<'_>,
+        source: Arc<dyn CredentialSource>,
     ) -> Result<(), GrantError> {
-        let active = Arc::new(activate(identity, grant, sources)?);
+        let active = Arc::new(activate(identity, grant, context, Some(source))?);
         self.change(|grants| {
             grants.insert(identity.to_owned(), active);
         });
         Ok(())
-    }
-
-    /// Remove the grant of `identity`: its next request is denied.
-    pub fn remove_grant(&self, identity: &str) {
-        self.change(|grants| {
-            grants.remove(identity);
-        });
     }
 
     /// The identities that have a grant, sorted.
@@ -293,6 +255,57 @@ impl Broker {
     }
 }
 
+impl Default for Broker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The broker is the HTTP capability: `wasi:http` and `egress:http-broker` over its own
+/// [`Egress`], granted per identity with [`HttpGrant`]s.
+impl Capability for Broker {
+    type Grant = HttpGrant;
+
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn provides(&self, import: &str) -> bool {
+        egress_runtime::http::provides(import)
+    }
+
+    fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+        egress_runtime::http::link(linker)
+    }
+
+    fn set_grant(
+        &self,
+        identity: &str,
+        grant: &HttpGrant,
+        context: &GrantContext<'_>,
+    ) -> Result<(), GrantError> {
+        let active = Arc::new(activate(identity, grant, context, None)?);
+        self.change(|grants| {
+            grants.insert(identity.to_owned(), active);
+        });
+        Ok(())
+    }
+
+    fn remove_grant(&self, identity: &str) {
+        self.change(|grants| {
+            grants.remove(identity);
+        });
+    }
+
+    fn granted(&self, identity: &str) -> bool {
+        Egress::granted(self, identity)
+    }
+
+    fn prepare(&self, call: &PrepareContext<'_>) -> Box<dyn std::any::Any + Send> {
+        egress_runtime::http::prepare(Arc::new(self.clone()), call)
+    }
+}
+
 /// Every header some grant injects.
 fn injected_headers(grants: &HashMap<String, Arc<ActiveGrant>>) -> Vec<HeaderName> {
     let mut headers: Vec<HeaderName> = grants
@@ -309,57 +322,77 @@ fn injected_headers(grants: &HashMap<String, Arc<ActiveGrant>>) -> Vec<HeaderNam
     headers
 }
 
+/// Validates `identity`'s grant and resolves what it names; `credential`, when given, is where
+/// the secret comes from instead.
 fn activate(
-    provider: &str,
-    grant: &Grant,
-    sources: GrantSources,
+    identity: &str,
+    grant: &HttpGrant,
+    context: &GrantContext<'_>,
+    credential: Option<Arc<dyn CredentialSource>>,
 ) -> Result<ActiveGrant, GrantError> {
-    let invalid = |field: &'static str, reason: String| GrantError::Invalid {
-        provider: provider.to_owned(),
-        field,
-        reason,
-    };
+    let invalid = GrantError::about("http", identity);
     if grant.origins.is_empty() {
-        return Err(GrantError::NoOrigins {
-            provider: provider.to_owned(),
-        });
+        return Err(invalid("origins", "is empty".into()));
     }
-    let mut digests = Vec::new();
-    for pin in grant.digest.iter().chain(&sources.digests) {
-        let hex = pin
-            .strip_prefix("sha256:")
-            .unwrap_or(pin)
-            .to_ascii_lowercase();
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(invalid(
-                "digest",
-                format!("{pin:?} is not sha256:<64 hex digits>"),
-            ));
-        }
-        digests.push(hex);
-    }
+    let digests = context
+        .digests
+        .iter()
+        .map(|pin| {
+            digest_hex(pin)
+                .ok_or_else(|| invalid("digest", format!("{pin:?} is not sha256:<64 hex digits>")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let origins = grant
         .origins
         .iter()
         .map(|text| {
-            Origin::parse_grant(text).map_err(|reason| GrantError::InvalidOrigin {
-                provider: provider.to_owned(),
-                origin: text.clone(),
-                reason,
-            })
+            Origin::parse_grant(text)
+                .map_err(|reason| invalid("origins", format!("{text:?}: {reason}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let any_http = origins.iter().any(|origin| origin.scheme() == Scheme::Http);
     let any_https = origins
         .iter()
         .any(|origin| origin.scheme() == Scheme::Https);
-    if any_https && grant.tls.ca_file.is_none() && sources.ca_pem.is_none() {
+    let tls = &grant.tls;
+    let ca_pem = match (&tls.ca_secret_ref, &tls.ca_config_map_ref, &tls.ca_file) {
+        (None, None, None) => None,
+        (Some(secret), None, None) => {
+            let bytes = context
+                .host
+                .secret(secret)
+                .map_err(|reason| invalid("tls.caSecretRef", reason))?;
+            let pem = String::from_utf8(bytes.to_vec())
+                .map_err(|_| invalid("tls.caSecretRef", "the CA is not UTF-8 PEM".into()))?;
+            Some(Arc::from(pem))
+        }
+        (None, Some(map), None) => Some(Arc::from(
+            context
+                .host
+                .config_map(map)
+                .map_err(|reason| invalid("tls.caConfigMapRef", reason))?,
+        )),
+        (None, None, Some(file)) => {
+            context
+                .host
+                .file(file)
+                .map_err(|reason| invalid("tls.caFile", reason))?;
+            None
+        }
+        _ => {
+            return Err(invalid(
+                "tls",
+                "name at most one of caSecretRef, caConfigMapRef and caFile".into(),
+            ));
+        }
+    };
+    if any_https && ca_pem.is_none() && tls.ca_file.is_none() {
         return Err(invalid(
             "tls.caFile",
-            "required for https origins: the broker trusts no system roots".into(),
+            "a CA (caSecretRef, caConfigMapRef or caFile) is required for https origins: the broker trusts no system roots".into(),
         ));
     }
-    if let Some(name) = &grant.tls.server_name {
+    if let Some(name) = &tls.server_name {
         // An IP would make the client connect there instead of to the origin's host.
         match ServerName::try_from(name.as_str()) {
             Ok(ServerName::DnsName(_)) => {}
@@ -371,6 +404,7 @@ fn activate(
             }
         }
     }
+    let source = credential;
     let injection = match &grant.credential {
         None => None,
         Some(credential) => {
@@ -408,17 +442,42 @@ fn activate(
                     "holds characters a header cannot carry".into(),
                 ));
             }
-            let source: Arc<dyn CredentialSource> =
-                match (&sources.credential, &credential.secret_file) {
-                    (Some(source), _) => Arc::clone(source),
-                    (None, Some(file)) => Arc::new(FileSource::new(file)),
-                    (None, None) => {
-                        return Err(invalid(
-                            "credential.secretFile",
-                            "required: where the host reads the secret".into(),
+            let source: Arc<dyn CredentialSource> = match (
+                source.clone(),
+                &credential.secret_ref,
+                &credential.secret_file,
+            ) {
+                (Some(source), _, _) => source,
+                (None, Some(reference), None) => {
+                    let origin = format!("Secret {} key {}", reference.name, reference.key);
+                    let bytes = context
+                        .host
+                        .secret(reference)
+                        .map_err(|reason| invalid("credential.secretRef", reason))?;
+                    let value = std::str::from_utf8(&bytes).map_err(|_| {
+                        invalid(
+                            "credential.secretRef",
+                            format!("the secret in {origin} is not UTF-8"),
+                        )
+                    })?;
+                    let source = MemorySource::new(origin);
+                    source.set(Some(value));
+                    Arc::new(source)
+                }
+                (None, None, Some(file)) => {
+                    context
+                        .host
+                        .file(file)
+                        .map_err(|reason| invalid("credential.secretFile", reason))?;
+                    Arc::new(FileSource::new(file))
+                }
+                _ => {
+                    return Err(invalid(
+                            "credential",
+                            "name exactly one of secretRef and secretFile: where the host reads the secret".into(),
                         ));
-                    }
-                };
+                }
+            };
             Some(Injection {
                 header,
                 prefix: prefix.to_owned(),
@@ -451,10 +510,10 @@ fn activate(
         allowlist: Allowlist::new(origins),
         injection,
         clients: GrantClients::new(ClientSettings {
-            ca_file: grant.tls.ca_file.clone(),
-            ca_pem: sources.ca_pem.map(Arc::from),
-            server_name: grant.tls.server_name.clone(),
-            http1_only: grant.tls.http1_only,
+            ca_file: tls.ca_file.clone(),
+            ca_pem,
+            server_name: tls.server_name.clone(),
+            http1_only: tls.http1_only,
             connect_timeout: timeouts.connect(),
         }),
         timeouts,

@@ -1,7 +1,8 @@
 //! The libvirt capability as `egress-runtime` serves it: [`Capability`] for
 //! [`LibvirtCapability`], and [`LibvirtView`] for the runtime's store data, [`HostState`].
 //!
-//! Give it to the runtime with `RuntimeConfig::capability`. Then a component that imports
+//! Give it to the runtime with `RuntimeConfig::capability`, keep a clone, and grant identities
+//! with [`Capability::set_grant`] (a [`LibvirtGrant`] each). Then a component that imports
 //! `egress:libvirt/libvirt` loads (and one on a runtime without it is refused, naming the
 //! import); each call of such a provider gets the granted context of its identity, or, without a
 //! grant (or with a grant pinned to other component bytes), [`LibvirtCallCtx::ungranted`], on
@@ -12,16 +13,19 @@
 use std::any::Any;
 
 use egress_runtime::capability::import_matches;
+use egress_runtime::grant::{GrantContext, GrantError};
 use egress_runtime::{Capability, HostState, PrepareContext};
 use wasmtime::component::Linker;
 
-use crate::{LibvirtCallCtx, LibvirtCapability, LibvirtCtxView, LibvirtView};
+use crate::{LibvirtCallCtx, LibvirtCapability, LibvirtCtxView, LibvirtGrant, LibvirtView};
 
 /// The interface this capability provides, and its version.
 const INTERFACE: &str = "egress:libvirt/libvirt";
 const VERSION: &str = "0.1.0";
 
 impl Capability for LibvirtCapability {
+    type Grant = LibvirtGrant;
+
     fn name(&self) -> &'static str {
         "libvirt"
     }
@@ -32,6 +36,19 @@ impl Capability for LibvirtCapability {
 
     fn link(&self, linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         crate::add_to_linker(linker)
+    }
+
+    fn set_grant(
+        &self,
+        identity: &str,
+        grant: &LibvirtGrant,
+        context: &GrantContext<'_>,
+    ) -> Result<(), GrantError> {
+        self.set(identity, grant, context)
+    }
+
+    fn remove_grant(&self, identity: &str) {
+        self.remove(identity);
     }
 
     fn granted(&self, identity: &str) -> bool {
@@ -59,7 +76,7 @@ mod tests {
 
     #[test]
     fn libvirt_provides_its_interface_at_compatible_versions_only() {
-        let capability = LibvirtCapability::new(&crate::Grants::default()).unwrap();
+        let capability = LibvirtCapability::new();
         assert_eq!(capability.name(), "libvirt");
         assert!(capability.provides("egress:libvirt/libvirt@0.1.0"));
         assert!(capability.provides("egress:libvirt/libvirt@0.1.2"));

@@ -5,15 +5,18 @@
 //! the next call dials afresh (the stuck call keeps its own reference until libvirt returns).
 //! Connections are closed off the executor: closing a remote one is a round trip.
 
-use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use egress_runtime::grant::{GrantContext, GrantError, SecretKeyRef};
 use virt::connect::Connect;
 
+use crate::Shared;
 use crate::bindings::egress::libvirt::libvirt::Error;
 use crate::error;
-use crate::grant::{ConnectionGrant, GrantError};
+use crate::grant::ConnectionGrant;
+use crate::keys::KeyFile;
 
 /// URI parameters the host sets itself; a grant's URI may not carry them.
 const HOST_OWNED_PARAMETERS: &[&str] = &[
@@ -39,6 +42,23 @@ enum Transport {
     Other,
 }
 
+/// A file libvirt reads while dialing: one the grant names (the CLI), or one the host wrote from
+/// a Secret, removed when the grant that holds it goes.
+#[derive(Debug)]
+enum SshFile {
+    Named(PathBuf),
+    Written(Arc<KeyFile>),
+}
+
+impl SshFile {
+    fn path(&self) -> &Path {
+        match self {
+            SshFile::Named(path) => path,
+            SshFile::Written(file) => file.path(),
+        }
+    }
+}
+
 /// One granted connection, validated: shared by every call of the provider.
 #[derive(Debug)]
 pub(crate) struct ActiveConnection {
@@ -46,8 +66,8 @@ pub(crate) struct ActiveConnection {
     pub(crate) name: String,
     uri: url::Url,
     transport: Transport,
-    ssh_key_file: Option<PathBuf>,
-    known_hosts_file: Option<PathBuf>,
+    ssh_key: Option<SshFile>,
+    known_hosts: Option<SshFile>,
     /// OR of the grant's undefine flags.
     pub(crate) undefine_flags: u32,
     pub(crate) pools: BTreeSet<String>,
@@ -56,12 +76,20 @@ pub(crate) struct ActiveConnection {
 }
 
 impl ActiveConnection {
-    /// Validates one connection of `provider`'s grant. Reads no file.
-    pub(crate) fn new(provider: &str, grant: &ConnectionGrant) -> Result<Self, GrantError> {
-        let invalid = |field: &str, reason: String| GrantError::Invalid {
-            provider: provider.to_owned(),
-            field: format!("connections[{}].{field}", grant.name),
-            reason,
+    /// Validates one connection of `identity`'s grant and resolves its SSH material: a Secret's
+    /// key is written to the host's key directory (so `shared` makes it on first need), unless
+    /// `previous`, the connection of the grant this one replaces, holds the same bytes already
+    /// (its file and pooled connection are kept); a file is only named. Reads no file.
+    pub(crate) fn new(
+        identity: &str,
+        grant: &ConnectionGrant,
+        context: &GrantContext<'_>,
+        shared: &Shared,
+        previous: Option<&ActiveConnection>,
+    ) -> Result<Self, GrantError> {
+        let about = GrantError::about("libvirt", identity);
+        let invalid = |field: &str, reason: String| {
+            about(&format!("connections[{}].{field}", grant.name), reason)
         };
         if !crate::call::is_simple_name(&grant.name) {
             return Err(invalid(
@@ -77,7 +105,7 @@ impl ActiveConnection {
         {
             return Err(invalid(
                 "uri",
-                format!("the host sets {key:?} itself; use sshKeyFile and knownHostsFile"),
+                format!("the host sets {key:?} itself; grant the SSH key and known_hosts instead"),
             ));
         }
         if !uri.password().unwrap_or_default().is_empty() {
@@ -88,18 +116,96 @@ impl ActiveConnection {
             Some("libssh" | "libssh2") => Transport::SshLibrary,
             _ => Transport::Other,
         };
-        if transport == Transport::Other
-            && (grant.ssh_key_file.is_some() || grant.known_hosts_file.is_some())
-        {
+        let write = |what: &str, bytes: &[u8]| -> Result<SshFile, String> {
+            let kept = previous.and_then(|previous| match what {
+                "key" => previous.ssh_key.as_ref(),
+                _ => previous.known_hosts.as_ref(),
+            });
+            if let Some(SshFile::Written(file)) = kept
+                && file.holds(bytes)
+            {
+                return Ok(SshFile::Written(Arc::clone(file)));
+            }
+            let dir = shared.key_dir()?;
+            dir.write(&format!("{}-{}", grant.name, what), bytes)
+                .map(|file| SshFile::Written(Arc::new(file)))
+        };
+        let ssh_key = match (&grant.ssh_key_secret_ref, &grant.ssh_key_file) {
+            (None, None) => None,
+            (Some(reference), None) => {
+                let bytes = context
+                    .host
+                    .secret(reference)
+                    .map_err(|reason| invalid("sshKeySecretRef", reason))?;
+                private_key(&bytes, reference)
+                    .map_err(|reason| invalid("sshKeySecretRef", reason))?;
+                Some(write("key", &bytes).map_err(|reason| invalid("sshKeySecretRef", reason))?)
+            }
+            (None, Some(file)) => {
+                context
+                    .host
+                    .file(file)
+                    .map_err(|reason| invalid("sshKeyFile", reason))?;
+                Some(SshFile::Named(file.clone()))
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "sshKeySecretRef",
+                    "name one of sshKeySecretRef and sshKeyFile".into(),
+                ));
+            }
+        };
+        let known_hosts = match (
+            &grant.known_hosts_secret_ref,
+            &grant.known_hosts_config_map_ref,
+            &grant.known_hosts_file,
+        ) {
+            (None, None, None) => None,
+            (Some(reference), None, None) => {
+                let bytes = context
+                    .host
+                    .secret(reference)
+                    .map_err(|reason| invalid("knownHostsSecretRef", reason))?;
+                Some(
+                    write("known_hosts", &bytes)
+                        .map_err(|reason| invalid("knownHostsSecretRef", reason))?,
+                )
+            }
+            (None, Some(reference), None) => {
+                let text = context
+                    .host
+                    .config_map(reference)
+                    .map_err(|reason| invalid("knownHostsConfigMapRef", reason))?;
+                Some(
+                    write("known_hosts", text.as_bytes())
+                        .map_err(|reason| invalid("knownHostsConfigMapRef", reason))?,
+                )
+            }
+            (None, None, Some(file)) => {
+                context
+                    .host
+                    .file(file)
+                    .map_err(|reason| invalid("knownHostsFile", reason))?;
+                Some(SshFile::Named(file.clone()))
+            }
+            _ => {
+                return Err(invalid(
+                    "knownHostsSecretRef",
+                    "name one of knownHostsSecretRef, knownHostsConfigMapRef and knownHostsFile"
+                        .into(),
+                ));
+            }
+        };
+        if transport == Transport::Other && (ssh_key.is_some() || known_hosts.is_some()) {
             return Err(invalid(
-                "sshKeyFile",
-                "SSH files need an ssh, libssh or libssh2 transport".into(),
+                "sshKeySecretRef",
+                "SSH keys and known_hosts need an ssh, libssh or libssh2 transport".into(),
             ));
         }
-        if transport == Transport::SshBinary && grant.known_hosts_file.is_some() {
+        if transport == Transport::SshBinary && known_hosts.is_some() {
             return Err(invalid(
-                "knownHostsFile",
-                "libvirt's ssh transport cannot take one; use qemu+libssh2://".into(),
+                "knownHostsSecretRef",
+                "libvirt's ssh transport cannot take known_hosts; use qemu+libssh2://".into(),
             ));
         }
         let set = |values: &[String], field: &str| {
@@ -117,8 +223,8 @@ impl ActiveConnection {
         Ok(Self {
             name: grant.name.clone(),
             transport,
-            ssh_key_file: grant.ssh_key_file.clone(),
-            known_hosts_file: grant.known_hosts_file.clone(),
+            ssh_key,
+            known_hosts,
             undefine_flags: grant
                 .undefine_flags
                 .iter()
@@ -130,6 +236,11 @@ impl ActiveConnection {
         })
     }
 
+    /// The hypervisor this connection reaches: the granted URI, without what the host adds.
+    pub(crate) fn hypervisor(&self) -> String {
+        self.uri.to_string()
+    }
+
     /// Whether dialing goes through SSH (whose failures are classified).
     fn ssh(&self) -> bool {
         self.transport != Transport::Other
@@ -137,12 +248,12 @@ impl ActiveConnection {
 
     /// The URI to dial: the grant's, plus the SSH parameters the host owns. Holds file paths,
     /// never their contents.
-    fn dial_uri(&self) -> String {
+    pub(crate) fn dial_uri(&self) -> String {
         let mut uri = self.uri.clone();
         if self.ssh() {
             let mut query = uri.query_pairs_mut();
-            if let Some(key) = &self.ssh_key_file {
-                query.append_pair("keyfile", &key.to_string_lossy());
+            if let Some(key) = &self.ssh_key {
+                query.append_pair("keyfile", &key.path().to_string_lossy());
             }
             match self.transport {
                 Transport::SshBinary => {
@@ -150,12 +261,12 @@ impl ActiveConnection {
                     query.append_pair("no_tty", "1");
                 }
                 Transport::SshLibrary => {
-                    if let Some(known_hosts) = &self.known_hosts_file {
-                        query.append_pair("known_hosts", &known_hosts.to_string_lossy());
+                    if let Some(known_hosts) = &self.known_hosts {
+                        query.append_pair("known_hosts", &known_hosts.path().to_string_lossy());
                     }
                     // An unknown or changed host key fails the dial.
                     query.append_pair("known_hosts_verify", "normal");
-                    if self.ssh_key_file.is_some() {
+                    if self.ssh_key.is_some() {
                         query.append_pair("sshauth", "privkey");
                     }
                 }
@@ -168,9 +279,10 @@ impl ActiveConnection {
     /// Checks that the SSH files can be read now (libvirt reads them while dialing): a missing
     /// file is a host not ready yet, not a refused key.
     fn check_files(&self) -> Result<(), Error> {
-        for path in [&self.ssh_key_file, &self.known_hosts_file]
+        for path in [&self.ssh_key, &self.known_hosts]
             .into_iter()
             .flatten()
+            .map(SshFile::path)
         {
             if let Err(io) = std::fs::File::open(path) {
                 tracing::warn!(connection = %self.name, path = %path.display(), error = %io, "SSH file unreadable");
@@ -183,6 +295,26 @@ impl ActiveConnection {
             }
         }
         Ok(())
+    }
+}
+
+/// Checks that `bytes` look like an SSH private key (OpenSSH or PEM), so a Secret holding
+/// something else is refused when the grant is set rather than at the first dial. Never says
+/// what the bytes hold.
+fn private_key(bytes: &[u8], reference: &SecretKeyRef) -> Result<(), String> {
+    let text = std::str::from_utf8(bytes).unwrap_or_default().trim_start();
+    let pem = text.starts_with("-----BEGIN ")
+        && text
+            .lines()
+            .next()
+            .is_some_and(|line| line.ends_with("PRIVATE KEY-----"));
+    if pem {
+        Ok(())
+    } else {
+        Err(format!(
+            "Secret {} key {} is not an SSH private key (OpenSSH or PEM)",
+            reference.name, reference.key
+        ))
     }
 }
 
@@ -238,6 +370,12 @@ impl ConnectionPool {
         Ok(conn)
     }
 
+    /// Keeps only the connections dialed with one of `uris`: those of grants that are gone, or
+    /// of a key that rotated, leave the pool (calls in flight keep theirs).
+    pub(crate) fn retain(&self, uris: &HashSet<String>) {
+        lock(&self.pooled).retain(|uri, _| uris.contains(uri));
+    }
+
     /// Removes `conn` from the pool (after it timed out), if it is still the pooled one.
     pub(crate) fn evict(&self, conn: &Arc<Conn>) {
         let Some(key) = &conn.key else { return };
@@ -280,14 +418,15 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grant::Grants;
+    use egress_runtime::grant::FilesOnly;
 
     fn connection(json: &str) -> Result<ActiveConnection, GrantError> {
-        let grants = Grants::from_json(&format!(
-            r#"{{"grants":{{"p":{{"connections":[{json}]}}}}}}"#
-        ))
-        .unwrap();
-        ActiveConnection::new("p", &grants.grants["p"].connections[0])
+        let grant: ConnectionGrant = serde_json::from_str(json).unwrap();
+        let context = GrantContext {
+            digests: &[],
+            host: &FilesOnly,
+        };
+        ActiveConnection::new("p", &grant, &context, &Shared::default(), None)
     }
 
     #[test]
@@ -324,20 +463,52 @@ mod tests {
             (r#"{"name":"a","uri":"not a uri"}"#, "uri"),
             (
                 r#"{"name":"a","uri":"qemu:///system","sshKeyFile":"/k"}"#,
-                "sshKeyFile",
+                "sshKeySecretRef",
             ),
             (
                 r#"{"name":"a","uri":"qemu+ssh://h/system","knownHostsFile":"/k"}"#,
-                "knownHostsFile",
+                "knownHostsSecretRef",
             ),
             (r#"{"name":"a/b","uri":"qemu:///system"}"#, "name"),
             (
                 r#"{"name":"a","uri":"qemu:///system","pools":["x/y"]}"#,
                 "pools",
             ),
+            (
+                r#"{"name":"a","uri":"qemu+libssh2://h/system","sshKeyFile":"/k","sshKeySecretRef":{"name":"s","key":"k"}}"#,
+                "sshKeySecretRef",
+            ),
+            (
+                r#"{"name":"a","uri":"qemu+libssh2://h/system","sshKeySecretRef":{"name":"s","key":"k"}}"#,
+                "only the operator resolves",
+            ),
         ] {
             let error = connection(json).unwrap_err();
             assert!(error.to_string().contains(field), "{json}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_secret_that_is_not_a_private_key_is_refused_without_showing_it() {
+        let reference = SecretKeyRef {
+            name: "hv1-ssh".into(),
+            key: "id".into(),
+            namespace: None,
+        };
+        assert!(private_key(b"-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n", &reference).is_ok());
+        assert!(private_key(b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n", &reference).is_ok());
+        for bad in [
+            &b"ssh-ed25519 AAAAC3Nz user@host"[..],
+            b"hunter2",
+            b"\xff\xfe",
+            b"",
+        ] {
+            let error = private_key(bad, &reference).unwrap_err();
+            assert!(
+                error.contains("hv1-ssh") && error.contains("not an SSH private key"),
+                "{error}"
+            );
+            assert!(!error.contains("hunter2"));
         }
     }
 }

@@ -1,59 +1,38 @@
-//! Grant configuration: which hypervisors each provider may reach, and what it may use there.
-//!
-//! The format (YAML or JSON, camelCase keys, unknown keys refused):
-//!
-//! ```yaml
-//! grants:
-//!   kvm2:                                        # the provider's identity, as the host names it
-//!     connections:
-//!       - name: hv1                              # what the guest passes to connection.open
-//!         uri: qemu+libssh2://egress@hv1.lab/system
-//!         sshKeyFile: /etc/egress/hv1/id_ed25519 # read by libvirt on every dial
-//!         knownHostsFile: /etc/egress/hv1/known_hosts
-//!         undefineFlags: [managedSave, snapshotsMetadata, checkpointsMetadata, nvram]
-//!         pools: [default, images]               # storage pools it may use
-//!         networks: [default]                    # libvirt networks its domains may join
-//!         bridges: [br0]                         # host bridges its domains may join
-//!     images:                                    # base images the host imports for it
-//!       origins: ["https://images.lab"]          # https://host[:port], no path; default deny
-//!       caFile: /etc/egress/images-ca.pem        # the only roots trusted; no system roots
-//!       maxBytes: 8589934592                     # largest image (8 GiB, the default)
-//!     timeouts: { callMs: 30000, importMs: 1800000 }
-//!     maxUploadBytes: 67108864                   # largest guest upload (64 MiB, the default)
-//! ```
-//!
-//! [`Grants`] is only the parsed document; `LibvirtCapability::new` validates it and refuses a
-//! grant that cannot be served safely, naming the provider and the field. Validation reads no
-//! file: the SSH files and the CA are read when a call needs them.
-//!
-//! # In the host's grants file
-//!
-//! The host's one grants file (the CLI's `--grants`, parsed for HTTP by
-//! `egress-capability-http`) carries each identity's libvirt grant under its `libvirt` key,
-//! beside the HTTP grant's keys; [`Grants::from_grants_file_yaml`] reads those. The identity's
-//! `digest` pins both:
+//! The libvirt grant: which hypervisors a provider identity may reach, and what it may use there.
+//! One typed document ([`LibvirtGrant`]): a ProviderConfig's `spec.grant.libvirt`, an identity's
+//! `libvirt` in the CLI's grants file, and what `LibvirtCapability`'s `set_grant` takes (YAML or
+//! JSON, camelCase keys, unknown keys refused):
 //!
 //! ```yaml
-//! grants:
-//!   proxmox:                       # HTTP only
-//!     origins: ["https://192.168.2.8:8006"]
-//!   kvm2:                          # libvirt only
-//!     digest: "sha256:9f86d0…"     # optional: pins the HTTP and the libvirt grant
-//!     libvirt:
-//!       connections:
-//!         - name: hv1
-//!           uri: qemu+libssh2://egress@hv1.lab/system
-//!           sshKeyFile: /etc/egress/hv1/id_ed25519
-//!           knownHostsFile: /etc/egress/hv1/known_hosts
-//!           pools: [default]
-//!           networks: [default]
+//! owner: lab                                   # the marks' namespace; default egress-operator
+//! connections:
+//!   - name: hv1                                # what the guest passes to connection.open
+//!     uri: qemu+libssh2://egress@hv1.lab/system
+//!     sshKeySecretRef: {name: hv1-ssh, key: id_ed25519}       # or sshKeyFile (the CLI)
+//!     knownHostsSecretRef: {name: hv1-ssh, key: known_hosts}  # or knownHostsConfigMapRef, knownHostsFile
+//!     undefineFlags: [managedSave, snapshotsMetadata, checkpointsMetadata, nvram]
+//!     pools: [default, images]                 # storage pools it may use
+//!     networks: [default]                      # libvirt networks its domains may join
+//!     bridges: [br0]                           # host bridges its domains may join
+//! images:                                      # base images the host imports for it
+//!   origins: ["https://images.lab"]            # https://host[:port], no path; default deny
+//!   caConfigMapRef: {name: images-ca, key: ca.pem}   # or caSecretRef, caFile; no system roots
+//!   maxBytes: 8589934592                       # largest image (8 GiB, the default)
+//! timeouts: { callMs: 30000, importMs: 1800000 }
+//! maxUploadBytes: 67108864                     # largest guest upload (64 MiB, the default)
 //! ```
+//!
+//! The document holds no key: the host resolves the Secret references when the grant is set and
+//! hands libvirt, which reads SSH material only from files, a file it writes in a private,
+//! memory-backed directory (see `keys`). Validation reads no file the document names: the host
+//! reads them when a call needs them.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use egress_runtime::grant::{GrantDocument, ObjectRef, SecretKeyRef};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Per-call timeout when a grant sets none.
 pub const DEFAULT_CALL_MS: u64 = 30_000;
@@ -63,108 +42,24 @@ pub const DEFAULT_IMPORT_MS: u64 = 30 * 60 * 1000;
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 * 1024 * 1024;
 /// Largest imported image when a grant sets none (8 GiB).
 pub const DEFAULT_MAX_IMAGE_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+/// The owner of marks when a grant names none.
+pub const DEFAULT_OWNER: &str = "egress-operator";
 
-/// Every provider's libvirt grant, keyed by provider identity. A provider without one gets no
-/// libvirt capability at all.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Grants {
-    /// Grants by provider identity (the name the host gives the provider).
-    pub grants: BTreeMap<String, Grant>,
-}
-
-impl Grants {
-    /// Parses grants from YAML.
-    pub fn from_yaml(text: &str) -> Result<Self, GrantError> {
-        serde_norway::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))
-    }
-
-    /// Parses grants from JSON.
-    pub fn from_json(text: &str) -> Result<Self, GrantError> {
-        serde_json::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))
-    }
-
-    /// The libvirt grants of the host's grants file, YAML (see the [module docs](self)): each
-    /// identity's `libvirt` key, pinned by the identity's `digest` when it has one. Identities
-    /// without a `libvirt` key get no libvirt grant; the other keys are the HTTP broker's and are
-    /// not looked at here (the broker refuses unknown ones).
-    pub fn from_grants_file_yaml(text: &str) -> Result<Self, GrantError> {
-        let file: GrantsFile =
-            serde_norway::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))?;
-        file.into_grants()
-    }
-
-    /// [`Grants::from_grants_file_yaml`] for a JSON grants file.
-    pub fn from_grants_file_json(text: &str) -> Result<Self, GrantError> {
-        let file: GrantsFile =
-            serde_json::from_str(text).map_err(|error| GrantError::Parse(error.to_string()))?;
-        file.into_grants()
-    }
-}
-
-/// The host's grants file, as far as libvirt is concerned.
-#[derive(Deserialize)]
-struct GrantsFile {
-    #[serde(default)]
-    grants: BTreeMap<String, IdentityGrant>,
-}
-
-/// One identity's entry of the grants file: the keys libvirt reads.
-#[derive(Deserialize)]
-struct IdentityGrant {
-    #[serde(default)]
-    digest: Option<String>,
-    #[serde(default)]
-    libvirt: Option<Grant>,
-}
-
-impl GrantsFile {
-    fn into_grants(self) -> Result<Grants, GrantError> {
-        let mut grants = BTreeMap::new();
-        for (identity, entry) in self.grants {
-            let Some(mut grant) = entry.libvirt else {
-                continue;
-            };
-            match (&grant.digest, entry.digest) {
-                (Some(own), Some(identity_digest)) if !same_digest(own, &identity_digest) => {
-                    return Err(GrantError::Invalid {
-                        provider: identity,
-                        field: "libvirt.digest".into(),
-                        reason: "differs from the identity's digest".into(),
-                    });
-                }
-                (None, Some(identity_digest)) => grant.digest = Some(identity_digest),
-                _ => {}
-            }
-            grants.insert(identity, grant);
-        }
-        Ok(Grants { grants })
-    }
-}
-
-/// Whether two digest pins (`sha256:<hex>` or bare hex) name the same bytes.
-fn same_digest(a: &str, b: &str) -> bool {
-    let bare = |pin: &str| {
-        pin.strip_prefix("sha256:")
-            .unwrap_or(pin)
-            .to_ascii_lowercase()
-    };
-    bare(a) == bare(b)
-}
-
-/// What one provider may reach through libvirt.
-#[derive(Clone, Debug, Deserialize)]
+/// What one provider identity may reach through libvirt.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Grant {
-    /// Pins the grant to one component: `sha256:<hex>` of its bytes (or the bare hex). A
-    /// provider with this identity but other bytes gets the ungranted state: every call denied.
-    /// In the host's grants file, the identity's own `digest` pins it too.
-    #[serde(default)]
-    pub digest: Option<String>,
+pub struct LibvirtGrant {
+    /// Whose ownership marks the provider reads and writes: its metadata namespace is
+    /// `https://egress-operator.io/owner/<owner>`. Chosen by the host, never by the component,
+    /// and not the identity, so renaming or recreating a ProviderConfig keeps its VMs its own.
+    /// ProviderConfigs with the same owner on one hypervisor read each other's marks; give
+    /// installations that must not, such as two clusters, owners of their own.
+    #[serde(default = "default_owner")]
+    pub owner: String,
     /// The hypervisors, by the name the guest opens them with.
     pub connections: Vec<ConnectionGrant>,
     /// Where base images may be imported from; no imports when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageGrant>,
     /// Per-call and import timeouts.
     #[serde(default)]
@@ -174,8 +69,34 @@ pub struct Grant {
     pub max_upload_bytes: u64,
 }
 
+impl GrantDocument for LibvirtGrant {
+    fn references(&self) -> Vec<ObjectRef<'_>> {
+        let mut references = Vec::new();
+        for connection in &self.connections {
+            references.extend(connection.ssh_key_secret_ref.iter().map(ObjectRef::Secret));
+            references.extend(
+                connection
+                    .known_hosts_secret_ref
+                    .iter()
+                    .map(ObjectRef::Secret),
+            );
+            references.extend(
+                connection
+                    .known_hosts_config_map_ref
+                    .iter()
+                    .map(ObjectRef::ConfigMap),
+            );
+        }
+        if let Some(images) = &self.images {
+            references.extend(images.ca_secret_ref.iter().map(ObjectRef::Secret));
+            references.extend(images.ca_config_map_ref.iter().map(ObjectRef::ConfigMap));
+        }
+        references
+    }
+}
+
 /// One hypervisor connection and what the provider may use on it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConnectionGrant {
     /// The name the guest passes to `connection.open`.
@@ -183,14 +104,24 @@ pub struct ConnectionGrant {
     /// The libvirt URI, for example `qemu+libssh2://egress@hv1/system` or `qemu:///system`. It
     /// may not carry the SSH parameters the host sets itself (`keyfile`, `known_hosts`, …).
     pub uri: String,
-    /// Private key for an SSH transport, passed to libvirt as `keyfile` on every dial, so a
-    /// rotated key is used from the next dial on.
-    #[serde(default)]
+    /// The SSH private key, from a Secret's key: written 0600 to the host's private key
+    /// directory and passed to libvirt as `keyfile`; a rotated Secret is used from the next dial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_key_secret_ref: Option<SecretKeyRef>,
+    /// The SSH private key as a file (the CLI only), passed to libvirt as `keyfile` on every
+    /// dial, so a rotated key is used from the next dial on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_key_file: Option<PathBuf>,
-    /// known_hosts for the `libssh` and `libssh2` transports, passed as `known_hosts` with strict
-    /// verification. (libvirt 9's `ssh` transport, which runs the `ssh` binary, has no such
-    /// parameter; use `qemu+libssh2://` to pin host keys.)
-    #[serde(default)]
+    /// known_hosts for the `libssh` and `libssh2` transports, from a Secret's key, checked
+    /// strictly. (libvirt 9's `ssh` transport, which runs the `ssh` binary, takes no known_hosts;
+    /// use `qemu+libssh2://` to pin host keys.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts_secret_ref: Option<SecretKeyRef>,
+    /// The same from a ConfigMap's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts_config_map_ref: Option<SecretKeyRef>,
+    /// The same as a file (the CLI only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_hosts_file: Option<PathBuf>,
     /// Flags for `domain.undefine`. The default suits qemu (UEFI domains need `nvram`); libvirt's
     /// test driver refuses `nvram` and `checkpointsMetadata`, so grants for it list fewer.
@@ -208,7 +139,7 @@ pub struct ConnectionGrant {
 }
 
 /// A `virDomainUndefineFlagsValues` flag.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum UndefineFlag {
     /// `VIR_DOMAIN_UNDEFINE_MANAGED_SAVE`: remove a managed-save image too.
@@ -235,21 +166,30 @@ impl UndefineFlag {
     }
 }
 
-/// Where base images may come from.
-#[derive(Clone, Debug, Deserialize)]
+/// Where base images may come from, and the CA trusted for them (and only it), from exactly one
+/// of the three sources.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ImageGrant {
     /// Allowed origins, each `https://host[:port]` with no path. Default deny.
     pub origins: Vec<String>,
-    /// PEM file with the CA certificates trusted for these origins, and only them.
-    pub ca_file: PathBuf,
+    /// A PEM bundle in a Secret's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+    /// A PEM bundle in a ConfigMap's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_ref: Option<SecretKeyRef>,
+    /// A PEM file (the CLI only), read at each import.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
     /// Largest image; a larger `Content-Length`, or more bytes, fails the import.
     #[serde(default = "default_max_image_bytes")]
     pub max_bytes: u64,
 }
 
-/// Timeouts in milliseconds. Each also stops at the operation's deadline, whichever comes first.
-#[derive(Clone, Copy, Debug, Deserialize)]
+/// Timeouts in milliseconds. A call's timeout also stops at the operation's deadline, whichever
+/// comes first; an import goes on past the call that started it, up to its own timeout.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Timeouts {
     /// One libvirt call (an open, a define, a chunk of an upload).
@@ -281,6 +221,10 @@ impl Timeouts {
     }
 }
 
+fn default_owner() -> String {
+    DEFAULT_OWNER.to_owned()
+}
+
 fn default_undefine_flags() -> Vec<UndefineFlag> {
     vec![
         UndefineFlag::ManagedSave,
@@ -306,53 +250,34 @@ fn default_max_image_bytes() -> u64 {
     DEFAULT_MAX_IMAGE_BYTES
 }
 
-/// A grant document that cannot be used. Messages name the provider and the field.
-#[derive(Debug, thiserror::Error)]
-pub enum GrantError {
-    /// The document is not valid YAML/JSON of the grant format.
-    #[error("libvirt grants: {0}")]
-    Parse(String),
-    /// A field that is wrong.
-    #[error("libvirt grant {provider}: {field}: {reason}")]
-    Invalid {
-        /// The provider.
-        provider: String,
-        /// The field, as spelled in the document.
-        field: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn yaml_with_every_field_parses() {
-        let grants = Grants::from_yaml(
+        let grant: LibvirtGrant = serde_norway::from_str(
             r#"
-grants:
-  kvm2:
-    connections:
-      - name: hv1
-        uri: qemu+libssh2://egress@hv1.lab/system
-        sshKeyFile: /etc/egress/id
-        knownHostsFile: /etc/egress/known_hosts
-        undefineFlags: [managedSave, nvram]
-        pools: [default]
-        networks: [default]
-        bridges: [br0]
-    images:
-      origins: ["https://images.lab"]
-      caFile: /etc/egress/ca.pem
-      maxBytes: 1024
-    timeouts: { callMs: 1000, importMs: 2000 }
-    maxUploadBytes: 4096
+owner: lab
+connections:
+  - name: hv1
+    uri: qemu+libssh2://egress@hv1.lab/system
+    sshKeyFile: /etc/egress/id
+    knownHostsFile: /etc/egress/known_hosts
+    undefineFlags: [managedSave, nvram]
+    pools: [default]
+    networks: [default]
+    bridges: [br0]
+images:
+  origins: ["https://images.lab"]
+  caFile: /etc/egress/ca.pem
+  maxBytes: 1024
+timeouts: { callMs: 1000, importMs: 2000 }
+maxUploadBytes: 4096
 "#,
         )
         .unwrap();
-        let grant = &grants.grants["kvm2"];
+        assert_eq!(grant.owner, "lab");
         let connection = &grant.connections[0];
         assert_eq!(connection.name, "hv1");
         assert_eq!(
@@ -366,12 +291,11 @@ grants:
     }
 
     #[test]
-    fn json_uses_defaults_for_omitted_fields() {
-        let grants = Grants::from_json(
-            r#"{"grants":{"p":{"connections":[{"name":"c","uri":"qemu:///system"}]}}}"#,
-        )
-        .unwrap();
-        let grant = &grants.grants["p"];
+    fn omitted_fields_take_the_defaults() {
+        let grant: LibvirtGrant =
+            serde_json::from_str(r#"{"connections":[{"name":"c","uri":"qemu:///system"}]}"#)
+                .unwrap();
+        assert_eq!(grant.owner, DEFAULT_OWNER);
         assert!(grant.images.is_none());
         assert_eq!(grant.timeouts.call_ms, DEFAULT_CALL_MS);
         assert_eq!(grant.timeouts.import_ms, DEFAULT_IMPORT_MS);
@@ -381,59 +305,34 @@ grants:
     }
 
     #[test]
-    fn the_grants_file_gives_libvirt_its_key_and_the_identity_digest() {
-        let digest = format!("sha256:{}", "a".repeat(64));
-        let text = format!(
-            r#"
-grants:
-  proxmox:
-    origins: ["https://192.168.2.8:8006"]
-    credential: {{ header: Authorization, format: "PVEAPIToken={{secret}}", secretFile: /t }}
-    tls: {{ caFile: /ca.pem }}
-  kvm2:
-    digest: "{digest}"
-    origins: ["https://images.lab"]
-    tls: {{ caFile: /ca.pem }}
-    libvirt:
-      connections:
-        - {{ name: hv1, uri: "test:///default" }}
-"#
-        );
-        let grants = Grants::from_grants_file_yaml(&text).unwrap();
-        assert_eq!(grants.grants.keys().collect::<Vec<_>>(), ["kvm2"]);
-        let kvm2 = &grants.grants["kvm2"];
-        assert_eq!(kvm2.digest.as_deref(), Some(digest.as_str()));
-        assert_eq!(kvm2.connections[0].name, "hv1");
-
-        let json = r#"{"grants":{"p":{"origins":["http://h"]}}}"#;
-        assert!(
-            Grants::from_grants_file_json(json)
-                .unwrap()
-                .grants
-                .is_empty()
-        );
-
-        let clash = format!(
-            "grants:\n  kvm2:\n    digest: \"{digest}\"\n    libvirt:\n      digest: \"sha256:{}\"\n      connections: []\n",
-            "b".repeat(64)
-        );
-        let error = Grants::from_grants_file_yaml(&clash).unwrap_err();
-        assert!(error.to_string().contains("libvirt.digest"), "{error}");
-        let error =
-            Grants::from_grants_file_yaml("grants:\n  kvm2:\n    libvirt:\n      insecure: true\n")
-                .unwrap_err();
-        assert!(error.to_string().contains("insecure"), "{error}");
-    }
-
-    #[test]
     fn unknown_fields_are_refused() {
-        let error = Grants::from_yaml("grants:\n  p:\n    connections: []\n    insecure: true\n")
+        let error = serde_json::from_str::<LibvirtGrant>(r#"{"connections":[],"insecure":true}"#)
             .unwrap_err();
         assert!(error.to_string().contains("insecure"), "{error}");
-        let error = Grants::from_json(
-            r#"{"grants":{"p":{"connections":[{"name":"c","uri":"test:///x","password":"x"}]}}}"#,
+        let error = serde_json::from_str::<LibvirtGrant>(
+            r#"{"connections":[{"name":"c","uri":"test:///x","password":"x"}]}"#,
         )
         .unwrap_err();
         assert!(error.to_string().contains("password"), "{error}");
+    }
+
+    #[test]
+    fn the_keys_known_hosts_and_ca_it_names_are_its_references() {
+        let grant: LibvirtGrant = serde_json::from_str(
+            r#"{"connections":[{"name":"c","uri":"qemu+libssh2://h/system",
+                "sshKeySecretRef":{"name":"ssh","key":"id"},
+                "knownHostsConfigMapRef":{"name":"hosts","key":"known_hosts"}}],
+                "images":{"origins":["https://i"],"caSecretRef":{"name":"ca","key":"ca.pem"}}}"#,
+        )
+        .unwrap();
+        let names: Vec<String> = grant
+            .references()
+            .iter()
+            .map(|reference| match reference {
+                ObjectRef::Secret(r) => format!("secret/{}", r.name),
+                ObjectRef::ConfigMap(r) => format!("configmap/{}", r.name),
+            })
+            .collect();
+        assert_eq!(names, ["secret/ssh", "configmap/hosts", "secret/ca"]);
     }
 }

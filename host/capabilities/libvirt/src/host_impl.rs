@@ -283,6 +283,7 @@ impl HostConnection for LibvirtCtxView<'_> {
             ))));
         }
         let conn = connection.conn.clone();
+        let hypervisor = connection.access.hypervisor();
         let on = conn.clone();
         let pool = self
             .ctx
@@ -291,6 +292,7 @@ impl HostConnection for LibvirtCtxView<'_> {
                     .map_err(lv)?;
                 Ok(StoragePool {
                     conn,
+                    hypervisor,
                     pool: Arc::new(pool),
                     name,
                 })
@@ -486,6 +488,7 @@ impl LibvirtCtxView<'_> {
             Some(base) => Some(self.table.get(&base)?.volume.clone()),
             None => None,
         };
+        let asked = policy::capacity_bytes(&xml);
         let pool = self.table.get(&this)?;
         let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
         let on = conn.clone();
@@ -494,11 +497,19 @@ impl LibvirtCtxView<'_> {
             .blocking(Some(&on), move || {
                 let volume = match &base {
                     Some(base) => {
-                        virt::storage_vol::StorageVol::create_xml_from(&handle, &xml, base, 0)
+                        let clone =
+                            virt::storage_vol::StorageVol::create_xml_from(&handle, &xml, base, 0)
+                                .map_err(lv)?;
+                        // libvirt copies a qcow2 base with `qemu-img convert`, which keeps the
+                        // base's size whatever capacity the XML asks: grow the clone to it.
+                        let had = clone.get_info().map_err(lv)?.capacity;
+                        if let Some(asked) = asked.filter(|asked| *asked > had) {
+                            clone.resize(asked, 0).map_err(lv)?;
+                        }
+                        Ok(clone)
                     }
-                    None => virt::storage_vol::StorageVol::create_xml(&handle, &xml, 0),
-                }
-                .map_err(lv)?;
+                    None => virt::storage_vol::StorageVol::create_xml(&handle, &xml, 0).map_err(lv),
+                }?;
                 volume_resource(&conn, volume).map_err(lv)
             })
             .await?;
@@ -586,7 +597,12 @@ impl HostStoragePool for LibvirtCtxView<'_> {
         self.ctx.shared.count_call()?;
         let pool = self.table.get(&this)?;
         let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
-        let imported = import::import(self.ctx, conn.clone(), handle, name, url, sha256).await?;
+        let place = import::Place {
+            hypervisor: pool.hypervisor.clone(),
+            pool: pool.name.clone(),
+        };
+        let imported =
+            import::import(self.ctx, conn.clone(), handle, place, name, url, sha256).await?;
         Ok(match imported {
             Ok(volume) => {
                 Ok(self

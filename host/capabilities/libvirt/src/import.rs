@@ -1,56 +1,123 @@
 //! `storage-pool.import-image`: the host downloads a base image from a granted HTTPS origin and
-//! streams it straight into a new volume, hashing as it goes. The guest never holds the bytes.
+//! streams it straight into a volume, hashing as it goes. The guest never holds the bytes.
 //!
-//! One blocking task (the sink) owns the volume from its creation to its end: it creates the
-//! volume, writes what the download hands it through a small bounded channel (memory stays at a
-//! few chunks whatever the image's size), and either finishes the upload when told the checksum
-//! matched, or aborts it and deletes the volume: on a mismatch, an error, a timeout, or when the
-//! guest's call is abandoned (the channel closes without a commit).
+//! **The volume's name appears only once its bytes are verified.** An import is a job of the
+//! host's, one per volume being imported ([`Imports`]):
+//!
+//! 1. it deletes a temporary volume `<name>.importing` left by an import that died, and stops at
+//!    once if `<name>` exists;
+//! 2. it streams the image into `<name>.importing`: one blocking task (the sink) owns that volume
+//!    from its creation to its end, writes what the download hands it through a small bounded
+//!    channel (memory stays at a few chunks whatever the image's size), and either finishes the
+//!    upload when told the checksum matched, or aborts it and deletes the volume;
+//! 3. it publishes the verified volume as `<name>`, a copy libvirt makes itself
+//!    (`virStorageVolCreateXMLFrom`: libvirt has no rename, and refuses to clone a volume it is
+//!    still copying), then deletes the temporary one.
+//!
+//! Both volumes are in the format the image's first bytes say (qcow2 by its magic, raw
+//! otherwise), so qcow2 stays qcow2; a qcow2 image naming a backing file is refused, and so is one
+//! libvirt reads as another format than its bytes begin with.
+//!
+//! So a create running beside an import, or one after a crash in the middle of it, never finds
+//! a partial base under the final name. **A job outlives the call that started it**: the call
+//! waits until its own deadline and answers `timeout`, the job goes on up to the grant's import
+//! timeout, and a later `import-image` of the same volume and checksum waits for the same job
+//! instead of starting the download again. A large image on a slow link converges over
+//! retries. What a provider can make the host hold is bounded: at most
+//! [`MAX_IMPORTS_PER_PROVIDER`] jobs at once, each within `maxBytes` and the import timeout.
 
+use std::collections::HashMap;
 use std::io;
-use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
 
 use crate::bindings::egress::libvirt::libvirt::{DownloadError, Error};
 use crate::call::{self, LibvirtCallCtx, MAX_URL_BYTES};
 use crate::conn::Conn;
-use crate::grant::{GrantError, ImageGrant};
+use crate::grant::ImageGrant;
 use crate::resources::OpenStream;
+use egress_runtime::grant::{GrantContext, GrantError};
 
 /// Chunks in flight between the download and the volume.
 const CHANNEL_CHUNKS: usize = 4;
+
+/// Import jobs one provider identity may have running at once.
+pub const MAX_IMPORTS_PER_PROVIDER: usize = 2;
+
+/// What the temporary volume of an import is called after the volume it becomes.
+const IMPORTING_SUFFIX: &str = ".importing";
+
+/// The CA trusted for image origins: held in memory from a Secret or ConfigMap, or a file read
+/// at each import.
+#[derive(Clone, Debug)]
+enum ImageCa {
+    Pem(String),
+    File(std::path::PathBuf),
+}
 
 /// A provider's image grant, validated: shared by every call of the provider.
 #[derive(Debug)]
 pub(crate) struct ImageAccess {
     origins: Vec<url::Origin>,
-    ca_file: std::path::PathBuf,
+    ca: ImageCa,
     max_bytes: u64,
 }
 
 impl ImageAccess {
-    /// Validates `provider`'s image grant. Reads no file.
-    pub(crate) fn new(provider: &str, grant: &ImageGrant) -> Result<Self, GrantError> {
-        let invalid = |reason: String| GrantError::Invalid {
-            provider: provider.to_owned(),
-            field: "images.origins".into(),
-            reason,
-        };
+    /// Validates `identity`'s image grant and resolves its CA reference. Reads no file.
+    pub(crate) fn new(
+        identity: &str,
+        grant: &ImageGrant,
+        context: &GrantContext<'_>,
+    ) -> Result<Self, GrantError> {
+        let about = GrantError::about("libvirt", identity);
+        let invalid = |reason: String| about("images.origins", reason);
         if grant.max_bytes == 0 {
-            return Err(GrantError::Invalid {
-                provider: provider.to_owned(),
-                field: "images.maxBytes".into(),
-                reason: "must be above zero".into(),
-            });
+            return Err(about("images.maxBytes", "must be above zero".into()));
         }
+        let ca = match (
+            &grant.ca_secret_ref,
+            &grant.ca_config_map_ref,
+            &grant.ca_file,
+        ) {
+            (Some(reference), None, None) => {
+                let bytes = context
+                    .host
+                    .secret(reference)
+                    .map_err(|reason| about("images.caSecretRef", reason))?;
+                ImageCa::Pem(
+                    String::from_utf8(bytes.to_vec()).map_err(|_| {
+                        about("images.caSecretRef", "the CA is not UTF-8 PEM".into())
+                    })?,
+                )
+            }
+            (None, Some(reference), None) => ImageCa::Pem(
+                context
+                    .host
+                    .config_map(reference)
+                    .map_err(|reason| about("images.caConfigMapRef", reason))?,
+            ),
+            (None, None, Some(file)) => {
+                context
+                    .host
+                    .file(file)
+                    .map_err(|reason| about("images.caFile", reason))?;
+                ImageCa::File(file.clone())
+            }
+            _ => {
+                return Err(about(
+                    "images.caFile",
+                    "name exactly one of caSecretRef, caConfigMapRef and caFile: the only roots trusted for image origins".into(),
+                ));
+            }
+        };
         let origins = grant
             .origins
             .iter()
@@ -76,7 +143,7 @@ impl ImageAccess {
         }
         Ok(Self {
             origins,
-            ca_file: grant.ca_file.clone(),
+            ca,
             max_bytes: grant.max_bytes,
         })
     }
@@ -100,11 +167,131 @@ impl ImageAccess {
     }
 }
 
-/// Imports `url` into a new volume `name` of `pool`, checking `sha256`.
+/// The import jobs running, shared by every call of every provider.
+#[derive(Default)]
+pub(crate) struct Imports {
+    jobs: Mutex<HashMap<JobKey, Arc<Job>>>,
+}
+
+/// Where an import lands: a pool of a hypervisor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Place {
+    /// The hypervisor's granted URI.
+    pub(crate) hypervisor: String,
+    /// The pool's name.
+    pub(crate) pool: String,
+}
+
+/// One volume being imported: whichever connection, identity or call asks for it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct JobKey {
+    place: Place,
+    name: String,
+}
+
+/// A running import, which callers wait on.
+struct Job {
+    identity: String,
+    expected: [u8; 32],
+    /// `Some` once the job has ended.
+    done: watch::Receiver<Option<Result<(), Error>>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Imports {
+    /// The job importing `key`, started now if there is none; `Err` when a job of the volume
+    /// imports other bytes, or the provider has its quota of jobs running.
+    fn join(
+        self: &Arc<Self>,
+        key: JobKey,
+        identity: &str,
+        expected: [u8; 32],
+        start: impl FnOnce() -> (
+            tokio::task::JoinHandle<()>,
+            watch::Receiver<Option<Result<(), Error>>>,
+        ),
+    ) -> Result<Arc<Job>, Error> {
+        let mut jobs = lock(&self.jobs);
+        if let Some(job) = jobs.get(&key) {
+            // The same bytes from another URL are the same volume: wait for them. Other bytes
+            // under the name wait until the job ends, as a retry.
+            if job.expected != expected {
+                return Err(Error::Download(DownloadError {
+                    status: None,
+                    retryable: true,
+                    message: format!(
+                        "volume {} is being imported with another checksum",
+                        key.name
+                    ),
+                }));
+            }
+            return Ok(Arc::clone(job));
+        }
+        let running = jobs.values().filter(|job| job.identity == identity).count();
+        if running >= MAX_IMPORTS_PER_PROVIDER {
+            return Err(Error::Download(DownloadError {
+                status: None,
+                retryable: true,
+                message: format!(
+                    "{running} imports of this provider are running, the most at once"
+                ),
+            }));
+        }
+        let (task, done) = start();
+        let job = Arc::new(Job {
+            identity: identity.to_owned(),
+            expected,
+            done,
+            task: task.abort_handle(),
+        });
+        jobs.insert(key, Arc::clone(&job));
+        Ok(job)
+    }
+
+    /// Forgets `job`, which has ended.
+    fn finished(&self, key: &JobKey, job_done: &watch::Sender<Option<Result<(), Error>>>) {
+        let mut jobs = lock(&self.jobs);
+        if jobs
+            .get(key)
+            .is_some_and(|job| job.done.same_channel(&job_done.subscribe()))
+        {
+            jobs.remove(key);
+        }
+    }
+
+    /// Stops the jobs `identity` started: its grant is gone.
+    pub(crate) fn abort_of(&self, identity: &str) {
+        lock(&self.jobs).retain(|_, job| {
+            let theirs = job.identity == identity;
+            if theirs {
+                job.task.abort();
+            }
+            !theirs
+        });
+    }
+
+    /// TEST ONLY: stops every job at once, as a host that died would.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn abort_all(&self) {
+        for job in lock(&self.jobs).drain().map(|(_, job)| job) {
+            job.task.abort();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Imports `url` into a volume `name` of `pool` (at `place`), checking `sha256`: starts or
+/// joins the volume's job and waits for it until the call's deadline.
 pub(crate) async fn import(
     ctx: &LibvirtCallCtx,
     conn: Arc<Conn>,
     pool: Arc<StoragePool>,
+    place: Place,
     name: String,
     url: String,
     sha256: String,
@@ -114,6 +301,7 @@ pub(crate) async fn import(
         Err(denied) => return Ok(Err(denied)),
     };
     let checked = call::name("volume name", &name)
+        .and_then(|()| call::name("volume name", &format!("{name}{IMPORTING_SUFFIX}")))
         .and_then(|()| call::bounded("image URL", &url, MAX_URL_BYTES))
         .and_then(|()| digest(&sha256));
     let expected = match checked {
@@ -129,24 +317,63 @@ pub(crate) async fn import(
         Ok(url) => url,
         Err(refused) => return Ok(Err(refused)),
     };
-    let Some(stop) = ctx.stop_at(grant.timeouts.import()) else {
-        return Ok(Err(Error::Timeout));
+    let key = JobKey {
+        place,
+        name: name.clone(),
     };
-    let transfer = Transfer {
-        images,
-        conn,
-        pool,
-        name,
-        expected,
-        connect_timeout: grant.timeouts.call(),
+    let imports = Arc::clone(&ctx.shared.imports);
+    let job = imports.join(key.clone(), &grant.identity, expected, || {
+        let url = url.clone();
+        let (sender, done) = watch::channel(None);
+        let transfer = Transfer {
+            ca: images.ca.clone(),
+            max_bytes: images.max_bytes,
+            conn: conn.clone(),
+            pool: pool.clone(),
+            name: name.clone(),
+            expected,
+            connect_timeout: grant.timeouts.call(),
+        };
+        let (identity, timeout, imports) = (grant.identity.clone(), grant.timeouts.import(), Arc::clone(&imports));
+        let task = tokio::spawn(async move {
+            let outcome = match tokio::time::timeout(timeout, transfer.run(url)).await {
+                Ok(outcome) => outcome,
+                Err(_elapsed) => {
+                    tracing::warn!(provider = %identity, volume = %transfer_name(&key), "image import timed out");
+                    Err(Error::Timeout)
+                }
+            };
+            let _ = sender.send(Some(outcome));
+            imports.finished(&key, &sender);
+        });
+        (task, done)
+    });
+    let job = match job {
+        Ok(job) => job,
+        Err(refused) => return Ok(Err(refused)),
     };
-    match tokio::time::timeout_at(tokio::time::Instant::from_std(stop), transfer.run(url)).await {
-        Ok(outcome) => Ok(outcome),
-        Err(_elapsed) => {
-            tracing::warn!(provider = %grant.identity, "image import timed out");
-            Ok(Err(Error::Timeout))
-        }
+    let mut done = job.done.clone();
+    drop(job);
+    let deadline = tokio::time::Instant::from_std(ctx.deadline);
+    let outcome = match tokio::time::timeout_at(deadline, done.wait_for(Option::is_some)).await {
+        // The job goes on; the next import of the volume waits for it.
+        Err(_elapsed) => return Ok(Err(Error::Timeout)),
+        // The job was stopped (its provider's grant went): a retry starts another.
+        Ok(Err(_closed)) => Err(Error::Timeout),
+        Ok(Ok(outcome)) => outcome.clone().unwrap_or(Err(Error::Timeout)),
+    };
+    if let Err(error) = outcome {
+        return Ok(Err(error));
     }
+    ctx.blocking(Some(&conn), move || {
+        StorageVol::lookup_by_name(&pool, &name).map_err(|error| crate::error::libvirt(&error))
+    })
+    .await
+}
+
+/// The volume name of a job's key, for logs.
+fn transfer_name(key: &JobKey) -> String {
+    format!("{}/{}", key.place.pool, key.name)
 }
 
 /// The 32 bytes of a 64-hex-digit sha256.
@@ -157,8 +384,10 @@ fn digest(text: &str) -> Result<[u8; 32], Error> {
     Ok(digest)
 }
 
-struct Transfer<'a> {
-    images: &'a ImageAccess,
+/// What an import job holds: everything it needs after the call that started it is gone.
+struct Transfer {
+    ca: ImageCa,
+    max_bytes: u64,
     conn: Arc<Conn>,
     pool: Arc<StoragePool>,
     name: String,
@@ -172,9 +401,32 @@ enum Chunk {
     Commit,
 }
 
-impl Transfer<'_> {
-    async fn run(self, url: url::Url) -> Result<StorageVol, Error> {
-        let client = client(&self.images.ca_file, self.connect_timeout)?;
+impl Transfer {
+    /// Steps 1 to 3 of the module's list.
+    async fn run(&self, url: url::Url) -> Result<(), Error> {
+        let temporary = format!("{}{IMPORTING_SUFFIX}", self.name);
+        let (pool, name, stale) = (self.pool.clone(), self.name.clone(), temporary.clone());
+        let published = blocking(move || {
+            if let Ok(left) = StorageVol::lookup_by_name(&pool, &stale) {
+                tracing::info!(volume = %stale, "deleting what an import that died left");
+                left.delete(0)
+                    .map_err(|error| crate::error::libvirt(&error))?;
+            }
+            Ok(StorageVol::lookup_by_name(&pool, &name).is_ok())
+        })
+        .await?;
+        if published {
+            return Ok(());
+        }
+        let format = self.download(url, &temporary).await?;
+        let (pool, name) = (self.pool.clone(), self.name.clone());
+        blocking(move || publish(&pool, &temporary, &name, format)).await
+    }
+
+    /// Streams `url` into a new volume `temporary`, checking the sha256; the volume is deleted
+    /// unless it holds the expected bytes. Answers the image's format.
+    async fn download(&self, url: url::Url, temporary: &str) -> Result<&'static str, Error> {
+        let client = client(&self.ca, self.connect_timeout)?;
         let mut response = client
             .get(url.as_str())
             .send()
@@ -190,26 +442,43 @@ impl Transfer<'_> {
                 message: format!("the image origin answered {status}"),
             }));
         }
-        let max = self.images.max_bytes;
+        let max = self.max_bytes;
         if response.content_length().is_some_and(|length| length > max) {
             return Err(too_large(max));
         }
 
+        // The first bytes say the image's format: the temporary volume is made in it, so libvirt
+        // never reads a qcow2 image as raw bytes.
+        let mut head = Vec::new();
+        let mut ended = false;
+        while head.len() < FORMAT_BYTES && !ended {
+            match response.chunk().await {
+                Ok(Some(chunk)) => head.extend_from_slice(&chunk),
+                Ok(None) => ended = true,
+                Err(error) => return Err(download_error(&error)),
+            }
+        }
+        let format = image_format(&head)?;
         let (sender, receiver) = mpsc::channel(CHANNEL_CHUNKS);
-        let (conn, pool, name) = (self.conn.clone(), self.pool.clone(), self.name.clone());
-        let sink = tokio::task::spawn_blocking(move || sink(&conn, &pool, &name, receiver));
+        let (conn, pool, name) = (self.conn.clone(), self.pool.clone(), temporary.to_owned());
+        let sink = tokio::task::spawn_blocking(move || sink(&conn, &pool, &name, format, receiver));
 
         let mut hasher = Sha256::new();
         let mut received: u64 = 0;
         let mut failure = None;
+        let mut next = Some(Bytes::from(head));
         loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
-                Err(error) => {
-                    failure = Some(download_error(&error));
-                    break;
-                }
+            let chunk = match next.take() {
+                Some(chunk) => chunk,
+                None if ended => break,
+                None => match response.chunk().await {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => break,
+                    Err(error) => {
+                        failure = Some(download_error(&error));
+                        break;
+                    }
+                },
             };
             received += chunk.len() as u64;
             if received > max {
@@ -240,9 +509,79 @@ impl Transfer<'_> {
             .map_err(|join| Error::Invalid(format!("the import failed: {join}")))?;
         match failure {
             Some(failure) => Err(failure),
-            None => stored,
+            None => stored.map(|_| format),
         }
     }
+}
+
+/// How many first bytes of an image say its format (the qcow2 header up to its backing file).
+const FORMAT_BYTES: usize = 16;
+
+/// The format of an image from its first bytes: qcow2 by its magic, raw otherwise. A qcow2 image
+/// that names a backing file is refused: qemu would read that file from the hypervisor's disk.
+fn image_format(head: &[u8]) -> Result<&'static str, Error> {
+    if !head.starts_with(b"QFI\xfb") {
+        return Ok("raw");
+    }
+    let backing = head
+        .get(8..16)
+        .and_then(|offset| <[u8; 8]>::try_from(offset).ok())
+        .map(u64::from_be_bytes);
+    if backing != Some(0) {
+        return Err(Error::Invalid(
+            "the image is qcow2 with a backing file: refused (qemu would read it from the hypervisor)".into(),
+        ));
+    }
+    Ok("qcow2")
+}
+
+/// Runs libvirt work of a job on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|join| Error::Invalid(format!("the import failed: {join}")))?
+}
+
+/// Copies the verified volume `temporary`, whose bytes are in `format`, to `name` in that format,
+/// then deletes `temporary` (also when the copy fails). libvirt reads a dir pool's formats from
+/// the files: a volume it reads as another format than its bytes begin with is refused. Blocks.
+fn publish(pool: &StoragePool, temporary: &str, name: &str, format: &str) -> Result<(), Error> {
+    let lv = |error: virt::error::Error| crate::error::libvirt(&error);
+    let source = StorageVol::lookup_by_name(pool, temporary).map_err(lv)?;
+    let copied = (|| {
+        let described = source.get_xml_desc(0).map_err(lv)?;
+        let read_as = roxmltree::Document::parse(&described)
+            .ok()
+            .and_then(|document| {
+                document
+                    .descendants()
+                    .find(|node| {
+                        node.has_tag_name("format")
+                            && node
+                                .parent()
+                                .is_some_and(|parent| parent.has_tag_name("target"))
+                    })
+                    .and_then(|node| node.attribute("type").map(str::to_owned))
+            })
+            .unwrap_or_else(|| "raw".to_owned());
+        if read_as != format {
+            return Err(Error::Invalid(format!(
+                "libvirt reads the image as {read_as}, its bytes begin as {format}: refused"
+            )));
+        }
+        let xml = format!(
+            "<volume><name>{}</name><capacity unit='bytes'>0</capacity><target><format type='{}'/></target></volume>",
+            escape(name),
+            escape(format)
+        );
+        StorageVol::create_xml_from(pool, &xml, &source, 0).map_err(lv)
+    })();
+    if let Err(error) = source.delete(0) {
+        tracing::warn!(volume = temporary, %error, "deleting an import's temporary volume failed");
+    }
+    copied.map(drop)
 }
 
 /// Creates the volume, writes what arrives, and finishes on `Commit`; on anything else aborts
@@ -251,11 +590,12 @@ fn sink(
     conn: &Conn,
     pool: &StoragePool,
     name: &str,
+    format: &str,
     mut receiver: mpsc::Receiver<Chunk>,
 ) -> Result<StorageVol, Error> {
     let lv = |error: virt::error::Error| crate::error::libvirt(&error);
     let xml = format!(
-        "<volume><name>{}</name><capacity unit='bytes'>0</capacity><target><format type='raw'/></target></volume>",
+        "<volume><name>{}</name><capacity unit='bytes'>0</capacity><target><format type='{format}'/></target></volume>",
         escape(name)
     );
     let volume = StorageVol::create_xml(pool, &xml, 0).map_err(lv)?;
@@ -309,23 +649,28 @@ fn escape(text: &str) -> String {
     escaped
 }
 
-/// A client that trusts the grant's CA only: no system roots, no proxy, no redirects. Reads the
-/// CA on every import (imports are rare; a rotated CA is used at once).
-fn client(ca_file: &Path, connect_timeout: std::time::Duration) -> Result<reqwest::Client, Error> {
+/// A client that trusts the grant's CA only: no system roots, no proxy, no redirects. Reads a
+/// CA file on every import (imports are rare; a rotated CA is used at once).
+fn client(ca: &ImageCa, connect_timeout: std::time::Duration) -> Result<reqwest::Client, Error> {
     let unusable = |message: String, retryable: bool| {
-        tracing::warn!(ca_file = %ca_file.display(), %message, "image CA unusable");
+        tracing::warn!(?ca, %message, "image CA unusable");
         Error::Download(DownloadError {
             status: None,
             retryable,
             message,
         })
     };
-    let certificates = CertificateDer::pem_file_iter(ca_file).map_err(|error| match error {
-        rustls_pki_types::pem::Error::Io(io) if io.kind() == io::ErrorKind::NotFound => {
-            unusable(format!("the image CA file is not there yet: {io}"), true)
-        }
-        other => unusable(format!("the image CA file: {other}"), false),
-    })?;
+    let certificates: Vec<_> = match ca {
+        ImageCa::File(file) => CertificateDer::pem_file_iter(file)
+            .map_err(|error| match error {
+                rustls_pki_types::pem::Error::Io(io) if io.kind() == io::ErrorKind::NotFound => {
+                    unusable(format!("the image CA file is not there yet: {io}"), true)
+                }
+                other => unusable(format!("the image CA file: {other}"), false),
+            })?
+            .collect(),
+        ImageCa::Pem(pem) => CertificateDer::pem_slice_iter(pem.as_bytes()).collect(),
+    };
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
@@ -390,8 +735,14 @@ mod tests {
             "p",
             &ImageGrant {
                 origins: origins.iter().map(|origin| origin.to_string()).collect(),
-                ca_file: "/ca.pem".into(),
+                ca_secret_ref: None,
+                ca_config_map_ref: None,
+                ca_file: Some("/ca.pem".into()),
                 max_bytes: 10,
+            },
+            &GrantContext {
+                digests: &[],
+                host: &egress_runtime::grant::FilesOnly,
             },
         )
     }
@@ -427,6 +778,24 @@ mod tests {
             );
         }
         assert!(matches!(access.check("not a url"), Err(Error::Invalid(_))));
+    }
+
+    #[test]
+    fn the_format_is_read_from_the_first_bytes_and_a_backing_file_is_refused() {
+        let mut qcow2 = b"QFI\xfb\0\0\0\x03".to_vec();
+        qcow2.extend_from_slice(&0u64.to_be_bytes());
+        assert_eq!(image_format(&qcow2).unwrap(), "qcow2");
+        assert_eq!(image_format(b"\0\0\0\0 an ext4 disk").unwrap(), "raw");
+        assert_eq!(image_format(b"").unwrap(), "raw");
+        let mut backed = b"QFI\xfb\0\0\0\x03".to_vec();
+        backed.extend_from_slice(&0x200u64.to_be_bytes());
+        assert!(
+            matches!(image_format(&backed), Err(Error::Invalid(reason)) if reason.contains("backing file"))
+        );
+        assert!(
+            matches!(image_format(b"QFI\xfb\0\0"), Err(Error::Invalid(_))),
+            "a header cut short"
+        );
     }
 
     #[test]

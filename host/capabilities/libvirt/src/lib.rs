@@ -8,10 +8,15 @@
 //!
 //! # What a provider may do
 //!
-//! Its grant ([`Grants`], YAML or JSON, see [`grant`]) names, per provider identity:
+//! Its grant ([`LibvirtGrant`], YAML or JSON, see [`grant`]), set per provider identity at run
+//! time, names:
 //!
+//! - the **owner** of its ownership marks (the metadata namespace; not the identity, so a renamed
+//!   ProviderConfig keeps its VMs);
 //! - **connections** by name, each a libvirt URI the guest never sees, with the SSH key and
-//!   known_hosts files the host hands libvirt on every dial (so rotating them needs no restart);
+//!   known_hosts the host hands libvirt on every dial: files the grant names (the CLI), or files
+//!   the host writes from Secrets in a private, memory-backed directory, removed with the grant
+//!   (a rotated Secret is a new file and a new dial);
 //! - on each connection, the **pools** it may use, and the **networks** and **bridges** its
 //!   domains may join;
 //! - the **HTTPS origins** base images may be imported from, with the CA trusted for them;
@@ -36,9 +41,9 @@
 //!   (which would hand the provider the hypervisor host). Volume XML gives a name, sizes and a
 //!   format only. See the `policy` module for the rules.
 //! - **Metadata namespaces.** Each provider reads and writes one metadata element, in the
-//!   namespace `https://egress-operator.io/provider/<identity>` ([`METADATA_NAMESPACE_PREFIX`]),
-//!   which the host derives from the provider's identity: a provider cannot see or forge
-//!   another's ownership mark.
+//!   namespace `https://egress-operator.io/owner/<owner>` ([`METADATA_NAMESPACE_PREFIX`]), which
+//!   the host derives from its grant's `owner`: a provider cannot see or forge the marks of
+//!   another owner.
 //! - **Images.** `import-image` downloads from a granted origin, trusting the grant's CA only
 //!   (no system roots, proxy or redirects), streams the bytes into a new volume without holding
 //!   them, and deletes the volume when the sha256 differs or anything fails.
@@ -68,20 +73,26 @@
 //!
 //! As `wasmtime-wasi-http` does it:
 //!
-//! 1. Build one [`LibvirtCapability`] from the grants at start-up; it is cheap to clone and
-//!    shared by every call.
-//! 2. For each call, [`LibvirtCapability::prepare`] a [`LibvirtCallCtx`] from the provider's
-//!    identity and the call's deadline, and keep it in the store's data beside the
-//!    [`ResourceTable`] (a provider without a grant gets [`LibvirtCallCtx::ungranted`], on which
-//!    every `open` is denied).
+//! 1. Build one [`LibvirtCapability`] at start-up; it is cheap to clone and shared by every call.
+//!    Grant identities with [`Capability::set_grant`](egress_runtime::Capability::set_grant)
+//!    whenever their grants change.
+//! 2. For each call, [`LibvirtCapability::prepare_for`] a [`LibvirtCallCtx`] from the provider's
+//!    identity, its component's digest and the call's deadline, and keep it in the store's data
+//!    beside the [`ResourceTable`] (a provider without a grant gets
+//!    [`LibvirtCallCtx::ungranted`], on which every `open` is denied).
 //! 3. Implement [`LibvirtView`] for the store's data, and add the interface to the linker with
 //!    [`add_to_linker`]. The engine must have async support.
+//!
+//! `egress-runtime` does steps 2 and 3 itself: give it the capability with
+//! `RuntimeConfig::capability`.
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use egress_capability_libvirt::{
-//!     LibvirtCallCtx, LibvirtCapability, LibvirtCtxView, LibvirtView, Grants,
+//!     LibvirtCallCtx, LibvirtCapability, LibvirtCtxView, LibvirtGrant, LibvirtView,
 //! };
+//! use egress_runtime::Capability;
+//! use egress_runtime::grant::{FilesOnly, GrantContext};
 //! use wasmtime::component::{Linker, ResourceTable};
 //! use wasmtime::{Config, Engine};
 //!
@@ -97,21 +108,19 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let grants = Grants::from_yaml(r#"
-//! grants:
-//!   kvm2:
-//!     connections:
-//!       - name: hv1
-//!         uri: qemu+libssh2://egress@hv1.lab/system
-//!         sshKeyFile: /etc/egress/hv1/id_ed25519
-//!         knownHostsFile: /etc/egress/hv1/known_hosts
-//!         pools: [default]
-//!         networks: [default]
-//!     images:
-//!       origins: ["https://images.lab"]
-//!       caFile: /etc/egress/images-ca.pem
-//! "#)?;
-//! let capability = LibvirtCapability::new(&grants)?;
+//! let grant: LibvirtGrant = serde_json::from_str(r#"{
+//!   "connections": [{
+//!     "name": "hv1",
+//!     "uri": "qemu+libssh2://egress@hv1.lab/system",
+//!     "sshKeyFile": "/etc/egress/hv1/id_ed25519",
+//!     "knownHostsFile": "/etc/egress/hv1/known_hosts",
+//!     "pools": ["default"],
+//!     "networks": ["default"]
+//!   }],
+//!   "images": {"origins": ["https://images.lab"], "caFile": "/etc/egress/images-ca.pem"}
+//! }"#)?;
+//! let capability = LibvirtCapability::new();
+//! capability.set_grant("kvm2", &grant, &GrantContext { digests: &[], host: &FilesOnly })?;
 //!
 //! let mut config = Config::new();
 //! config.async_support(true);
@@ -119,12 +128,12 @@
 //! let mut linker = Linker::<CallState>::new(&engine);
 //! egress_capability_libvirt::add_to_linker(&mut linker)?;
 //!
-//! // For each call of the provider `kvm2`:
-//! let deadline = Instant::now() + Duration::from_secs(600);
+//! // For each call of the provider `kvm2` whose component's sha256 is `digest`:
+//! let (deadline, digest) = (Instant::now() + Duration::from_secs(600), "");
 //! let state = CallState {
 //!     table: ResourceTable::new(),
 //!     libvirt: capability
-//!         .prepare("kvm2", deadline)
+//!         .prepare_for("kvm2", digest, deadline)
 //!         .unwrap_or_else(|| LibvirtCallCtx::ungranted(deadline)),
 //! };
 //! let store = wasmtime::Store::new(&engine, state);
@@ -145,14 +154,18 @@ mod error;
 pub mod grant;
 mod host_impl;
 mod import;
+mod keys;
 mod policy;
 mod resources;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Once};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
+use egress_runtime::grant::{GrantContext, GrantError, digest_hex};
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
 pub use crate::call::{
@@ -160,33 +173,41 @@ pub use crate::call::{
     MAX_URL_BYTES, MAX_VOLUME_XML_BYTES,
 };
 use crate::conn::{ActiveConnection, ConnectionPool};
+pub use crate::grant::LibvirtGrant;
 use crate::grant::Timeouts;
-pub use crate::grant::{Grant, GrantError, Grants};
-use crate::import::ImageAccess;
+use crate::import::{ImageAccess, Imports};
+use crate::keys::KeyDir;
 pub use crate::resources::{Connection, Domain, StoragePool, Volume, VolumeUpload};
 
-/// The metadata namespace of a provider is this prefix followed by its identity.
-pub const METADATA_NAMESPACE_PREFIX: &str = "https://egress-operator.io/provider/";
+/// The metadata namespace of a grant's marks is this prefix followed by its `owner`.
+pub const METADATA_NAMESPACE_PREFIX: &str = "https://egress-operator.io/owner/";
 
 /// The XML prefix libvirt gives the provider's metadata element.
 pub(crate) const METADATA_PREFIX: &str = "egress";
 
-/// The libvirt capability: every provider's validated grant and the shared connection pool.
-/// Cheap to clone; built once at start-up.
+/// The libvirt capability: every provider identity's grant, set and removed at run time, and the
+/// connection pool they share. Cheap to clone; built once at start-up.
 #[derive(Clone)]
 pub struct LibvirtCapability {
-    /// By provider identity; shared by every call of every provider.
-    grants: Arc<HashMap<String, Arc<ActiveGrant>>>,
+    /// By provider identity; replaced whole when a grant changes (a call in flight keeps the
+    /// grant it was prepared with).
+    grants: Arc<ArcSwap<HashMap<String, Arc<ActiveGrant>>>>,
+    /// Serialises grant changes (readers never wait).
+    changes: Arc<Mutex<()>>,
     shared: Arc<Shared>,
 }
 
 impl fmt::Debug for LibvirtCapability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut providers: Vec<&str> = self.grants.keys().map(String::as_str).collect();
-        providers.sort_unstable();
         f.debug_struct("LibvirtCapability")
-            .field("providers", &providers)
+            .field("providers", &self.identities())
             .finish_non_exhaustive()
+    }
+}
+
+impl Default for LibvirtCapability {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -194,12 +215,29 @@ impl fmt::Debug for LibvirtCapability {
 #[derive(Default)]
 pub(crate) struct Shared {
     pub(crate) pool: ConnectionPool,
+    /// Image imports running, which outlive the calls that start them.
+    pub(crate) imports: Arc<Imports>,
+    /// Where SSH material from Secrets is written, once a grant needs it (see `keys`).
+    key_dir: OnceLock<Result<Arc<KeyDir>, String>>,
+    /// The base directory for it, if the host chose one.
+    key_base: Option<PathBuf>,
     /// TEST ONLY: capability calls left before each later one traps ([`LibvirtCapability::cut_after`]).
     #[cfg(feature = "fault-injection")]
     pub(crate) cut: std::sync::Mutex<Option<usize>>,
+    /// TEST ONLY: whether a call trapped at the cut ([`LibvirtCapability::cut_fired`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fired: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    /// The key directory, made on first use.
+    pub(crate) fn key_dir(&self) -> Result<&Arc<KeyDir>, String> {
+        self.key_dir
+            .get_or_init(|| KeyDir::create(self.key_base.as_deref()).map(Arc::new))
+            .as_ref()
+            .map_err(String::clone)
+    }
+
     /// Counts one capability call about to reach libvirt; a trap when a test cut falls here.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn count_call(&self) -> wasmtime::Result<()> {
@@ -208,9 +246,14 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match cut.as_mut() {
-            Some(0) => Err(wasmtime::format_err!(
-                "fault injection: the host stopped here"
-            )),
+            Some(0) => {
+                // A host that dies takes its import jobs with it.
+                self.imports.abort_all();
+                self.fired.store(true, std::sync::atomic::Ordering::SeqCst);
+                Err(wasmtime::format_err!(
+                    "fault injection: the host stopped here"
+                ))
+            }
             Some(left) => {
                 *left -= 1;
                 Ok(())
@@ -230,40 +273,44 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct ActiveGrant {
     pub(crate) identity: String,
-    /// `METADATA_NAMESPACE_PREFIX` + identity.
+    /// `METADATA_NAMESPACE_PREFIX` + owner.
     pub(crate) namespace: String,
     /// By the name the guest opens them with.
     pub(crate) connections: HashMap<String, Arc<ActiveConnection>>,
     pub(crate) images: Option<ImageAccess>,
     pub(crate) timeouts: Timeouts,
     pub(crate) max_upload_bytes: u64,
-    /// The component digest (lowercase hex) the grant is pinned to; `None`: any component.
-    pub(crate) digest: Option<String>,
+    /// The component digests (lowercase hex) the grant is pinned to; empty: any component.
+    pub(crate) digests: Vec<String>,
 }
 
 static QUIET: Once = Once::new();
 
 impl LibvirtCapability {
-    /// The capability serving `grants`. Validates every grant (names, URIs, SSH files against
-    /// transports, image origins, timeouts); reads no file. Clears libvirt's error callback so
-    /// libvirt prints nothing to stderr.
-    pub fn new(grants: &Grants) -> Result<Self, GrantError> {
-        QUIET.call_once(virt::error::clear_error_callback);
-        let mut active = HashMap::new();
-        for (identity, grant) in &grants.grants {
-            active.insert(identity.clone(), Arc::new(activate(identity, grant)?));
-        }
-        Ok(Self {
-            grants: Arc::new(active),
-            shared: Arc::new(Shared::default()),
-        })
+    /// A capability with no grants yet. SSH keys from Secrets go to a directory under
+    /// `$XDG_RUNTIME_DIR` or `/dev/shm` (see [`LibvirtCapability::with_key_base`]). Clears
+    /// libvirt's error callback so libvirt prints nothing to stderr.
+    pub fn new() -> Self {
+        Self::build(None)
     }
 
-    /// The libvirt state of one call of the provider `identity`, stopping at `deadline`; `None`
-    /// when that provider has no libvirt grant, or a grant pinned to a component digest (the
-    /// bytes are not known here: see [`LibvirtCapability::prepare_for`]).
-    pub fn prepare(&self, identity: &str, deadline: Instant) -> Option<LibvirtCallCtx> {
-        self.prepare_for(identity, "", deadline)
+    /// A capability with no grants yet whose SSH keys from Secrets go under `base`; `Err` when
+    /// `base` is not a directory on a memory-backed filesystem (tmpfs or ramfs).
+    pub fn with_key_base(base: PathBuf) -> Result<Self, String> {
+        keys::check_base(&base)?;
+        Ok(Self::build(Some(base)))
+    }
+
+    fn build(key_base: Option<PathBuf>) -> Self {
+        QUIET.call_once(virt::error::clear_error_callback);
+        Self {
+            grants: Arc::new(ArcSwap::from_pointee(HashMap::new())),
+            changes: Arc::new(Mutex::new(())),
+            shared: Arc::new(Shared {
+                key_base,
+                ..Shared::default()
+            }),
+        }
     }
 
     /// The libvirt state of one call of the provider `identity`, whose component's sha256 is
@@ -275,12 +322,12 @@ impl LibvirtCapability {
         digest: &str,
         deadline: Instant,
     ) -> Option<LibvirtCallCtx> {
-        let grant = self.grants.get(identity)?;
-        if grant.digest.as_ref().is_some_and(|pinned| pinned != digest) {
+        let grant = self.grants.load().get(identity)?.clone();
+        if !grant.digests.is_empty() && !grant.digests.iter().any(|pinned| pinned == digest) {
             return None;
         }
         Some(LibvirtCallCtx {
-            grant: Some(grant.clone()),
+            grant: Some(grant),
             shared: self.shared.clone(),
             deadline,
         })
@@ -297,17 +344,81 @@ impl LibvirtCapability {
             .cut
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = calls;
+        self.shared
+            .fired
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// TEST ONLY (feature `fault-injection`): whether a call trapped at the cut since
+    /// [`LibvirtCapability::cut_after`] armed it.
+    #[cfg(feature = "fault-injection")]
+    pub fn cut_fired(&self) -> bool {
+        self.shared.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The identities that have a libvirt grant, sorted.
+    pub fn identities(&self) -> Vec<String> {
+        let mut identities: Vec<String> = self.grants.load().keys().cloned().collect();
+        identities.sort_unstable();
+        identities
     }
 
     /// Whether the provider `identity` has a libvirt grant (pinned or not).
     pub fn has_grant(&self, identity: &str) -> bool {
-        self.grants.contains_key(identity)
+        self.grants.load().contains_key(identity)
+    }
+
+    /// Validates and resolves `identity`'s grant, then swaps it in.
+    pub(crate) fn set(
+        &self,
+        identity: &str,
+        grant: &LibvirtGrant,
+        context: &GrantContext<'_>,
+    ) -> Result<(), GrantError> {
+        let previous = self.grants.load().get(identity).cloned();
+        let active = Arc::new(activate(
+            identity,
+            grant,
+            context,
+            &self.shared,
+            previous.as_deref(),
+        )?);
+        self.change(|grants| {
+            grants.insert(identity.to_owned(), active);
+        });
+        Ok(())
+    }
+
+    /// Removes `identity`'s grant, and stops the imports it started.
+    pub(crate) fn remove(&self, identity: &str) {
+        self.change(|grants| {
+            grants.remove(identity);
+        });
+        self.shared.imports.abort_of(identity);
+    }
+
+    fn change(&self, edit: impl FnOnce(&mut HashMap<String, Arc<ActiveGrant>>)) {
+        let _serialised = self
+            .changes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut grants = HashMap::clone(&self.grants.load());
+        edit(&mut grants);
+        // Pooled connections dialed for a grant that is gone (or a key that rotated) leave the
+        // pool; calls in flight keep theirs.
+        let dialed: HashSet<String> = grants
+            .values()
+            .flat_map(|grant| grant.connections.values())
+            .map(|connection| connection.dial_uri())
+            .collect();
+        self.grants.store(Arc::new(grants));
+        self.shared.pool.retain(&dialed);
     }
 }
 
 impl LibvirtCallCtx {
     /// The state of a call of a provider without a libvirt grant (when
-    /// [`LibvirtCapability::prepare`] answers `None`, or the host has no capability at all):
+    /// [`LibvirtCapability::prepare_for`] answers `None`, or the host has no capability at all):
     /// every `open` is denied.
     pub fn ungranted(deadline: Instant) -> LibvirtCallCtx {
         LibvirtCallCtx {
@@ -318,73 +429,77 @@ impl LibvirtCallCtx {
     }
 }
 
-/// A provider identity is one URI path segment: lowercase letters, digits, `.`, `_`, `-`.
-fn is_identity(identity: &str) -> bool {
-    (1..=63).contains(&identity.len())
-        && identity
+/// An owner is one URI path segment: lowercase letters, digits, `.`, `_`, `-`.
+fn is_owner(owner: &str) -> bool {
+    (1..=63).contains(&owner.len())
+        && owner
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
 }
 
-fn activate(identity: &str, grant: &Grant) -> Result<ActiveGrant, GrantError> {
-    let invalid = |field: &str, reason: &str| GrantError::Invalid {
-        provider: identity.to_owned(),
-        field: field.to_owned(),
-        reason: reason.to_owned(),
-    };
-    if !is_identity(identity) {
+/// Validates `identity`'s grant and resolves what it names; `previous` is the grant it replaces.
+fn activate(
+    identity: &str,
+    grant: &LibvirtGrant,
+    context: &GrantContext<'_>,
+    shared: &Shared,
+    previous: Option<&ActiveGrant>,
+) -> Result<ActiveGrant, GrantError> {
+    let invalid = GrantError::about("libvirt", identity);
+    if !is_owner(&grant.owner) {
         return Err(invalid(
-            "identity",
-            "must be 1 to 63 of a-z, 0-9, '.', '_', '-' (it names the metadata namespace)",
+            "owner",
+            "must be 1 to 63 of a-z, 0-9, '.', '_', '-' (it names the metadata namespace)".into(),
         ));
     }
     if grant.connections.is_empty() {
-        return Err(invalid("connections", "is empty"));
+        return Err(invalid("connections", "is empty".into()));
     }
     let mut connections = HashMap::new();
     for connection in &grant.connections {
-        let active = ActiveConnection::new(identity, connection)?;
+        let kept = previous.and_then(|previous| previous.connections.get(&connection.name));
+        let active =
+            ActiveConnection::new(identity, connection, context, shared, kept.map(|c| &**c))?;
         if connections
             .insert(active.name.clone(), Arc::new(active))
             .is_some()
         {
-            return Err(invalid("connections", "two connections share a name"));
+            return Err(invalid(
+                "connections",
+                "two connections share a name".into(),
+            ));
         }
     }
     if grant.timeouts.call_ms == 0 || grant.timeouts.import_ms == 0 {
-        return Err(invalid("timeouts", "every timeout must be above zero"));
+        return Err(invalid(
+            "timeouts",
+            "every timeout must be above zero".into(),
+        ));
     }
     if grant.max_upload_bytes == 0 {
-        return Err(invalid("maxUploadBytes", "must be above zero"));
+        return Err(invalid("maxUploadBytes", "must be above zero".into()));
     }
     let images = grant
         .images
         .as_ref()
-        .map(|images| ImageAccess::new(identity, images))
+        .map(|images| ImageAccess::new(identity, images, context))
         .transpose()?;
-    let digest = grant
-        .digest
-        .as_ref()
+    let digests = context
+        .digests
+        .iter()
         .map(|pin| {
-            let hex = pin
-                .strip_prefix("sha256:")
-                .unwrap_or(pin)
-                .to_ascii_lowercase();
-            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                Ok(hex)
-            } else {
-                Err(invalid("digest", "is not sha256:<64 hex digits>"))
-            }
+            digest_hex(pin)
+                .ok_or_else(|| invalid("digest", format!("{pin:?} is not sha256:<64 hex digits>")))
         })
-        .transpose()?;
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(ActiveGrant {
         identity: identity.to_owned(),
-        namespace: format!("{METADATA_NAMESPACE_PREFIX}{identity}"),
+        namespace: format!("{METADATA_NAMESPACE_PREFIX}{}", grant.owner),
         connections,
         images,
         timeouts: grant.timeouts,
         max_upload_bytes: grant.max_upload_bytes,
-        digest,
+        digests,
     })
 }
 
@@ -419,37 +534,52 @@ pub fn add_to_linker<T: LibvirtView + Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use egress_runtime::grant::FilesOnly;
 
-    fn grant(json: &str) -> Result<LibvirtCapability, GrantError> {
-        LibvirtCapability::new(&Grants::from_json(json).unwrap())
+    fn grant(
+        identity: &str,
+        json: &str,
+        digests: &[String],
+    ) -> Result<LibvirtCapability, GrantError> {
+        let capability = LibvirtCapability::new();
+        let grant: LibvirtGrant = serde_json::from_str(json).unwrap();
+        capability.set(
+            identity,
+            &grant,
+            &GrantContext {
+                digests,
+                host: &FilesOnly,
+            },
+        )?;
+        Ok(capability)
     }
 
     #[test]
     fn grants_that_cannot_be_served_are_refused_naming_the_field() {
         for (json, field) in [
             (
-                r#"{"grants":{"Bad Name":{"connections":[{"name":"c","uri":"test:///x"}]}}}"#,
-                "identity",
+                r#"{"owner":"Bad Name","connections":[{"name":"c","uri":"test:///x"}]}"#,
+                "owner",
             ),
-            (r#"{"grants":{"p":{"connections":[]}}}"#, "connections"),
+            (r#"{"connections":[]}"#, "connections"),
             (
-                r#"{"grants":{"p":{"connections":[{"name":"c","uri":"test:///x"},{"name":"c","uri":"test:///y"}]}}}"#,
+                r#"{"connections":[{"name":"c","uri":"test:///x"},{"name":"c","uri":"test:///y"}]}"#,
                 "connections",
             ),
             (
-                r#"{"grants":{"p":{"connections":[{"name":"c","uri":"test:///x"}],"timeouts":{"callMs":0}}}}"#,
+                r#"{"connections":[{"name":"c","uri":"test:///x"}],"timeouts":{"callMs":0}}"#,
                 "timeouts",
             ),
             (
-                r#"{"grants":{"p":{"connections":[{"name":"c","uri":"test:///x"}],"maxUploadBytes":0}}}"#,
+                r#"{"connections":[{"name":"c","uri":"test:///x"}],"maxUploadBytes":0}"#,
                 "maxUploadBytes",
             ),
             (
-                r#"{"grants":{"p":{"connections":[{"name":"c","uri":"test:///x"}],"images":{"origins":["http://i"],"caFile":"/c"}}}}"#,
+                r#"{"connections":[{"name":"c","uri":"test:///x"}],"images":{"origins":["http://i"],"caFile":"/c"}}"#,
                 "images.origins",
             ),
         ] {
-            let error = grant(json).unwrap_err();
+            let error = grant("p", json, &[]).unwrap_err();
             assert!(error.to_string().contains(field), "{json}: {error}");
         }
     }
@@ -457,10 +587,11 @@ mod tests {
     #[test]
     fn a_grant_pinned_to_a_digest_is_prepared_for_those_bytes_only() {
         let pinned = "ab".repeat(32);
-        let capability = grant(&format!(
-            r#"{{"grants":{{"kvm2":{{"digest":"sha256:{}","connections":[{{"name":"c","uri":"test:///x"}}]}}}}}}"#,
-            pinned.to_uppercase()
-        ))
+        let capability = grant(
+            "kvm2",
+            r#"{"connections":[{"name":"c","uri":"test:///x"}]}"#,
+            &[format!("sha256:{}", pinned.to_uppercase())],
+        )
         .unwrap();
         let deadline = Instant::now();
         assert!(capability.prepare_for("kvm2", &pinned, deadline).is_some());
@@ -469,27 +600,85 @@ mod tests {
                 .prepare_for("kvm2", &"cd".repeat(32), deadline)
                 .is_none()
         );
-        assert!(
-            capability.prepare("kvm2", deadline).is_none(),
-            "bytes unknown"
-        );
         assert!(capability.has_grant("kvm2"));
-        let error = grant(r#"{"grants":{"p":{"digest":"sha256:12","connections":[{"name":"c","uri":"test:///x"}]}}}"#)
-            .unwrap_err();
+        let error = grant(
+            "p",
+            r#"{"connections":[{"name":"c","uri":"test:///x"}]}"#,
+            &["sha256:12".into()],
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("digest"), "{error}");
     }
 
+    /// The namespace follows the grant's owner, never the identity: a ProviderConfig renamed or
+    /// recreated under another name keeps reading its marks.
     #[test]
-    fn prepare_answers_none_without_a_grant_and_names_the_namespace() {
-        let capability =
-            grant(r#"{"grants":{"kvm2":{"connections":[{"name":"c","uri":"test:///x"}]}}}"#)
-                .unwrap();
+    fn the_namespace_is_the_owners_whatever_the_identity() {
+        let capability = grant(
+            "kvm-lab",
+            r#"{"connections":[{"name":"c","uri":"test:///x"}]}"#,
+            &[],
+        )
+        .unwrap();
         let deadline = Instant::now();
-        assert!(capability.prepare("other", deadline).is_none());
-        let ctx = capability.prepare("kvm2", deadline).unwrap();
+        assert!(capability.prepare_for("other", "", deadline).is_none());
+        let ctx = capability.prepare_for("kvm-lab", "", deadline).unwrap();
         assert_eq!(
             ctx.grant.unwrap().namespace,
-            "https://egress-operator.io/provider/kvm2"
+            "https://egress-operator.io/owner/egress-operator"
+        );
+        let owned = grant(
+            "renamed",
+            r#"{"owner":"lab","connections":[{"name":"c","uri":"test:///x"}]}"#,
+            &[],
+        )
+        .unwrap();
+        let ctx = owned.prepare_for("renamed", "", deadline).unwrap();
+        assert_eq!(
+            ctx.grant.unwrap().namespace,
+            "https://egress-operator.io/owner/lab"
+        );
+    }
+
+    #[test]
+    fn a_grant_set_again_or_removed_leaves_calls_in_flight_theirs() {
+        let capability = grant(
+            "p",
+            r#"{"connections":[{"name":"c","uri":"test:///x"}]}"#,
+            &[],
+        )
+        .unwrap();
+        let deadline = Instant::now();
+        let in_flight = capability.prepare_for("p", "", deadline).unwrap();
+        let other: LibvirtGrant = serde_json::from_str(
+            r#"{"owner":"lab","connections":[{"name":"d","uri":"test:///y"}]}"#,
+        )
+        .unwrap();
+        capability
+            .set(
+                "p",
+                &other,
+                &GrantContext {
+                    digests: &[],
+                    host: &FilesOnly,
+                },
+            )
+            .unwrap();
+        let next = capability.prepare_for("p", "", deadline).unwrap();
+        assert!(
+            in_flight
+                .grant
+                .as_ref()
+                .unwrap()
+                .connections
+                .contains_key("c")
+        );
+        assert!(next.grant.as_ref().unwrap().connections.contains_key("d"));
+        capability.remove("p");
+        assert!(capability.prepare_for("p", "", deadline).is_none());
+        assert!(
+            in_flight.grant.is_some(),
+            "a call in flight keeps its grant"
         );
     }
 }

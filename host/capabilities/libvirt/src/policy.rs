@@ -376,6 +376,27 @@ pub(crate) fn check_volume(xml: &str) -> Result<String, Error> {
     Ok(name.to_owned())
 }
 
+/// The capacity volume XML asks for, in bytes (libvirt's units; bytes when none is given).
+pub(crate) fn capacity_bytes(xml: &str) -> Option<u64> {
+    let document = roxmltree::Document::parse(xml).ok()?;
+    let capacity = child(document.root_element(), "capacity")?;
+    let value: u64 = capacity.text()?.trim().parse().ok()?;
+    let unit = capacity.attribute("unit").unwrap_or("bytes");
+    let scale: u64 = match unit {
+        "b" | "bytes" => 1,
+        "KB" => 1_000,
+        "k" | "K" | "KiB" => 1 << 10,
+        "MB" => 1_000_000,
+        "m" | "M" | "MiB" => 1 << 20,
+        "GB" => 1_000_000_000,
+        "g" | "G" | "GiB" => 1 << 30,
+        "TB" => 1_000_000_000_000,
+        "t" | "T" | "TiB" => 1 << 40,
+        _ => return None,
+    };
+    value.checked_mul(scale)
+}
+
 /// Checks a metadata element: one well-formed element.
 pub(crate) fn check_metadata(xml: &str) -> Result<(), Error> {
     let document = parse("metadata", xml)?;
@@ -389,7 +410,7 @@ pub(crate) fn check_metadata(xml: &str) -> Result<(), Error> {
 mod tests {
     use super::*;
 
-    const NS: &str = "https://egress-operator.io/provider/kvm2";
+    const NS: &str = "https://egress-operator.io/owner/egress-operator";
 
     fn check(xml: &str) -> Result<(), Error> {
         let pools = BTreeSet::from(["images".to_owned()]);
@@ -439,6 +460,29 @@ mod tests {
     <memballoon model='virtio'/>"#;
 
     #[test]
+    fn capacities_are_read_in_libvirts_units() {
+        let xml = |capacity: &str| format!("<volume><name>v</name>{capacity}</volume>");
+        assert_eq!(capacity_bytes(&xml("<capacity>512</capacity>")), Some(512));
+        assert_eq!(
+            capacity_bytes(&xml("<capacity unit='GiB'>10</capacity>")),
+            Some(10 << 30)
+        );
+        assert_eq!(
+            capacity_bytes(&xml("<capacity unit='bytes'>7</capacity>")),
+            Some(7)
+        );
+        assert_eq!(
+            capacity_bytes(&xml("<capacity unit='MB'>2</capacity>")),
+            Some(2_000_000)
+        );
+        assert_eq!(
+            capacity_bytes(&xml("<capacity unit='parsec'>1</capacity>")),
+            None
+        );
+        assert_eq!(capacity_bytes(&xml("")), None);
+    }
+
+    #[test]
     fn a_production_domain_passes() {
         check(&domain(PRODUCTION_DEVICES)).unwrap();
     }
@@ -475,7 +519,7 @@ mod tests {
             domain("").replace("<vcpu>1</vcpu>", "<vcpu>1</vcpu><seclabel type='none'/>"),
             domain("").replace("<loader secure='no'/>", "<loader>/tmp/evil.fd</loader>"),
             domain("").replace("<boot dev='hd'/>", "<kernel>/boot/vmlinuz</kernel>"),
-            domain("").replace("uid=\"u1\"/>", "uid=\"u1\"/><o:proxy xmlns:o='https://egress-operator.io/provider/other'/>"),
+            domain("").replace("uid=\"u1\"/>", "uid=\"u1\"/><o:proxy xmlns:o='https://egress-operator.io/owner/other'/>"),
         ];
         for xml in cases {
             assert!(matches!(check(&xml), Err(Error::Denied(_))), "{xml}");

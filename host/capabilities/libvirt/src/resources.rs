@@ -25,6 +25,8 @@ pub struct Domain {
 /// Behind a `storage-pool` handle: a pool the grant names.
 pub struct StoragePool {
     pub(crate) conn: Arc<Conn>,
+    /// The connection's URI as granted: which hypervisor this is.
+    pub(crate) hypervisor: String,
     pub(crate) pool: Arc<virt::storage_pool::StoragePool>,
     pub(crate) name: String,
 }

@@ -5,9 +5,9 @@
 //! Each rule has an id (`create.idempotent`, …) that `docs/contract.md` cites next to the rule of
 //! the contract it checks, and ends `pass`, `fail` with the reason, or `skip` with why. A run:
 //!
-//! 1. loads the component under its identity and builds a broker from the grants, wrapped in a
-//!    `Watch` (`watch.rs`) that counts what the provider sends and which credential headers it
-//!    tries to set;
+//! 1. loads the component under its identity, with the grants file's grants on the broker
+//!    (wrapped in a `Watch`, `watch.rs`, that counts what the provider sends and which credential
+//!    headers it tries to set) and on the libvirt capability;
 //! 2. probes the grant's origins for `pvesim`'s admin API (`backend.rs`): rules that need a backend
 //!    fault (a 5xx, a lock, a hung endpoint) run only there;
 //! 3. runs the rules in order; every provider call goes through `Session::call` (`session.rs`),
@@ -31,8 +31,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use egress_capability_http::{Broker, Grants};
+use egress_runtime::http::HttpCapability;
 use egress_runtime::{Runtime, RuntimeConfig};
+
+use crate::grants::{Capabilities, GrantsFile};
 
 pub use session::Session;
 
@@ -263,10 +265,19 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     };
     let config: serde_json::Value =
         serde_json::from_str(&options.config).context("the config is not JSON")?;
-    let grants = Grants::from_yaml(&options.grants).context("grants")?;
-    let broker = Broker::new(&grants).context("grants")?;
-    let watch = Arc::new(watch::Watch::new(broker.clone()));
-    let runtime = Runtime::new(options.runtime.clone(), watch.clone())?;
+    let grants = GrantsFile::parse(&options.grants).context("grants")?;
+    let capabilities = Capabilities::new();
+    grants.grant(&capabilities).context("grants")?;
+    let broker = Arc::clone(&capabilities.http);
+    let watch = Arc::new(watch::Watch::new(Arc::clone(&broker)));
+    // The broker's grants, behind the watch; libvirt as the operator serves it.
+    let runtime = Runtime::new(
+        options
+            .runtime
+            .clone()
+            .capability(Arc::new(HttpCapability::new(watch.clone())))
+            .capability(Arc::clone(&capabilities.libvirt)),
+    )?;
     let identity = match &options.identity {
         Some(identity) => identity.clone(),
         None => file_stem(&options.file)?,
@@ -275,7 +286,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         .await
         .with_context(|| format!("reading {}", options.file.display()))?;
     let provider = runtime.load_bytes(&identity, &bytes, &options.file).await?;
-    let grant = grants.grants.get(&identity).cloned();
+    let grant = grants
+        .grants
+        .get(&identity)
+        .and_then(|grants| grants.http.clone());
     let session = Session::start(provider, broker, watch, grant, config).await?;
     let mut reports = Vec::new();
     for rule in rules {

@@ -4,8 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use egress_capability_http::credentials::MemorySource;
-use egress_capability_http::{Broker, Grant, GrantSources};
+use egress_capability_http::{Broker, HttpGrant};
+use egress_runtime::Capability as _;
+use egress_runtime::grant::{FilesOnly, GrantContext, GrantHost, SecretKeyRef};
 use egress_runtime::types::{CheckResult, CreateRequest, Instance, Request, Response, Tag};
 use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState, Operation, Provider};
 use serde_json::Value;
@@ -24,6 +25,25 @@ const PAUSE: Duration = Duration::from_millis(200);
 pub(crate) const RUNNING_BOUND: Duration = Duration::from_secs(120);
 /// The credential the bad-credential check injects instead of the grant's.
 const WRONG_CREDENTIAL: &str = "egress-conformance-wrong-credential";
+
+/// Resolves every Secret to the wrong credential, for `check_with_wrong_credential`.
+struct WrongCredential;
+
+impl GrantHost for WrongCredential {
+    fn secret(&self, _: &SecretKeyRef) -> Result<zeroize::Zeroizing<Vec<u8>>, String> {
+        Ok(zeroize::Zeroizing::new(
+            WRONG_CREDENTIAL.as_bytes().to_vec(),
+        ))
+    }
+
+    fn config_map(&self, reference: &SecretKeyRef) -> Result<String, String> {
+        FilesOnly.config_map(reference)
+    }
+
+    fn file(&self, path: &std::path::Path) -> Result<(), String> {
+        FilesOnly.file(path)
+    }
+}
 
 /// How a call ended, as the aggregate rules judge it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,9 +74,9 @@ pub(crate) struct CallRecord {
 /// The run.
 pub struct Session {
     provider: Arc<Provider>,
-    broker: Broker,
+    broker: Arc<Broker>,
     watch: Arc<Watch>,
-    grant: Option<Grant>,
+    grant: Option<HttpGrant>,
     config: Value,
     run: String,
     /// The injected secrets (the grant's and the wrong one), only to search answers for them.
@@ -72,9 +92,9 @@ pub struct Session {
 impl Session {
     pub(crate) async fn start(
         provider: Arc<Provider>,
-        broker: Broker,
+        broker: Arc<Broker>,
         watch: Arc<Watch>,
-        grant: Option<Grant>,
+        grant: Option<HttpGrant>,
         config: Value,
     ) -> anyhow::Result<Session> {
         let mut secrets = vec![WRONG_CREDENTIAL.to_owned()];
@@ -347,22 +367,27 @@ impl Session {
             .as_ref()
             .filter(|grant| grant.credential.is_some())?;
         let identity = self.provider.identity();
-        let wrong = Arc::new(MemorySource::new("conformance: a wrong credential"));
-        wrong.set(Some(WRONG_CREDENTIAL));
-        let sources = GrantSources {
-            credential: Some(wrong),
-            ..GrantSources::default()
-        };
-        if let Err(error) = self.broker.set_grant(identity, grant, sources) {
+        let mut wrong = grant.clone();
+        if let Some(credential) = wrong.credential.as_mut() {
+            credential.secret_file = None;
+            credential.secret_ref = Some(SecretKeyRef {
+                name: "conformance-wrong-credential".into(),
+                key: "secret".into(),
+                namespace: None,
+            });
+        }
+        let context = |host| GrantContext { digests: &[], host };
+        if let Err(error) = self
+            .broker
+            .set_grant(identity, &wrong, &context(&WrongCredential))
+        {
             return Some(Err(CallError::Instantiate {
                 message: format!("cannot swap the credential: {error}"),
             }));
         }
         let outcome = self.check(&self.config_text()).await;
         // Back to the grant as the file gives it; it was valid a moment ago.
-        let _ = self
-            .broker
-            .set_grant(identity, grant, GrantSources::default());
+        let _ = self.broker.set_grant(identity, grant, &context(&FilesOnly));
         Some(outcome)
     }
 

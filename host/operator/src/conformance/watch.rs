@@ -2,6 +2,7 @@
 //! the provider sends and every attempt to set a credential header (which the sandbox refuses
 //! before the broker sees a request, so the broker's own metrics cannot count it).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use egress_capability_http::Broker;
@@ -10,13 +11,13 @@ use http::HeaderName;
 
 /// The broker plus two counters.
 pub(crate) struct Watch {
-    broker: Broker,
+    broker: Arc<Broker>,
     sent: AtomicU64,
     credential_headers: AtomicU64,
 }
 
 impl Watch {
-    pub(crate) fn new(broker: Broker) -> Self {
+    pub(crate) fn new(broker: Arc<Broker>) -> Self {
         Self {
             broker,
             sent: AtomicU64::new(0),

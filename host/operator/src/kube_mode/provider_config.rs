@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egress_runtime::RegistryEvent;
+use egress_runtime::grant::ObjectRef as Named;
 use futures::{FutureExt, StreamExt};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -179,9 +180,6 @@ pub struct References {
 /// What `spec` references; a reference without a namespace is in `namespace`.
 pub fn references(spec: &ProviderConfigSpec, namespace: &str) -> References {
     let mut found = References::default();
-    let Some(http) = &spec.grant.http else {
-        return found;
-    };
     let key = |reference: &crate::crd::SecretKeyRef| {
         (
             reference
@@ -191,14 +189,11 @@ pub fn references(spec: &ProviderConfigSpec, namespace: &str) -> References {
             reference.name.clone(),
         )
     };
-    if let Some(credential) = &http.credential {
-        found.secrets.insert(key(&credential.secret_ref));
-    }
-    if let Some(ca) = &http.tls.ca_secret_ref {
-        found.secrets.insert(key(ca));
-    }
-    if let Some(ca) = &http.tls.ca_config_map_ref {
-        found.config_maps.insert(key(ca));
+    for reference in spec.grant.references() {
+        match reference {
+            Named::Secret(reference) => found.secrets.insert(key(reference)),
+            Named::ConfigMap(reference) => found.config_maps.insert(key(reference)),
+        };
     }
     found
 }
@@ -312,4 +307,48 @@ pub async fn write_status(
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rotated SSH key or known_hosts reconciles its ProviderConfig (which sets its grant
+    /// again) as a rotated token does: every Secret and ConfigMap of every capability's grant
+    /// is watched, a reference without a namespace in the operator's.
+    #[test]
+    fn every_secret_and_config_map_a_grant_names_is_watched() {
+        let spec: ProviderConfigSpec = serde_json::from_value(serde_json::json!({
+            "component": {"file": "libvirt.wasm"},
+            "grant": {
+                "http": {
+                    "origins": ["https://h"],
+                    "credential": {"header": "Authorization", "format": "{secret}",
+                                   "secretRef": {"name": "token", "key": "t"}},
+                    "tls": {"caConfigMapRef": {"name": "ca", "key": "ca.pem", "namespace": "pki"}},
+                },
+                "libvirt": {
+                    "connections": [{"name": "hv", "uri": "qemu+libssh2://h/system",
+                                     "sshKeySecretRef": {"name": "ssh", "key": "id"},
+                                     "knownHostsConfigMapRef": {"name": "hosts", "key": "k"}}],
+                    "images": {"origins": ["https://i"], "caSecretRef": {"name": "images-ca", "key": "ca.pem"}},
+                },
+            },
+        }))
+        .unwrap();
+        let found = references(&spec, "ops");
+        let pair = |namespace: &str, name: &str| (namespace.to_owned(), name.to_owned());
+        assert_eq!(
+            found.secrets,
+            HashSet::from([
+                pair("ops", "token"),
+                pair("ops", "ssh"),
+                pair("ops", "images-ca")
+            ])
+        );
+        assert_eq!(
+            found.config_maps,
+            HashSet::from([pair("pki", "ca"), pair("ops", "hosts")])
+        );
+    }
 }

@@ -28,7 +28,7 @@ use notify::Watcher as _;
 use tokio::time::Instant;
 
 use crate::crd::{Phase, ProxyStatus, condition, conditions};
-use crate::operator::{Operator, Settings};
+use crate::operator::Operator;
 use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
 use crate::run_args::RunArgs;
@@ -85,19 +85,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .canonicalize()
         .with_context(|| format!("local folder {}", dir.display()))?;
     let store = Store::open(&dir.join(STATE_DIR).join("state.db"))?;
-    let mut settings = Settings::new(
-        args.components
-            .clone()
-            .unwrap_or_else(|| dir.join("components")),
-    );
-    settings.namespace = args.namespace.clone();
-    settings.listen = args.listen;
-    settings.timing.resync = Duration::from_secs(args.resync_seconds.max(1));
-    settings.cache_dir = match &args.cache_dir {
-        Some(path) if path.as_os_str() == "none" => None,
-        Some(path) => Some(path.clone()),
-        None => settings.cache_dir.clone(),
-    };
+    let settings = args.settings(&dir.join("components"));
     // Bound before anything starts: a port in use is an error now, not a log line later.
     let listener = match args.listen {
         Some(addr) => Some(
@@ -176,6 +164,10 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     resync.tick().await;
     let mut sweep_tick = tokio::time::interval(Duration::from_secs(1));
     let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
+    // One listener for the whole run: one made anew in each turn of the loop would miss a
+    // signal that arrives while a turn's work runs.
+    let shutdown = crate::shutdown_signal();
+    tokio::pin!(shutdown);
     let exit = loop {
         tokio::select! {
             Some(()) = changes.recv() => {
@@ -199,7 +191,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
                     break code;
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
+            () = &mut shutdown => {
                 tracing::info!("interrupted; letting calls in flight finish");
                 break ExitCode::SUCCESS;
             }

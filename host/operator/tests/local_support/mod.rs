@@ -1,7 +1,8 @@
 //! Local mode as a user runs it: the real `egress-operator` binary in `run --local DIR` over a
-//! folder of manifests, with the Proxmox component against an in-process `pvesim` over TLS. The
-//! test reads the operator's state database (read-only, as `get proxies` does) and the
-//! simulator's state; it never sleeps to synchronise, it polls with a bound.
+//! folder of manifests ([`Folder`]); for the Proxmox tests with the Proxmox component against an
+//! in-process `pvesim` over TLS ([`Local`]). The test reads the operator's state database
+//! (read-only, as `get proxies` does) and the backend's state; it never sleeps to synchronise, it
+//! polls with a bound.
 
 // Each test binary that includes this module uses a part of it.
 #![allow(dead_code)]
@@ -68,11 +69,54 @@ pub fn proxy(namespace: &str, name: &str) -> String {
 /// A simulator, a folder of manifests with the component, and the operator running over it.
 pub struct Local {
     pub sim: Simulator,
+    folder: Folder,
+}
+
+impl std::ops::Deref for Local {
+    type Target = Folder;
+
+    fn deref(&self) -> &Folder {
+        &self.folder
+    }
+}
+
+impl std::ops::DerefMut for Local {
+    fn deref_mut(&mut self) -> &mut Folder {
+        &mut self.folder
+    }
+}
+
+/// A folder of manifests with a components folder, and the operator running over it.
+pub struct Folder {
     pub dir: tempfile::TempDir,
     child: Option<Child>,
     cache: PathBuf,
     /// The health and metrics address of the running operator, if it listens.
     listen: Option<String>,
+}
+
+impl Folder {
+    /// An empty folder with `components` (files) copied into its components folder; the
+    /// operator is not started yet.
+    pub fn new(components: &[PathBuf]) -> Folder {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("components")).unwrap();
+        for component in components {
+            std::fs::copy(
+                component,
+                dir.path()
+                    .join("components")
+                    .join(component.file_name().unwrap()),
+            )
+            .unwrap();
+        }
+        Folder {
+            dir,
+            child: None,
+            listen: None,
+            cache: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-mode-cache"),
+        }
+    }
 }
 
 impl Local {
@@ -89,15 +133,9 @@ impl Local {
 
     pub async fn with_sim(config: SimConfig) -> Local {
         let sim = Simulator::start(config).await.expect("simulator starts");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("components")).unwrap();
-        std::fs::copy(component(), dir.path().join("components/proxmox.wasm")).unwrap();
         let local = Local {
             sim,
-            dir,
-            child: None,
-            listen: None,
-            cache: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("local-mode-cache"),
+            folder: Folder::new(&[component()]),
         };
         local.write(
             "providerconfig.yaml",
@@ -110,6 +148,29 @@ impl Local {
         local
     }
 
+    /// The simulator's VMs that are not templates: (vmid, name).
+    pub fn vms(&self) -> Vec<(u32, String)> {
+        let state = self.sim.state();
+        state
+            .vmids()
+            .into_iter()
+            .filter(|vmid| *vmid != 9000 && *vmid != 9001)
+            .filter_map(|vmid| {
+                state.guest(vmid).map(|guest| {
+                    let name = guest.config.get("name").cloned().unwrap_or_default();
+                    (vmid, name)
+                })
+            })
+            .collect()
+    }
+
+    /// The seed ISOs on the simulator's seed storage.
+    pub fn seeds(&self) -> Vec<String> {
+        self.sim.state().volumes("proxy-seeds")
+    }
+}
+
+impl Folder {
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
@@ -176,6 +237,27 @@ impl Local {
         response.text().await.ok()
     }
 
+    /// Stop the operator as Ctrl-C (`libc::SIGINT`) or a supervisor (`libc::SIGTERM`) does:
+    /// calls in flight finish, then it exits. Its exit status, waited for at most a minute.
+    pub fn stop_with(&mut self, signal: i32) -> Option<std::process::ExitStatus> {
+        self.listen = None;
+        let mut child = self.child.take()?;
+        // SAFETY: kill(2) on a child we started and have not reaped.
+        unsafe {
+            libc::kill(child.id() as i32, signal);
+        }
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
     /// Kill the operator at once (SIGKILL: a crash, no graceful anything).
     pub fn kill(&mut self) {
         self.listen = None;
@@ -225,30 +307,9 @@ impl Local {
             std::thread::sleep(Duration::from_millis(25));
         }
     }
-
-    /// The simulator's VMs that are not templates: (vmid, name).
-    pub fn vms(&self) -> Vec<(u32, String)> {
-        let state = self.sim.state();
-        state
-            .vmids()
-            .into_iter()
-            .filter(|vmid| *vmid != 9000 && *vmid != 9001)
-            .filter_map(|vmid| {
-                state.guest(vmid).map(|guest| {
-                    let name = guest.config.get("name").cloned().unwrap_or_default();
-                    (vmid, name)
-                })
-            })
-            .collect()
-    }
-
-    /// The seed ISOs on the simulator's seed storage.
-    pub fn seeds(&self) -> Vec<String> {
-        self.sim.state().volumes("proxy-seeds")
-    }
 }
 
-impl Drop for Local {
+impl Drop for Folder {
     fn drop(&mut self) {
         self.kill();
     }

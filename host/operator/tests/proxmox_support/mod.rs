@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_capability_http::{Broker, Grants};
+use egress_operator::grants::{Capabilities, GrantsFile};
 use egress_runtime::types::{CheckResult, CreateRequest, Instance, Request, Response, Tag};
 use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, RuntimeConfig};
 use pvesim::{SimConfig, Simulator};
@@ -80,7 +80,7 @@ pub fn grant_json(spec: &GrantSpec) -> String {
 
 /// The grant document for the provider `identity`.
 pub fn grant_json_for(identity: &str, spec: &GrantSpec) -> String {
-    json!({"grants": {identity: {
+    json!({"grants": {identity: {"http": {
         "origins": [spec.origin],
         "credential": {
             "header": "Authorization",
@@ -89,7 +89,7 @@ pub fn grant_json_for(identity: &str, spec: &GrantSpec) -> String {
         },
         "tls": {"caFile": spec.ca_file, "http1Only": true},
         "timeouts": {"connectMs": 2000, "firstByteMs": 5000, "totalMs": 10000},
-    }}})
+    }}}})
     .to_string()
 }
 
@@ -102,14 +102,14 @@ pub async fn load_provider(spec: &GrantSpec) -> Arc<Provider> {
 /// [`load_provider`] for `subject`, loaded from its file as the host loads it (the file's stem is
 /// its identity).
 pub async fn load_subject(subject: &Subject, spec: &GrantSpec) -> Arc<Provider> {
-    let grants = Grants::from_json(&grant_json_for(subject.identity, spec)).expect("grant parses");
-    let broker = Broker::new(&grants).expect("grant is valid");
+    let capabilities = Capabilities::new();
+    GrantsFile::parse(&grant_json_for(subject.identity, spec))
+        .expect("grant parses")
+        .grant(&capabilities)
+        .expect("grant is valid");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxmox-compile-cache");
-    let runtime = Runtime::new(
-        RuntimeConfig::default().cache_dir(Some(cache)),
-        Arc::new(broker),
-    )
-    .expect("runtime");
+    let runtime = Runtime::new(capabilities.serve(RuntimeConfig::default().cache_dir(Some(cache))))
+        .expect("runtime");
     let provider = runtime
         .load_file(&component_path(subject))
         .await

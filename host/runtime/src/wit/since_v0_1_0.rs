@@ -32,11 +32,11 @@ wasmtime::component::bindgen!({
 
 served_version!();
 
-impl From<wit::Capability> for types::Capability {
+impl From<wit::Capability> for types::DeclaredCapability {
     fn from(capability: wit::Capability) -> Self {
         match capability {
-            wit::Capability::Http => types::Capability::Http,
-            wit::Capability::Libvirt => types::Capability::Libvirt,
+            wit::Capability::Http => types::DeclaredCapability::Http,
+            wit::Capability::Libvirt => types::DeclaredCapability::Libvirt,
         }
     }
 }

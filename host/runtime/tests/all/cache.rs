@@ -2,9 +2,7 @@
 //! recompiled, not an error. Under tiered compilation the entry is written by the background
 //! compiler, so each cold load is followed by waiting for its optimized code.
 
-use std::sync::Arc;
-
-use egress_runtime::{DenyAll, Runtime, RuntimeConfig};
+use egress_runtime::{Runtime, RuntimeConfig};
 
 use crate::common::{component_bytes, component_path, test_limits};
 
@@ -14,7 +12,7 @@ async fn second_load_hits_the_cache_and_a_corrupt_entry_is_recompiled() {
     let config = RuntimeConfig::default()
         .limits(test_limits())
         .cache_dir(Some(cache.path().to_owned()));
-    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let runtime = Runtime::new(config).unwrap();
     let path = component_path("reference");
     let bytes = component_bytes("reference");
 
@@ -78,7 +76,7 @@ async fn no_cache_dir_means_no_cache() {
     let config = RuntimeConfig::default()
         .limits(test_limits())
         .cache_dir(None);
-    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let runtime = Runtime::new(config).unwrap();
     let path = component_path("misbehave");
     let bytes = component_bytes("misbehave");
     for _ in 0..2 {
@@ -96,7 +94,7 @@ async fn a_cache_others_can_write_is_not_used() {
     let config = RuntimeConfig::default()
         .limits(test_limits())
         .cache_dir(Some(cache.path().to_owned()));
-    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let runtime = Runtime::new(config).unwrap();
     let path = component_path("reference");
     let bytes = component_bytes("reference");
     // A load, once its background compile (which writes the cache) is over.

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egress_runtime::capability::import_matches;
+use egress_runtime::grant::{GrantContext, GrantError, NoGrant};
 use egress_runtime::{
-    Budget, CallContext, CallError, Capability, CreateRequest, DenyAll, HostState, Limits,
-    PrepareContext, Request, Response, Runtime, RuntimeConfig,
+    Budget, CallContext, CallError, Capability, CreateRequest, HostState, Limits, PrepareContext,
+    Request, Response, Runtime, RuntimeConfig,
 };
 use wasmtime::StoreContextMut;
 use wasmtime::component::Linker;
@@ -42,9 +43,23 @@ impl ExfilCall {
 }
 
 impl Capability for Exfil {
+    // Its grants are fixed when it is made.
+    type Grant = NoGrant;
+
     fn name(&self) -> &'static str {
         "exfil"
     }
+
+    fn set_grant(
+        &self,
+        _identity: &str,
+        grant: &NoGrant,
+        _context: &GrantContext<'_>,
+    ) -> Result<(), GrantError> {
+        match *grant {}
+    }
+
+    fn remove_grant(&self, _identity: &str) {}
 
     fn provides(&self, import: &str) -> bool {
         import_matches(import, "acme:exfil/upload", "0.1.0")
@@ -82,7 +97,7 @@ fn runtime_with(exfil: Arc<Exfil>, limits: Limits) -> Runtime {
         .limits(limits)
         .cache_dir(Some(shared_cache_dir()))
         .capability(exfil);
-    Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
+    Runtime::new(config).expect("runtime builds")
 }
 
 fn create(user_data: String) -> Request {
@@ -193,7 +208,7 @@ async fn a_capability_name_given_twice_is_refused() {
         .cache_dir(None)
         .capability(Arc::new(Exfil::default()))
         .capability(Arc::new(Exfil::default()));
-    let error = Runtime::new(config, Arc::new(DenyAll)).expect_err("refused");
+    let error = Runtime::new(config).expect_err("refused");
     assert!(
         error.to_string().contains("`exfil` is given twice"),
         "{error}"

@@ -1,9 +1,8 @@
 //! Shared helpers: locating test components, building runtimes, editing component bytes.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use egress_runtime::{DenyAll, Limits, Request, Runtime, RuntimeConfig};
+use egress_runtime::{Limits, Request, Runtime, RuntimeConfig};
 
 /// The built component `name` (`reference`, `misbehave`, …).
 pub fn component_path(name: &str) -> PathBuf {
@@ -39,7 +38,7 @@ pub fn runtime_with(limits: Limits) -> Runtime {
     let config = RuntimeConfig::default()
         .limits(limits)
         .cache_dir(Some(shared_cache_dir()));
-    Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
+    Runtime::new(config).expect("runtime builds")
 }
 
 /// A runtime with test limits.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use egress_runtime::{DenyAll, LoadError, Runtime, RuntimeConfig};
+use egress_runtime::{LoadError, Runtime, RuntimeConfig};
 use wasmtime::{LinearMemory, MemoryCreator, MemoryType};
 
 use crate::common::{component_bytes, component_path, test_limits};
@@ -37,7 +37,7 @@ async fn every_guest_memory_comes_from_the_configured_creator() {
         .limits(test_limits())
         .cache_dir(None)
         .memory_creator(creator.clone());
-    let runtime = Runtime::new(config, Arc::new(DenyAll)).unwrap();
+    let runtime = Runtime::new(config).unwrap();
     let error = runtime
         .load_bytes(
             "reference",

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use egress_runtime::egress::{
     CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
 };
+use egress_runtime::http::HttpCapability;
 use egress_runtime::{
     CallContext, CallError, ErrorClass, Request, Response, Runtime, RuntimeConfig,
 };
@@ -63,8 +64,9 @@ fn not_found() -> http::Response<EgressBody> {
 fn runtime_over(egress: Arc<dyn Egress>) -> Runtime {
     let config = RuntimeConfig::default()
         .limits(test_limits())
-        .cache_dir(Some(shared_cache_dir()));
-    Runtime::new(config, egress).unwrap()
+        .cache_dir(Some(shared_cache_dir()))
+        .capability(Arc::new(HttpCapability::new(egress)));
+    Runtime::new(config).unwrap()
 }
 
 /// The tasks that ran a call of `request` on the reference provider (from a task of its own,

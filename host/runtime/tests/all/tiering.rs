@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use egress_runtime::{
-    Budget, CallContext, CallError, Compilation, DenyAll, ErrorClass, Limits, Provider, Response,
-    Runtime, RuntimeConfig, Tier,
+    Budget, CallContext, CallError, Compilation, ErrorClass, Limits, Provider, Response, Runtime,
+    RuntimeConfig, Tier,
 };
 
 use crate::common::{
@@ -22,7 +22,7 @@ fn runtime(compilation: Compilation, limits: Limits, cache: Option<&std::path::P
         .limits(limits)
         .cache_dir(cache.map(ToOwned::to_owned))
         .compilation(compilation);
-    Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
+    Runtime::new(config).expect("runtime builds")
 }
 
 /// The reference component under bytes no other test loads: a sure cache miss.

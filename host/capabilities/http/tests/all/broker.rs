@@ -573,7 +573,7 @@ async fn invalid_grants_are_refused_with_a_reason() {
     let token = files.path("token");
     let ca = files.path("ca.pem");
     let cases: Vec<(serde_json::Value, &str)> = vec![
-        (serde_json::json!({"origins": []}), "origins is empty"),
+        (serde_json::json!({"origins": []}), "origins: is empty"),
         (
             serde_json::json!({"origins": ["https://h:1/api"]}),
             "no path",
@@ -594,6 +594,22 @@ async fn invalid_grants_are_refused_with_a_reason() {
         (
             {
                 let mut grant = proxmox_grant("https://h:1", &token, &ca);
+                grant["credential"]["secretRef"] = serde_json::json!({"name": "t", "key": "k"});
+                grant
+            },
+            "exactly one of secretRef and secretFile",
+        ),
+        (
+            {
+                let mut grant = proxmox_grant("https://h:1", &token, &ca);
+                grant["tls"]["caConfigMapRef"] = serde_json::json!({"name": "ca", "key": "ca.pem"});
+                grant
+            },
+            "at most one of caSecretRef, caConfigMapRef and caFile",
+        ),
+        (
+            {
+                let mut grant = proxmox_grant("https://h:1", &token, &ca);
                 grant["tls"]["serverName"] = "10.0.0.1".into();
                 grant
             },
@@ -601,13 +617,7 @@ async fn invalid_grants_are_refused_with_a_reason() {
         ),
     ];
     for (grant, expected) in cases {
-        let grants = egress_capability_http::Grants::from_json(
-            &serde_json::json!({"grants": {"p": grant}}).to_string(),
-        )
-        .unwrap();
-        let error = egress_capability_http::Broker::new(&grants)
-            .unwrap_err()
-            .to_string();
+        let error = try_broker("p", grant).unwrap_err().to_string();
         assert!(
             error.contains(expected),
             "{error} should mention {expected}"

@@ -1,25 +1,76 @@
 //! Grants changed while the broker serves: added, replaced and removed without a restart, with
-//! the secret and the CA held in memory (as the operator does from Kubernetes Secrets).
+//! the secret and the CA resolved from the host's objects (as the operator does from Kubernetes
+//! Secrets) and held in memory.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
-use egress_capability_http::credentials::MemorySource;
-use egress_capability_http::{Broker, Grant, GrantSources, Grants};
+use egress_capability_http::{Broker, HttpGrant};
+use egress_runtime::Capability as _;
 use egress_runtime::egress::EgressError;
+use egress_runtime::grant::{GrantContext, GrantHost, SecretKeyRef};
 
 use crate::support::*;
 
-fn grant(origin: &str) -> Grant {
-    let grants = Grants::from_json(
-        &serde_json::json!({"grants": {"x": {
-            "origins": [origin],
-            "credential": {"header": "Authorization", "format": "Bearer {secret}"},
-            "tls": {"http1Only": true},
-        }}})
-        .to_string(),
-    )
-    .unwrap();
-    grants.grants["x"].clone()
+/// A host's Secrets and ConfigMaps by name (their one key is `value`).
+#[derive(Default)]
+struct Objects(Mutex<HashMap<String, String>>);
+
+impl Objects {
+    fn put(&self, name: &str, value: &str) {
+        self.0.lock().unwrap().insert(name.into(), value.into());
+    }
+}
+
+impl GrantHost for Objects {
+    fn secret(&self, reference: &SecretKeyRef) -> Result<zeroize::Zeroizing<Vec<u8>>, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&reference.name)
+            .map(|value| zeroize::Zeroizing::new(value.clone().into_bytes()))
+            .ok_or_else(|| format!("no Secret {}", reference.name))
+    }
+
+    fn config_map(&self, reference: &SecretKeyRef) -> Result<String, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&reference.name)
+            .cloned()
+            .ok_or_else(|| format!("no ConfigMap {}", reference.name))
+    }
+
+    fn file(&self, _path: &std::path::Path) -> Result<(), String> {
+        Err("no files here".into())
+    }
+}
+
+fn grant(origin: &str) -> HttpGrant {
+    serde_json::from_value(serde_json::json!({
+        "origins": [origin],
+        "credential": {"header": "Authorization", "format": "Bearer {secret}", "secretRef": {"name": "token", "key": "value"}},
+        "tls": {"caConfigMapRef": {"name": "ca", "key": "value"}, "http1Only": true},
+    }))
+    .unwrap()
+}
+
+fn set(
+    broker: &Broker,
+    identity: &str,
+    grant: &HttpGrant,
+    objects: &Objects,
+) -> Result<(), String> {
+    broker
+        .set_grant(
+            identity,
+            grant,
+            &GrantContext {
+                digests: &[],
+                host: objects,
+            },
+        )
+        .map_err(|error| error.to_string())
 }
 
 #[tokio::test]
@@ -32,7 +83,7 @@ async fn a_grant_added_replaced_and_removed_at_run_time_takes_effect_on_the_next
         handler(|_| Reply::ok("{}")),
     )
     .await;
-    let broker = Broker::new(&Grants::default()).unwrap();
+    let broker = Broker::new();
     let url = format!("{}/", server.origin());
 
     let denied = send(&broker, "tenant-a", get(&url, &[])).await;
@@ -41,17 +92,11 @@ async fn a_grant_added_replaced_and_removed_at_run_time_takes_effect_on_the_next
         "{denied:?}"
     );
 
-    // The secret and the CA come from memory, not files.
-    let secret = Arc::new(MemorySource::new("Secret ops/token key token"));
-    secret.set(Some("first-token\n"));
-    let sources = GrantSources {
-        credential: Some(secret.clone()),
-        ca_pem: Some(ca.pem()),
-        digests: Vec::new(),
-    };
-    broker
-        .set_grant("tenant-a", &grant(&server.origin()), sources.clone())
-        .unwrap();
+    // The secret and the CA come from the host's objects, not files.
+    let objects = Objects::default();
+    objects.put("token", "first-token\n");
+    objects.put("ca", &ca.pem());
+    set(&broker, "tenant-a", &grant(&server.origin()), &objects).unwrap();
     assert_eq!(broker.identities(), ["tenant-a"]);
     send(&broker, "tenant-a", get(&url, &[])).await.unwrap();
     assert_eq!(
@@ -59,8 +104,9 @@ async fn a_grant_added_replaced_and_removed_at_run_time_takes_effect_on_the_next
         "Bearer first-token"
     );
 
-    // Rotated in memory: used from the next request.
-    secret.set(Some("second-token"));
+    // Rotated: the host sets the grant again, and the next request uses the new secret.
+    objects.put("token", "second-token");
+    set(&broker, "tenant-a", &grant(&server.origin()), &objects).unwrap();
     send(&broker, "tenant-a", get(&url, &[])).await.unwrap();
     assert_eq!(
         server.seen()[1].headers["authorization"],
@@ -77,7 +123,22 @@ async fn a_grant_added_replaced_and_removed_at_run_time_takes_effect_on_the_next
     // A refused replacement leaves the previous grant serving.
     let mut bad = grant(&server.origin());
     bad.credential.as_mut().unwrap().format = "no placeholder".into();
-    assert!(broker.set_grant("tenant-a", &bad, sources).is_err());
+    assert!(set(&broker, "tenant-a", &bad, &objects).is_err());
+    // As does a grant whose Secret is missing, naming it.
+    let mut missing = grant(&server.origin());
+    missing
+        .credential
+        .as_mut()
+        .unwrap()
+        .secret_ref
+        .as_mut()
+        .unwrap()
+        .name = "gone".into();
+    let error = set(&broker, "tenant-a", &missing, &objects).unwrap_err();
+    assert!(
+        error.contains("credential.secretRef") && error.contains("gone"),
+        "{error}"
+    );
     send(&broker, "tenant-a", get(&url, &[])).await.unwrap();
     assert_eq!(server.seen().len(), 3);
 
@@ -94,18 +155,15 @@ async fn a_grant_added_replaced_and_removed_at_run_time_takes_effect_on_the_next
 #[tokio::test]
 async fn a_guest_may_not_set_a_header_a_grant_added_at_run_time_injects() {
     use egress_runtime::egress::Egress;
-    let broker = Broker::new(&Grants::default()).unwrap();
+    let broker = Broker::new();
     let header = http::HeaderName::from_static("x-api-key");
     assert!(!broker.is_forbidden_header(&header));
     let mut custom = grant("https://127.0.0.1:1");
     custom.credential.as_mut().unwrap().header = "X-Api-Key".into();
-    let secret = Arc::new(MemorySource::new("k"));
-    let sources = GrantSources {
-        credential: Some(secret),
-        ca_pem: Some(Ca::new("x").pem()),
-        digests: Vec::new(),
-    };
-    broker.set_grant("t", &custom, sources).unwrap();
+    let objects = Objects::default();
+    objects.put("token", "k");
+    objects.put("ca", &Ca::new("x").pem());
+    set(&broker, "t", &custom, &objects).unwrap();
     assert!(broker.is_forbidden_header(&header));
     broker.remove_grant("t");
     assert!(!broker.is_forbidden_header(&header));

@@ -14,7 +14,6 @@ use egress_runtime::{
 
 use crate::memory::{SnapshotCreator, contains};
 use crate::support::*;
-use egress_capability_http::{Broker, Grants};
 
 const SECRET: &str = "pve-token-0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d";
 
@@ -53,7 +52,12 @@ impl Setup {
     }
 
     fn runtime(&self, identity: &str, grant: serde_json::Value, config: RuntimeConfig) -> Runtime {
-        Runtime::new(config.cache_dir(None), Arc::new(broker(identity, grant))).unwrap()
+        Runtime::new(
+            config
+                .cache_dir(None)
+                .capability(Arc::new(broker(identity, grant))),
+        )
+        .unwrap()
     }
 }
 
@@ -191,27 +195,24 @@ async fn a_compressed_echo_never_puts_the_secret_in_guest_memory() {
         reflecting_server(true),
     )
     .await;
-    let grants = Grants::from_json(
-        &serde_json::json!({ "grants": {
-            "hostile": {
-                "origins": [polite.origin(), pushy.origin()],
-                "credential": {
-                    "header": "Authorization",
-                    "format": "PVEAPIToken={secret}",
-                    "secretFile": setup.files.path("token"),
-                },
-                "tls": { "caFile": setup.files.path("ca.pem"), "http1Only": true },
-            }
-        }})
-        .to_string(),
-    )
-    .unwrap();
+    let broker = broker(
+        "hostile",
+        serde_json::json!({
+            "origins": [polite.origin(), pushy.origin()],
+            "credential": {
+                "header": "Authorization",
+                "format": "PVEAPIToken={secret}",
+                "secretFile": setup.files.path("token"),
+            },
+            "tls": { "caFile": setup.files.path("ca.pem"), "http1Only": true },
+        }),
+    );
     let creator = SnapshotCreator::default();
     let runtime = Runtime::new(
         RuntimeConfig::default()
             .cache_dir(None)
-            .memory_creator(Arc::new(creator.clone())),
-        Arc::new(Broker::new(&grants).unwrap()),
+            .memory_creator(Arc::new(creator.clone()))
+            .capability(Arc::new(broker)),
     )
     .unwrap();
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();

@@ -26,15 +26,16 @@ fn component() -> PathBuf {
 
 /// `check` of contract-v2 against `origin`, with `grant` given to its identity.
 async fn check(grant: Option<serde_json::Value>, origin: &str) -> CheckResult {
-    let grants = match grant {
-        Some(grant) => serde_json::json!({ "grants": { IDENTITY: grant } }),
-        None => serde_json::json!({ "grants": {} }),
+    let broker = match grant {
+        Some(grant) => broker(IDENTITY, grant),
+        None => egress_capability_http::Broker::new(),
     };
-    let broker = egress_capability_http::Broker::new(
-        &egress_capability_http::Grants::from_json(&grants.to_string()).unwrap(),
+    let runtime = Runtime::new(
+        RuntimeConfig::default()
+            .cache_dir(None)
+            .capability(Arc::new(broker)),
     )
     .unwrap();
-    let runtime = Runtime::new(RuntimeConfig::default().cache_dir(None), Arc::new(broker)).unwrap();
     let provider = runtime.load_file(&component()).await.unwrap();
     let request = Request::Check {
         config: serde_json::json!({ "endpoint": origin }).to_string(),

@@ -21,8 +21,10 @@ use tokio::net::TcpListener;
 use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
 
-use egress_capability_http::{Broker, Grants};
+use egress_capability_http::{Broker, HttpGrant};
+use egress_runtime::Capability as _;
 use egress_runtime::egress::{CallSite, Egress, EgressBody, EgressError};
+use egress_runtime::grant::{FilesOnly, GrantContext, GrantError};
 
 /// A certificate authority made for one test run.
 pub struct Ca {
@@ -314,11 +316,31 @@ pub fn proxmox_grant(origin: &str, token_file: &Path, ca_file: &Path) -> serde_j
     })
 }
 
+/// A broker granting `provider` the grant `grant` (a test's document, which may carry a
+/// `digest`: the host's pin beside the document).
 pub fn broker(provider: &str, grant: serde_json::Value) -> Broker {
-    let grants =
-        Grants::from_json(&serde_json::json!({ "grants": { provider: grant } }).to_string())
-            .unwrap();
-    Broker::new(&grants).unwrap()
+    try_broker(provider, grant).unwrap()
+}
+
+/// [`broker`], or why the grant is refused.
+pub fn try_broker(provider: &str, mut grant: serde_json::Value) -> Result<Broker, GrantError> {
+    let digests: Vec<String> = grant
+        .as_object_mut()
+        .and_then(|grant| grant.remove("digest"))
+        .and_then(|digest| digest.as_str().map(str::to_owned))
+        .into_iter()
+        .collect();
+    let grant: HttpGrant = serde_json::from_value(grant).unwrap();
+    let broker = Broker::new();
+    broker.set_grant(
+        provider,
+        &grant,
+        &GrantContext {
+            digests: &digests,
+            host: &FilesOnly,
+        },
+    )?;
+    Ok(broker)
 }
 
 pub fn site(provider: &str) -> CallSite {

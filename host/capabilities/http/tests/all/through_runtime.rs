@@ -80,7 +80,12 @@ impl Setup {
             &self.files.path("token"),
             &self.files.path("ca.pem"),
         );
-        Runtime::new(config.cache_dir(None), Arc::new(broker(PROVIDER, grant))).unwrap()
+        Runtime::new(
+            config
+                .cache_dir(None)
+                .capability(Arc::new(broker(PROVIDER, grant))),
+        )
+        .unwrap()
     }
 
     fn config(&self) -> String {
@@ -236,7 +241,8 @@ async fn a_create_body_over_4_kib_reaches_the_endpoint_whole() {
         &files.path("ca.pem"),
     );
     let runtime =
-        Runtime::new(RuntimeConfig::default(), Arc::new(broker(PROVIDER, grant))).unwrap();
+        Runtime::new(RuntimeConfig::default().capability(Arc::new(broker(PROVIDER, grant))))
+            .unwrap();
     let provider = runtime.load_file(&component()).await.unwrap();
     // 40 KiB of cloud-config: ten times the largest write the stream takes, not a multiple of it.
     let user_data: String = (0..40 * 1024 + 7)

@@ -2,6 +2,7 @@
 //! test on a dir pool of its own in a temporary folder, checking the bytes that land there.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
     Error, HostConnection, HostStoragePool, HostVolume, HostVolumeUpload,
@@ -74,6 +75,7 @@ struct Images {
     pool: DirPool,
     _files: tempfile::TempDir,
     server: ImageServer,
+    capability: egress_capability_libvirt::LibvirtCapability,
     call: Call,
     image: Vec<u8>,
 }
@@ -82,16 +84,26 @@ impl Images {
     /// A pool, an HTTPS origin serving `/base.qcow2` (3 MiB and a bit) with a CA the grant
     /// trusts, and a call granted both, importing at most `max_bytes`.
     async fn new(max_bytes: u64) -> Self {
+        Self::serving(max_bytes, pattern(3 * 1024 * 1024 + 77, 3), false).await
+    }
+
+    /// [`Images::new`] serving `image`, held half-sent until the server's gate opens when
+    /// `gated`.
+    async fn serving(max_bytes: u64, image: Vec<u8>, gated: bool) -> Self {
         let pool = DirPool::new();
         let files = tempfile::tempdir().unwrap();
         let ca = Ca::new("image CA");
         ca.write_pem(&files.path().join("ca.pem"));
-        let image = pattern(3 * 1024 * 1024 + 77, 3);
-        let server = ImageServer::start(
-            &ca,
-            HashMap::from([("/base.qcow2".to_owned(), image.clone())]),
-        )
-        .await;
+        let table = HashMap::from([
+            ("/base.qcow2".to_owned(), image.clone()),
+            ("/other.qcow2".to_owned(), image.clone()),
+            ("/third.qcow2".to_owned(), image.clone()),
+        ]);
+        let server = if gated {
+            ImageServer::gated(&ca, table).await
+        } else {
+            ImageServer::start(&ca, table).await
+        };
         let mut grant = pool.grant();
         grant["images"] = serde_json::json!({
             "origins": [server.origin()],
@@ -104,6 +116,7 @@ impl Images {
             pool,
             _files: files,
             server,
+            capability,
             call,
             image,
         }
@@ -132,13 +145,28 @@ impl Images {
     }
 
     async fn volume_exists(&mut self) -> bool {
+        self.exists("base.qcow2").await
+    }
+
+    async fn exists(&mut self, name: &str) -> bool {
         let images = pool_of(&mut self.call, &self.pool).await;
-        ok(self
-            .call
-            .view()
-            .lookup_volume(images, "base.qcow2".into())
-            .await)
-        .is_some()
+        ok(self.call.view().lookup_volume(images, name.into()).await).is_some()
+    }
+
+    /// An import of `path` into `name` in a call of its own that ends at `deadline`.
+    async fn import_until(
+        &self,
+        deadline: Instant,
+        path: &str,
+        name: &str,
+    ) -> Result<Resource<egress_capability_libvirt::Volume>, Error> {
+        let mut call = Call::until(&self.capability, "kvm2", deadline);
+        let images = pool_of(&mut call, &self.pool).await;
+        let url = format!("{}{path}", self.server.origin());
+        call.view()
+            .import_image(images, name.into(), url, self.sha256())
+            .await
+            .expect("the call does not trap")
     }
 }
 
@@ -219,4 +247,160 @@ async fn an_origin_with_a_certificate_from_another_ca_fails_tls() {
         other => panic!("{other:?}"),
     }
     assert!(!setup.volume_exists().await);
+}
+
+/// The partial-import fix: while the bytes stream in, the base is only `<name>.importing`; a
+/// create beside the import (or after a crash in the middle of it) never finds a partial base
+/// under the final name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_volume_appears_under_its_name_only_once_verified() {
+    let mut setup = Images::serving(64 * 1024 * 1024, pattern(3 * 1024 * 1024 + 77, 5), true).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let importing = {
+        let (capability, pool) = (setup.capability.clone(), setup.pool.name.clone());
+        let (url, sha256) = (
+            format!("{}/base.qcow2", setup.server.origin()),
+            setup.sha256(),
+        );
+        tokio::spawn(async move {
+            let mut call = Call::until(&capability, "kvm2", deadline);
+            let connection = ok(call.view().open("system".into()).await);
+            let images = ok(call.view().storage_pool(connection, pool).await);
+            call.view()
+                .import_image(images, "base.qcow2".into(), url, sha256)
+                .await
+                .expect("the call does not trap")
+                .map(drop)
+        })
+    };
+    // Half the image has been sent, and the server holds the rest.
+    wait_for(Duration::from_secs(60), "the temporary volume", || {
+        setup.pool.path("base.qcow2.importing").exists()
+    });
+    assert!(
+        !setup.exists("base.qcow2").await,
+        "a partial base is visible"
+    );
+    assert!(!setup.pool.path("base.qcow2").exists());
+    setup.server.open_gate();
+    importing.await.unwrap().unwrap();
+    assert_eq!(
+        std::fs::read(setup.pool.path("base.qcow2")).unwrap(),
+        setup.image
+    );
+    assert!(!setup.exists("base.qcow2.importing").await);
+    assert!(!setup.pool.path("base.qcow2.importing").exists());
+}
+
+/// What an import that died left (the host killed mid-download) is deleted, and the next import
+/// writes the base from the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_dead_import_left_is_replaced_by_the_next_one() {
+    let mut setup = Images::new(64 * 1024 * 1024).await;
+    let images = pool_of(&mut setup.call, &setup.pool).await;
+    let mut view = setup.call.view();
+    let stale = ok(view
+        .create_volume(images, volume_xml("base.qcow2.importing"))
+        .await);
+    let upload = ok(view.upload(stale).await);
+    ok(view
+        .write(
+            Resource::new_borrow(upload.rep()),
+            b"half an image".to_vec(),
+        )
+        .await);
+    ok(view.finish(upload).await);
+    let sha256 = setup.sha256();
+    setup.import("/base.qcow2", sha256).await.unwrap();
+    assert_eq!(
+        std::fs::read(setup.pool.path("base.qcow2")).unwrap(),
+        setup.image
+    );
+    assert!(!setup.pool.path("base.qcow2.importing").exists());
+}
+
+/// A download outlives the create deadline that cut it: the next call waits for the same job,
+/// which the origin served once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_goes_on_past_the_call_that_started_it() {
+    let mut setup = Images::serving(64 * 1024 * 1024, pattern(2 * 1024 * 1024, 9), true).await;
+    let cut = setup
+        .import_until(
+            Instant::now() + Duration::from_secs(2),
+            "/base.qcow2",
+            "base.qcow2",
+        )
+        .await;
+    assert!(matches!(cut, Err(Error::Timeout)), "{cut:?}");
+    assert!(!setup.exists("base.qcow2").await);
+    setup.server.open_gate();
+    setup
+        .import_until(
+            Instant::now() + Duration::from_secs(120),
+            "/base.qcow2",
+            "base.qcow2",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(setup.pool.path("base.qcow2")).unwrap(),
+        setup.image
+    );
+    assert_eq!(
+        setup.server.requests(),
+        1,
+        "the retry restarted the download"
+    );
+}
+
+/// What one provider can keep the host busy with is bounded: two imports at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_runs_at_most_two_imports_at_once() {
+    let setup = Images::serving(64 * 1024 * 1024, pattern(1024 * 1024, 4), true).await;
+    let soon = || Instant::now() + Duration::from_secs(1);
+    for (path, name) in [("/base.qcow2", "a.qcow2"), ("/other.qcow2", "b.qcow2")] {
+        let held = setup.import_until(soon(), path, name).await;
+        assert!(matches!(held, Err(Error::Timeout)), "{held:?}");
+    }
+    match setup.import_until(soon(), "/third.qcow2", "c.qcow2").await {
+        Err(Error::Download(error)) => {
+            assert!(
+                error.retryable && error.message.contains("at once"),
+                "{error:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same volume joins its job rather than counting twice.
+    let joined = setup.import_until(soon(), "/base.qcow2", "a.qcow2").await;
+    assert!(matches!(joined, Err(Error::Timeout)), "{joined:?}");
+    setup.server.open_gate();
+}
+
+/// qcow2, the default format, keeps its format through the import: libvirt reads the format in
+/// the bytes, and the published base is qcow2 too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_qcow2_image_stays_qcow2() {
+    let scratch = tempfile::tempdir().unwrap();
+    let source = scratch.path().join("image.qcow2");
+    let made = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&source)
+        .arg("16M")
+        .status()
+        .expect("qemu-img runs (apt-get install qemu-utils)");
+    assert!(made.success());
+    let mut setup = Images::serving(64 * 1024 * 1024, std::fs::read(&source).unwrap(), false).await;
+    let sha256 = setup.sha256();
+    setup.import("/base.qcow2", sha256).await.unwrap();
+    let published = std::fs::read(setup.pool.path("base.qcow2")).unwrap();
+    assert_eq!(&published[..4], b"QFI\xfb", "the base is qcow2");
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "--output=json"])
+        .arg(setup.pool.path("base.qcow2"))
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["format"], "qcow2");
+    assert_eq!(info["virtual-size"], 16 * 1024 * 1024);
 }

@@ -1,10 +1,18 @@
 //! The libvirt provider component (`components/libvirt`) through the real runtime and this
 //! capability: on a real `libvirtd` with qemu (TCG) and a dir pool in a temporary folder, create
 //! imports the base image, clones it, uploads the seed, defines and starts a domain; on libvirt's
-//! test driver, an adopted running domain reports its address. Then the adoption guard, the
-//! quota precheck, and the crash sweeps: a create or a delete cut before each capability call
-//! (`LibvirtCapability::cut_after`, feature `fault-injection`: the call traps as if the host had
-//! died there), then retried, ends with one domain, disk and seed, or with nothing left.
+//! test driver, an adopted running domain reports its address. A qcow2 base is cloned to a qcow2
+//! disk. Then the adoption guard (and `not-found` for a domain without our mark), our own paused
+//! or suspended domain left to a person, the quota precheck, several connections (the name looked
+//! up on every one, placement, a retry continuing where a cut attempt left a volume, list-by-tag
+//! and check over all of them), and the crash sweeps: a create or a delete cut before each
+//! capability call (`LibvirtCapability::cut_after`, feature `fault-injection`: the call traps as
+//! if the host had died there), then retried, ends with one domain, disk and seed, or with nothing
+//! left.
+//!
+//! The test driver has no volume upload, so a create that gets as far as the seed fails there
+//! (`permanent`); the placement tests on test-driver nodes read where it cloned the disk. The
+//! sweep across two connections pairs the real daemon with a test-driver node whose pool is full.
 //!
 //! Addresses: without a guest OS there is no agent, and the real daemon's domains sit on a bare
 //! bridge (no DHCP), so they run without an address (`provisioning`); the test driver answers
@@ -19,15 +27,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egress_capability_libvirt::LibvirtCapability;
 use egress_runtime::{
-    CallContext, CallError, CreateRequest, DenyAll, ErrorClass, Instance, InstanceState, Limits,
-    Provider, Request, Response, Runtime, RuntimeConfig, Tag,
+    CallContext, CallError, CheckReason, CheckResult, CreateRequest, ErrorClass, Instance,
+    InstanceState, Limits, Provider, Request, Response, Runtime, RuntimeConfig, Tag,
 };
 use sha2::{Digest, Sha256};
 
 use crate::support::*;
 
-/// The identity the runtime gives `libvirt.wasm` (its file name), which names the grant and the
-/// metadata namespace.
+/// The identity the runtime gives `libvirt.wasm` (its file name), which names the grant.
 const IDENTITY: &str = "libvirt";
 
 fn component_path() -> PathBuf {
@@ -46,7 +53,7 @@ async fn provider(capability: &LibvirtCapability) -> Arc<Provider> {
         .cache_dir(None)
         .limits(Limits::default().max_concurrent_instances(4))
         .capability(Arc::new(capability.clone()));
-    let runtime = Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds");
+    let runtime = Runtime::new(config).expect("runtime builds");
     runtime.load_file(&component_path()).await.unwrap()
 }
 
@@ -118,6 +125,16 @@ async fn list(provider: &Provider, config: &serde_json::Value, value: &str) -> V
     }
 }
 
+async fn check(provider: &Provider, config: &serde_json::Value) -> CheckResult {
+    let request = Request::Check {
+        config: config.to_string(),
+    };
+    match call(provider, request).await.unwrap() {
+        Response::Check(result) => result,
+        other => panic!("check answered {other:?}"),
+    }
+}
+
 fn class<T: std::fmt::Debug>(outcome: &Result<T, CallError>) -> Option<ErrorClass> {
     match outcome {
         Err(CallError::Provider(error)) => Some(error.class()),
@@ -145,49 +162,86 @@ struct Daemon {
     pool: DirPool,
     _ca_dir: tempfile::TempDir,
     _server: ImageServer,
+    /// Test-driver nodes granted beside the daemon.
+    _nodes: Vec<tempfile::TempDir>,
     capability: LibvirtCapability,
     config: serde_json::Value,
+    /// The image's format, also the disks' file extension.
+    format: &'static str,
     base: String,
 }
 
-/// The base image: 1 MiB, raw.
+/// The base image: 1 MiB of guest-visible bytes.
 const IMAGE_BYTES: usize = 1 << 20;
 
+/// The base image in `format`: [`pattern`] bytes, raw or converted by `qemu-img`.
+fn image(format: &str) -> Vec<u8> {
+    let raw = pattern(IMAGE_BYTES, 3);
+    if format == "raw" {
+        return raw;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("base.raw"), dir.path().join("base.out"));
+    std::fs::write(&input, raw).unwrap();
+    let converted = std::process::Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", format])
+        .arg(&input)
+        .arg(&output)
+        .status()
+        .expect("qemu-img runs (apt-get install qemu-utils)");
+    assert!(converted.success(), "qemu-img convert to {format}");
+    std::fs::read(output).unwrap()
+}
+
 impl Daemon {
+    /// A raw base image, connection `system` only.
     async fn new() -> Self {
+        Self::build("raw", |_| Vec::new()).await
+    }
+
+    /// A base image in `format`; `nodes` makes test-driver nodes (given the pool's name) whose
+    /// connections the grant adds (the config names only `system`).
+    async fn build(
+        format: &'static str,
+        nodes: impl FnOnce(&str) -> Vec<(tempfile::TempDir, serde_json::Value)>,
+    ) -> Self {
         qemu_host();
         let pool = DirPool::new();
         let ca = Ca::new("images");
         let ca_dir = tempfile::tempdir().unwrap();
         let ca_file = ca_dir.path().join("ca.pem");
         ca.write_pem(&ca_file);
-        let image = pattern(IMAGE_BYTES, 3);
+        let image = image(format);
         let sha256 = hex::encode(Sha256::digest(&image));
-        let server =
-            ImageServer::start(&ca, HashMap::from([("/base.raw".to_owned(), image)])).await;
+        let path = format!("/base.{format}");
+        let server = ImageServer::start(&ca, HashMap::from([(path.clone(), image)])).await;
         let mut grant = pool.grant();
         grant["connections"][0]["bridges"] = serde_json::json!([TEST_BRIDGE]);
+        let (node_dirs, more): (Vec<_>, Vec<_>) = nodes(&pool.name).into_iter().unzip();
+        grant["connections"].as_array_mut().unwrap().extend(more);
         grant["images"] = serde_json::json!({
             "origins": [server.origin()],
             "caFile": ca_file,
         });
         let capability = capability(IDENTITY, grant);
         let config = serde_json::json!({
-            "connection": "system",
+            "connections": ["system"],
             "pool": pool.name,
             "bridge": TEST_BRIDGE,
-            "image": { "url": format!("{}/base.raw", server.origin()), "sha256": sha256, "format": "raw" },
+            "image": { "url": format!("{}{path}", server.origin()), "sha256": sha256, "format": format },
             "domainType": "qemu",
             "memoryMiB": 64,
             "installGuestAgent": false,
         });
-        let base = format!("egress-base-{}.raw", &sha256[..16]);
+        let base = format!("egress-base-{}.{format}", &sha256[..16]);
         Self {
             pool,
             _ca_dir: ca_dir,
             _server: server,
+            _nodes: node_dirs,
             capability,
             config,
+            format,
             base,
         }
     }
@@ -207,10 +261,15 @@ impl Daemon {
         names
     }
 
+    /// The VM's disk volume.
+    fn disk(&self, name: &str) -> String {
+        format!("{name}.{}", self.format)
+    }
+
     fn volumes_of(&self, name: &str) -> BTreeSet<String> {
         [
             self.base.clone(),
-            format!("{name}.raw"),
+            self.disk(name),
             format!("{name}-seed.iso"),
         ]
         .into()
@@ -441,35 +500,93 @@ async fn a_delete_cut_before_any_call_then_retried_leaves_nothing_behind() {
     assert!(cuts >= 6, "a delete makes more calls than {cuts}");
 }
 
-/// A test-driver node holding three domains named by the test, each running: `ours` with this
-/// provider's mark (UID `uid`, tag pool=blue) and its disk and seed volumes in `images`,
-/// `foreign` with another UID's mark, `unmarked` with none.
-fn test_node_with_domains(
-    ours: &str,
-    uid: &str,
-    foreign: &str,
-    unmarked: &str,
+/// A domain in a test-driver node's file: running unless `runstate` (a `virDomainState`, the
+/// test driver's `test:runstate`) says otherwise.
+struct NodeDomain {
+    name: String,
+    /// Raw XML inside `<metadata>`.
+    metadata: String,
+    runstate: Option<u32>,
+}
+
+impl NodeDomain {
+    fn new(name: &str, metadata: String) -> Self {
+        Self {
+            name: name.into(),
+            metadata,
+            runstate: None,
+        }
+    }
+
+    fn in_state(mut self, runstate: u32) -> Self {
+        self.runstate = Some(runstate);
+        self
+    }
+}
+
+/// The marks' owner: the grants here name none.
+const OWNER: &str = "egress-operator";
+
+/// This provider's mark with `uid` and the tag pool=blue, as libvirt hands it back.
+fn our_mark(uid: &str) -> String {
+    mark_in(&namespace(OWNER), uid)
+}
+
+fn mark_in(namespace: &str, uid: &str) -> String {
+    format!(
+        r#"<egress:proxy xmlns:egress="{namespace}" uid="{uid}" created-at="2026-11-30T10:00:00Z"><egress:tag key="egress.io/pool" value="blue"/></egress:proxy>"#
+    )
+}
+
+/// The test driver's pools hold 100 GiB whatever their XML says.
+const NODE_POOL_BYTES: u64 = 100 << 30;
+
+/// The base volume [`test_driver_config`] names (its sha256 is 64 `a`s, raw).
+const NODE_BASE: &str = "egress-base-aaaaaaaaaaaaaaaa.raw";
+
+/// A private test-driver node, `test:///<tmp>/node.xml`: network `default`, the `domains`, and a
+/// dir pool `pool` holding `volumes` (name, bytes, all allocated: a large one leaves the pool
+/// less available). Returns its folder and its grant entry as connection `connection`.
+fn test_node(
+    connection: &str,
+    pool: &str,
+    domains: &[NodeDomain],
+    volumes: &[(&str, u64)],
 ) -> (tempfile::TempDir, serde_json::Value) {
-    let namespace = namespace(IDENTITY);
-    let domain = |name: &str, metadata: &str, mac: &str| {
-        format!(
-            r#"<domain type='test'>
+    let domains: String = domains
+        .iter()
+        .enumerate()
+        .map(|(index, domain)| {
+            let runstate = domain
+                .runstate
+                .map(|state| format!("<test:runstate>{state}</test:runstate>"))
+                .unwrap_or_default();
+            format!(
+                r#"<domain type='test' xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>
   <name>{name}</name>
   <memory unit='MiB'>128</memory>
   <vcpu>1</vcpu>
   <metadata>{metadata}</metadata>
   <os><type arch='x86_64'>hvm</type></os>
   <devices>
-    <interface type='network'><source network='default'/><mac address='{mac}'/></interface>
+    <interface type='network'><source network='default'/><mac address='52:54:00:00:00:{index:02x}'/></interface>
   </devices>
-</domain>"#
-        )
-    };
-    let mark = |uid: &str| {
-        format!(
-            r#"<egress:proxy xmlns:egress="{namespace}" uid="{uid}" created-at="2026-11-30T10:00:00Z"><egress:tag key="egress.io/pool" value="blue"/></egress:proxy>"#
-        )
-    };
+  {runstate}
+</domain>
+"#,
+                name = domain.name,
+                metadata = domain.metadata,
+            )
+        })
+        .collect();
+    let volumes: String = volumes
+        .iter()
+        .map(|(name, bytes)| {
+            format!(
+                "<volume type='file'><name>{name}</name><capacity unit='bytes'>{bytes}</capacity><allocation unit='bytes'>{bytes}</allocation></volume>\n"
+            )
+        })
+        .collect();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("node.xml");
     std::fs::write(
@@ -484,44 +601,134 @@ fn test_node_with_domains(
       <dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp>
     </ip>
   </network>
-  {ours_domain}
-  {foreign_domain}
-  {unmarked_domain}
+  {domains}
   <pool type='dir'>
-    <name>images</name>
+    <name>{pool}</name>
     <target><path>/images</path></target>
-    <volume type='file'><name>{ours}.raw</name><capacity unit='bytes'>1048576</capacity></volume>
-    <volume type='file'><name>{ours}-seed.iso</name><capacity unit='bytes'>4096</capacity></volume>
-    <volume type='file'><name>{foreign}.raw</name><capacity unit='bytes'>1048576</capacity></volume>
+    {volumes}
   </pool>
 </node>
-"#,
-            ours_domain = domain(ours, &mark(uid), "52:54:00:00:00:01"),
-            foreign_domain = domain(foreign, &mark("another-uid"), "52:54:00:00:00:02"),
-            unmarked_domain = domain(unmarked, "", "52:54:00:00:00:03"),
+"#
         ),
     )
     .unwrap();
     let grant = serde_json::json!({
-        "connections": [{
-            "name": "node",
-            "uri": format!("test://{}", path.display()),
-            "undefineFlags": ["managedSave", "snapshotsMetadata"],
-            "pools": ["images"],
-            "networks": ["default"],
-        }],
+        "name": connection,
+        "uri": format!("test://{}", path.display()),
+        "undefineFlags": ["managedSave", "snapshotsMetadata"],
+        "pools": [pool],
+        "networks": ["default"],
+        "bridges": [TEST_BRIDGE],
     });
     (dir, grant)
 }
 
-fn test_driver_config() -> serde_json::Value {
+/// A test-driver node holding three domains named by the test, each running: `ours` with this
+/// provider's mark (UID `uid`, tag pool=blue) and its disk and seed volumes in `images`,
+/// `foreign` with another UID's mark, `unmarked` with none; granted as connection `node`.
+fn test_node_with_domains(
+    ours: &str,
+    uid: &str,
+    foreign: &str,
+    unmarked: &str,
+) -> (tempfile::TempDir, serde_json::Value) {
+    let (dir, connection) = test_node(
+        "node",
+        "images",
+        &[
+            NodeDomain::new(ours, our_mark(uid)),
+            NodeDomain::new(foreign, our_mark("another-uid")),
+            NodeDomain::new(unmarked, String::new()),
+        ],
+        &[
+            (format!("{ours}.raw").as_str(), 1 << 20),
+            (format!("{ours}-seed.iso").as_str(), 4096),
+            (format!("{foreign}.raw").as_str(), 1 << 20),
+        ],
+    );
+    (dir, serde_json::json!({ "connections": [connection] }))
+}
+
+/// The config for test-driver nodes named `connections`: pool `images`, network `default`.
+fn test_driver_config_on(connections: &[&str]) -> serde_json::Value {
     serde_json::json!({
-        "connection": "node",
+        "connections": connections,
         "pool": "images",
         "network": "default",
         "image": { "url": "https://images.invalid/base.raw", "sha256": "a".repeat(64), "format": "raw" },
         "domainType": "test",
     })
+}
+
+fn test_driver_config() -> serde_json::Value {
+    test_driver_config_on(&["node"])
+}
+
+/// The names of `names` that pool `pool` of connection `connection` holds, read through the
+/// capability (a test-driver node's state lives in the capability's pooled connection only).
+async fn held(
+    capability: &LibvirtCapability,
+    connection: &str,
+    pool: &str,
+    names: &[&str],
+) -> BTreeSet<String> {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
+        HostConnection, HostStoragePool,
+    };
+    let mut call = Call::new(capability, IDENTITY);
+    let mut view = call.view();
+    let connection = ok(view.open(connection.into()).await);
+    let pool = ok(view.storage_pool(connection, pool.into()).await);
+    let mut found = BTreeSet::new();
+    for name in names {
+        let volume = ok(view
+            .lookup_volume(
+                wasmtime::component::Resource::new_borrow(pool.rep()),
+                (*name).into(),
+            )
+            .await);
+        if volume.is_some() {
+            found.insert((*name).to_owned());
+        }
+    }
+    found
+}
+
+/// The state of domain `name` on `connection`, read through the capability; `None` when there is
+/// no such domain.
+async fn node_domain_state(
+    capability: &LibvirtCapability,
+    connection: &str,
+    name: &str,
+) -> Option<egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState> {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
+        HostConnection, HostDomain,
+    };
+    let mut call = Call::new(capability, IDENTITY);
+    let mut view = call.view();
+    let connection = ok(view.open(connection.into()).await);
+    let domain = ok(view.lookup_domain(connection, name.into()).await)?;
+    Some(ok(view.status(domain).await).state)
+}
+
+/// A VM's disk and seed on a test-driver node.
+fn node_volumes(name: &str) -> [String; 2] {
+    [format!("{name}.raw"), format!("{name}-seed.iso")]
+}
+
+async fn node_holds(
+    capability: &LibvirtCapability,
+    connection: &str,
+    name: &str,
+) -> BTreeSet<String> {
+    let [disk, seed] = node_volumes(name);
+    held(
+        capability,
+        connection,
+        "images",
+        &[disk.as_str(), seed.as_str()],
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -560,26 +767,16 @@ async fn an_adopted_running_domain_reports_its_address_and_is_deleted_on_the_tes
     let gone = get(&provider, &config, "node/proxy-a").await;
     assert_eq!(class(&gone), Some(ErrorClass::NotFound), "{gone:?}");
     // Its volumes went with it; the foreign domain's disk stayed.
-    let mut call = Call::new(&capability, IDENTITY);
-    let mut view = call.view();
-    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
-        HostConnection, HostStoragePool,
-    };
-    let connection = ok(view.open("node".into()).await);
-    let pool = ok(view.storage_pool(connection, "images".into()).await);
-    for (volume, present) in [
-        ("proxy-a.raw", false),
-        ("proxy-a-seed.iso", false),
-        ("proxy-b.raw", true),
-    ] {
-        let found = ok(view
-            .lookup_volume(
-                wasmtime::component::Resource::new_borrow(pool.rep()),
-                volume.into(),
-            )
-            .await);
-        assert_eq!(found.is_some(), present, "{volume}");
-    }
+    assert_eq!(
+        held(
+            &capability,
+            "node",
+            "images",
+            &["proxy-a.raw", "proxy-a-seed.iso", "proxy-b.raw"]
+        )
+        .await,
+        BTreeSet::from(["proxy-b.raw".to_owned()])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,10 +798,552 @@ async fn a_domain_with_our_name_but_another_or_no_uid_is_never_adopted_or_delete
     // The unmarked one, even with the request's UID as its UUID, is not adopted while it runs.
     let outcome = delete(&provider, &config, "node/proxy-c").await;
     assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+    // Not ours: get answers not-found (the contract's rule), never permanent.
     let outcome = get(&provider, &config, "node/proxy-c").await;
-    assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+    assert_eq!(class(&outcome), Some(ErrorClass::NotFound), "{outcome:?}");
     // The foreign domain is still there and still running (get reads it: it carries a mark).
     let foreign = get(&provider, &config, "node/proxy-b").await.unwrap();
     assert_eq!(foreign.uid, "another-uid");
     assert_eq!(foreign.state, InstanceState::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_leave_it_alone() {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState;
+    let uid = "6c1f0a2e-0000-4000-8000-000000000007";
+    let ns = namespace(OWNER);
+    let (_dir, connection) = test_node(
+        "node",
+        "images",
+        &[
+            NodeDomain::new("unmarked", String::new()),
+            // Another owner's mark: the host shows us only our own namespace.
+            NodeDomain::new("theirs", mark_in(&namespace("other-owner"), uid)),
+            // An element in our namespace that is not a mark.
+            NodeDomain::new(
+                "not-a-mark",
+                format!(r#"<e:note xmlns:e="{ns}" uid="{uid}"/>"#),
+            ),
+            NodeDomain::new("unmarked-off", String::new()).in_state(5),
+        ],
+        &[("unmarked.raw", 1 << 20), ("unmarked-seed.iso", 4096)],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [connection] }));
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+
+    for name in ["unmarked", "theirs", "not-a-mark", "unmarked-off"] {
+        let id = format!("node/{name}");
+        let got = get(&provider, &config, &id).await;
+        assert_eq!(class(&got), Some(ErrorClass::NotFound), "{name}: {got:?}");
+        assert!(format!("{got:?}").contains("not ours"), "{name}: {got:?}");
+        let created = create(&provider, &config, name, uid).await;
+        assert_eq!(
+            class(&created),
+            Some(ErrorClass::Permanent),
+            "{name}: {created:?}"
+        );
+        let deleted = delete(&provider, &config, &id).await;
+        assert_eq!(
+            class(&deleted),
+            Some(ErrorClass::Permanent),
+            "{name}: {deleted:?}"
+        );
+    }
+    for (name, state) in [
+        ("unmarked", DomainState::Running),
+        ("theirs", DomainState::Running),
+        ("not-a-mark", DomainState::Running),
+        ("unmarked-off", DomainState::Shutoff),
+    ] {
+        assert_eq!(
+            node_domain_state(&capability, "node", name).await,
+            Some(state),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        node_holds(&capability, "node", "unmarked").await.len(),
+        2,
+        "its volumes stay"
+    );
+}
+
+/// `virDomainState`: `VIR_DOMAIN_PAUSED`, `VIR_DOMAIN_PMSUSPENDED`.
+const PAUSED: u32 = 3;
+const PM_SUSPENDED: u32 = 7;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_paused_or_suspended_domain_is_left_to_a_person_by_create_and_get_reports_it_stopped() {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState;
+    let uid = "6c1f0a2e-0000-4000-8000-000000000008";
+    let (_dir, connection) = test_node(
+        "node",
+        "images",
+        &[
+            NodeDomain::new("paused", our_mark(uid)).in_state(PAUSED),
+            NodeDomain::new("suspended", our_mark(uid)).in_state(PM_SUSPENDED),
+        ],
+        &[],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [connection] }));
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+
+    for (name, state) in [
+        ("paused", DomainState::Paused),
+        ("suspended", DomainState::PmSuspended),
+    ] {
+        // kvm2: neither adopted as stopped nor started; a person resumes or destroys it.
+        let created = create(&provider, &config, name, uid).await;
+        assert_eq!(
+            class(&created),
+            Some(ErrorClass::Permanent),
+            "{name}: {created:?}"
+        );
+        assert!(
+            format!("{created:?}").contains("resume or destroy it"),
+            "{name}: {created:?}"
+        );
+        assert_eq!(
+            node_domain_state(&capability, "node", name).await,
+            Some(state),
+            "{name}"
+        );
+        // get's state table is unchanged: stopped.
+        let got = get(&provider, &config, &format!("node/{name}"))
+            .await
+            .unwrap();
+        assert_eq!(got.state, InstanceState::Stopped, "{name}: {got:?}");
+        assert_eq!(got.uid, uid);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_connections_create_adopts_the_domain_on_the_other_node_and_list_sees_both() {
+    let uid = "6c1f0a2e-0000-4000-8000-000000000009";
+    // Node a has the base image and room, so a create that did not look on b would make the VM
+    // on a.
+    let (_a, a) = test_node(
+        "a",
+        "images",
+        &[NodeDomain::new("proxy-x", our_mark("uid-x"))],
+        &[(NODE_BASE, 1 << 20)],
+    );
+    let (_b, b) = test_node(
+        "b",
+        "images",
+        &[
+            NodeDomain::new("proxy-a", our_mark(uid)),
+            NodeDomain::new("proxy-c", String::new()),
+        ],
+        &[("proxy-a.raw", 1 << 20), ("proxy-a-seed.iso", 4096)],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [a, b] }));
+    let provider = provider(&capability).await;
+
+    for placement in ["mostAvailable", "firstWithRoom"] {
+        let mut config = test_driver_config_on(&["a", "b"]);
+        config["placement"] = serde_json::json!(placement);
+        let adopted = create(&provider, &config, "proxy-a", uid).await.unwrap();
+        assert_eq!(adopted.provider_id, "b/proxy-a", "{placement}");
+        assert_eq!(adopted.created_at.as_deref(), Some("2026-11-30T10:00:00Z"));
+        assert!(
+            node_holds(&capability, "a", "proxy-a").await.is_empty(),
+            "{placement}"
+        );
+        // Not ours on b: never adopted, whatever a offers.
+        let outcome = create(&provider, &config, "proxy-c", uid).await;
+        assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+        assert!(node_holds(&capability, "a", "proxy-c").await.is_empty());
+    }
+
+    let config = test_driver_config_on(&["a", "b"]);
+    let got = get(&provider, &config, "b/proxy-a").await.unwrap();
+    assert_eq!(got.state, InstanceState::Running, "{got:?}");
+    let mut listed: Vec<_> = list(&provider, &config, "blue")
+        .await
+        .into_iter()
+        .map(|i| (i.provider_id, i.uid))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            ("a/proxy-x".to_owned(), "uid-x".to_owned()),
+            ("b/proxy-a".to_owned(), uid.to_owned())
+        ]
+    );
+    // Only the config's connections are listed.
+    let only_b = list(&provider, &test_driver_config_on(&["b"]), "blue").await;
+    assert_eq!(only_b.len(), 1, "{only_b:?}");
+
+    let checked = check(&provider, &config).await;
+    assert_eq!(checked.reason, CheckReason::Ok, "{checked:?}");
+    assert!(
+        checked.message.contains("a: libvirt") && checked.message.contains("b: libvirt"),
+        "{checked:?}"
+    );
+}
+
+/// Where a create on test-driver nodes cloned the disk: it then fails at the seed's upload,
+/// which the test driver lacks.
+async fn create_until_the_upload(
+    provider: &Provider,
+    config: &serde_json::Value,
+    name: &str,
+    uid: &str,
+) {
+    let outcome = create(provider, config, name, uid).await;
+    assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("upload the seed"),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_follows_the_rule_and_a_retry_continues_where_a_volume_was_left() {
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000a";
+    // a: under 1 MiB available; b: 50 GiB; c: all but the base.
+    let (_a, a) = test_node(
+        "a",
+        "images",
+        &[],
+        &[
+            (NODE_BASE, 1 << 20),
+            ("filler", NODE_POOL_BYTES - (2 << 20) + 4096),
+        ],
+    );
+    let (_b, b) = test_node(
+        "b",
+        "images",
+        &[],
+        &[(NODE_BASE, 1 << 20), ("filler", 50 << 30)],
+    );
+    let (_c, c) = test_node("c", "images", &[], &[(NODE_BASE, 1 << 20)]);
+    // d and e alike: a tie.
+    let (_d, d) = test_node("d", "images", &[], &[(NODE_BASE, 1 << 20)]);
+    let (_e, e) = test_node("e", "images", &[], &[(NODE_BASE, 1 << 20)]);
+    let capability = capability(
+        IDENTITY,
+        serde_json::json!({ "connections": [a, b, c, d, e] }),
+    );
+    let provider = provider(&capability).await;
+    let config = |connections: &[&str], placement: &str, disk_gib: Option<u64>| {
+        let mut config = test_driver_config_on(connections);
+        config["placement"] = serde_json::json!(placement);
+        if let Some(gib) = disk_gib {
+            config["diskGiB"] = serde_json::json!(gib);
+        }
+        config
+    };
+    let holders = async |name: &str| {
+        let mut holders = Vec::new();
+        for node in ["a", "b", "c", "d", "e"] {
+            let held = node_holds(&capability, node, name).await;
+            if !held.is_empty() {
+                holders.push((node, held.len()));
+            }
+        }
+        holders
+    };
+
+    // firstWithRoom: a cannot take a 1 MiB disk and a seed; b can.
+    create_until_the_upload(
+        &provider,
+        &config(&["a", "b", "c"], "firstWithRoom", None),
+        "p1",
+        uid,
+    )
+    .await;
+    assert_eq!(holders("p1").await, [("b", 2)]);
+    // mostAvailable: c.
+    create_until_the_upload(
+        &provider,
+        &config(&["a", "b", "c"], "mostAvailable", None),
+        "p2",
+        uid,
+    )
+    .await;
+    assert_eq!(holders("p2").await, [("c", 2)]);
+    // firstWithRoom for a 60 GiB disk: only c has room.
+    create_until_the_upload(
+        &provider,
+        &config(&["a", "b", "c"], "firstWithRoom", Some(60)),
+        "p3",
+        uid,
+    )
+    .await;
+    assert_eq!(holders("p3").await, [("c", 2)]);
+    // No pool has room for 200 GiB: quota-exceeded under either rule, nothing made.
+    for placement in ["firstWithRoom", "mostAvailable"] {
+        let outcome = create(
+            &provider,
+            &config(&["a", "b", "c"], placement, Some(200)),
+            "p4",
+            uid,
+        )
+        .await;
+        assert_eq!(
+            class(&outcome),
+            Some(ErrorClass::QuotaExceeded),
+            "{placement}: {outcome:?}"
+        );
+        assert!(holders("p4").await.is_empty(), "{placement}");
+    }
+
+    // A tie goes to list order; the clone then leaves d with less available than e, yet the
+    // retry continues on d, where the attempt left the disk and the seed.
+    let tie = config(&["d", "e"], "mostAvailable", None);
+    create_until_the_upload(&provider, &tie, "p5", uid).await;
+    assert_eq!(holders("p5").await, [("d", 2)]);
+    create_until_the_upload(&provider, &tie, "p5", uid).await;
+    assert_eq!(holders("p5").await, [("d", 2)]);
+    // The same in the other list order: e is now the most available, but d holds p5's volumes.
+    create_until_the_upload(
+        &provider,
+        &config(&["e", "d"], "mostAvailable", None),
+        "p5",
+        uid,
+    )
+    .await;
+    assert_eq!(holders("p5").await, [("d", 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_does_not_answer_fails_create_list_and_check_naming_it() {
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000b";
+    let (_a, a) = test_node("a", "images", &[], &[(NODE_BASE, 1 << 20)]);
+    let (_b, b) = test_node(
+        "b",
+        "images",
+        &[NodeDomain::new("proxy-b", our_mark(uid))],
+        &[],
+    );
+    // A port nobody listens on: the hypervisor is down.
+    let gone = serde_json::json!({
+        "name": "gone",
+        "uri": "qemu+tcp://127.0.0.1:1/system",
+        "pools": ["images"],
+        "networks": ["default"],
+    });
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [a, b, gone] }));
+    let provider = provider(&capability).await;
+
+    // Nothing is made on a: the VM may be on gone.
+    for connections in [["a", "gone"], ["gone", "a"]] {
+        let config = test_driver_config_on(&connections);
+        let outcome = create(&provider, &config, "proxy-new", uid).await;
+        assert_eq!(class(&outcome), Some(ErrorClass::Transient), "{outcome:?}");
+        assert!(
+            format!("{outcome:?}").contains("connection gone"),
+            "{outcome:?}"
+        );
+        assert!(node_holds(&capability, "a", "proxy-new").await.is_empty());
+
+        let request = Request::ListByTag {
+            config: config.to_string(),
+            key: "egress.io/pool".into(),
+            value: "blue".into(),
+        };
+        let listed = call(&provider, request).await;
+        assert_eq!(class(&listed), Some(ErrorClass::Transient), "{listed:?}");
+        assert!(
+            format!("{listed:?}").contains("connection gone"),
+            "{listed:?}"
+        );
+
+        let checked = check(&provider, &config).await;
+        assert_eq!(checked.reason, CheckReason::Unreachable, "{checked:?}");
+        assert!(checked.message.contains("connection gone"), "{checked:?}");
+    }
+    // Found on another connection, the domain is adopted: adopting makes nothing new.
+    let config = test_driver_config_on(&["gone", "b"]);
+    let adopted = create(&provider, &config, "proxy-b", uid).await.unwrap();
+    assert_eq!(adopted.provider_id, "b/proxy-b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_base_is_cloned_to_a_qcow2_disk_on_a_real_libvirtd() {
+    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("qcow2");
+    let _guard = DomainGuard(name.clone());
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000c";
+
+    let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
+    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
+    let (base, disk) = (
+        daemon.pool.path(&daemon.base),
+        daemon.pool.path(&daemon.disk(&name)),
+    );
+    for file in [&base, &disk] {
+        let bytes = std::fs::read(file).unwrap();
+        assert_eq!(&bytes[..4], b"QFI\xfb", "{} is qcow2", file.display());
+    }
+    // A full clone (no backing file) the image's size, holding what the image holds: libvirt
+    // read the base as qcow2, not as raw bytes to wrap.
+    let info = qcow2_info(&disk);
+    assert_eq!(info["virtual-size"], IMAGE_BYTES, "{info}");
+    assert!(info.get("backing-filename").is_none(), "{info}");
+    let compared = qemu_img(
+        &["compare", "-U", "-f", "qcow2", "-F", "qcow2"],
+        &[&base, &disk],
+    );
+    assert!(compared.status.success(), "{compared:?}");
+    // The domain reads the disk as qcow2.
+    let connect = Daemon::connect();
+    let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
+    let xml = domain.get_xml_desc(0).unwrap();
+    assert!(xml.contains("<driver name='qemu' type='qcow2'/>"), "{xml}");
+
+    delete(&provider, &daemon.config, &created.provider_id)
+        .await
+        .unwrap();
+    assert_eq!(Daemon::domain_state(&name), None);
+    assert_eq!(daemon.volumes(), BTreeSet::from([daemon.base.clone()]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_disk_grows_to_disk_gib_on_a_real_libvirtd() {
+    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("qcow2g");
+    let _guard = DomainGuard(name.clone());
+    let mut config = daemon.config.clone();
+    config["diskGiB"] = serde_json::json!(1);
+
+    let created = create(
+        &provider,
+        &config,
+        &name,
+        "6c1f0a2e-0000-4000-8000-00000000000e",
+    )
+    .await
+    .unwrap();
+    let info = qcow2_info(&daemon.pool.path(&daemon.disk(&name)));
+    delete(&provider, &config, &created.provider_id)
+        .await
+        .unwrap();
+    assert_eq!(info["virtual-size"], 1u64 << 30, "{info}");
+}
+
+/// `qemu-img info` of a qcow2 file, which must be one (`-U`: a running domain holds its lock).
+fn qcow2_info(file: &PathBuf) -> serde_json::Value {
+    let output = qemu_img(&["info", "-U", "--output=json", "-f", "qcow2"], &[file]);
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {output:?}"));
+    assert_eq!(info["format"], "qcow2", "{info}");
+    info
+}
+
+/// Runs `qemu-img` with `args` then `files`.
+fn qemu_img(args: &[&str], files: &[&PathBuf]) -> std::process::Output {
+    std::process::Command::new("qemu-img")
+        .args(args)
+        .args(files)
+        .output()
+        .expect("qemu-img runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() {
+    // node: a test-driver node, listed first, whose pool (named as the real one) is full: every
+    // create looks on it, then makes the VM on the real daemon.
+    let daemon = Daemon::build("raw", |pool| {
+        vec![test_node("node", pool, &[], &[("filler", NODE_POOL_BYTES)])]
+    })
+    .await;
+    let provider = provider(&daemon.capability).await;
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000d";
+    let mut config = daemon.config.clone();
+    config["connections"] = serde_json::json!(["node", "system"]);
+    let on_node = async |name: &str| {
+        let [_, seed] = node_volumes(name);
+        let disk = daemon.disk(name);
+        held(
+            &daemon.capability,
+            "node",
+            &daemon.pool.name,
+            &[disk.as_str(), seed.as_str()],
+        )
+        .await
+    };
+    let mut cuts = 0;
+    for n in 0.. {
+        assert!(n < 96, "create never finished within 96 calls");
+        let name = unique_name("cut2");
+        let _guard = DomainGuard(name.clone());
+        daemon.forget_base();
+        daemon.capability.cut_after(Some(n));
+        let first = create(&provider, &config, &name, uid).await;
+        daemon.capability.cut_after(None);
+        let completed = first.is_ok();
+        let instance = if let Ok(instance) = first {
+            instance
+        } else {
+            assert!(is_cut(&first), "cut before call {n}: {first:?}");
+            cuts += 1;
+            create(&provider, &config, &name, uid)
+                .await
+                .unwrap_or_else(|error| panic!("cut before call {n}: the retry failed: {error}"))
+        };
+        assert_eq!(
+            instance.provider_id,
+            format!("system/{name}"),
+            "cut before call {n}"
+        );
+        assert_eq!(
+            Daemon::domain_state(&name).map(|s| s.0),
+            Some(RUNNING),
+            "cut before call {n}"
+        );
+        assert_eq!(
+            daemon.volumes(),
+            daemon.volumes_of(&name),
+            "cut before call {n}"
+        );
+        assert!(on_node(&name).await.is_empty(), "cut before call {n}");
+        if completed {
+            // node now has room and comes first: a create that did not look on every
+            // connection would make a second VM there.
+            free_the_filler(&daemon.capability, &daemon.pool.name).await;
+            config["placement"] = serde_json::json!("firstWithRoom");
+            let again = create(&provider, &config, &name, uid).await.unwrap();
+            assert_eq!(again.provider_id, instance.provider_id);
+            assert_eq!(again.created_at, instance.created_at);
+            assert!(on_node(&name).await.is_empty());
+            assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
+        }
+        delete(&provider, &config, &instance.provider_id)
+            .await
+            .unwrap();
+        assert_eq!(
+            daemon.volumes(),
+            BTreeSet::from([daemon.base.clone()]),
+            "cut before call {n}"
+        );
+        if completed {
+            break;
+        }
+    }
+    assert!(
+        cuts >= 14,
+        "a create over two connections makes more calls than {cuts}"
+    );
+}
+
+/// Deletes the `filler` volume of `node`'s pool, through the capability's pooled connection.
+async fn free_the_filler(capability: &LibvirtCapability, pool: &str) {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
+        HostConnection, HostStoragePool, HostVolume,
+    };
+    let mut call = Call::new(capability, IDENTITY);
+    let mut view = call.view();
+    let connection = ok(view.open("node".into()).await);
+    let pool = ok(view.storage_pool(connection, pool.into()).await);
+    let filler = ok(view.lookup_volume(pool, "filler".into()).await).expect("the filler");
+    ok(view.delete(filler).await);
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use egress_capability_libvirt::LibvirtCapability;
 use egress_runtime::{
-    Budget, CallContext, CallError, CheckReason, CheckResult, DenyAll, Limits, Provider, Request,
-    Response, Runtime, RuntimeConfig,
+    Budget, CallContext, CallError, CheckReason, CheckResult, Limits, Provider, Request, Response,
+    Runtime, RuntimeConfig,
 };
 
 use crate::support::*;
@@ -34,7 +34,7 @@ fn runtime(capability: LibvirtCapability, limits: Limits) -> Runtime {
         .cache_dir(None)
         .limits(limits)
         .capability(Arc::new(capability));
-    Runtime::new(config, Arc::new(DenyAll)).expect("runtime builds")
+    Runtime::new(config).expect("runtime builds")
 }
 
 async fn check(provider: &Provider, config: serde_json::Value) -> Result<CheckResult, CallError> {

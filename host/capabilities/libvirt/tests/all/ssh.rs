@@ -179,3 +179,138 @@ async fn key_files_are_read_on_every_dial() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The Secrets of a host: each key of a Secret is a file of the sshd's folder, read when the
+/// grant is set (as the operator resolves `sshKeySecretRef` from a Kubernetes Secret).
+struct Secrets<'a>(&'a Sshd);
+
+impl egress_runtime::grant::GrantHost for Secrets<'_> {
+    fn secret(
+        &self,
+        reference: &egress_runtime::grant::SecretKeyRef,
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, String> {
+        std::fs::read(self.0.path(&reference.key))
+            .map(zeroize::Zeroizing::new)
+            .map_err(|error| format!("no Secret key {}: {error}", reference.key))
+    }
+
+    fn config_map(
+        &self,
+        reference: &egress_runtime::grant::SecretKeyRef,
+    ) -> Result<String, String> {
+        std::fs::read_to_string(self.0.path(&reference.key)).map_err(|error| error.to_string())
+    }
+
+    fn file(&self, _path: &std::path::Path) -> Result<(), String> {
+        Err("files are refused: name a Secret".into())
+    }
+}
+
+/// The key and known_hosts from Secrets: written 0600 in the host's private, memory-backed key
+/// directory, dialed with, replaced by a new file (and a new dial) when the grant is set again
+/// with a rotated key, and removed once no grant holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_from_a_secret_is_a_private_file_in_memory_used_on_the_next_dial_after_rotation() {
+    use egress_runtime::Capability as _;
+    use std::os::unix::fs::PermissionsExt;
+    let sshd = Sshd::start();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let capability =
+        egress_capability_libvirt::LibvirtCapability::with_key_base(shm.path().to_owned())
+            .expect("/dev/shm is memory-backed");
+    let grant = |key: &str| -> egress_capability_libvirt::LibvirtGrant {
+        serde_json::from_value(serde_json::json!({
+            "connections": [{
+                "name": "hv",
+                "uri": format!("qemu+libssh2://root@127.0.0.1:{}/system", sshd.port),
+                "sshKeySecretRef": {"name": "ssh", "key": key},
+                "knownHostsSecretRef": {"name": "ssh", "key": "known_hosts"},
+            }],
+            "timeouts": { "callMs": 20000 },
+        }))
+        .unwrap()
+    };
+    let set = |key: &str| {
+        capability.set_grant(
+            "kvm2",
+            &grant(key),
+            &egress_runtime::grant::GrantContext {
+                digests: &[],
+                host: &Secrets(&sshd),
+            },
+        )
+    };
+    let written = || -> Vec<(String, u32)> {
+        let mut files: Vec<(String, u32)> = std::fs::read_dir(shm.path())
+            .unwrap()
+            .flatten()
+            .flat_map(|dir| std::fs::read_dir(dir.path()).unwrap().flatten())
+            .map(|file| {
+                let mode = file.metadata().unwrap().permissions().mode() & 0o777;
+                (file.file_name().into_string().unwrap(), mode)
+            })
+            .collect();
+        files.sort();
+        files
+    };
+
+    set("client_key").unwrap();
+    let dir = std::fs::read_dir(shm.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap();
+    assert_eq!(dir.metadata().unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        written(),
+        [
+            ("0-hv-key".to_owned(), 0o600),
+            ("1-hv-known_hosts".to_owned(), 0o600)
+        ]
+    );
+    let written_key = std::fs::read(dir.path().join("0-hv-key")).unwrap();
+    assert_eq!(written_key, std::fs::read(sshd.path("client_key")).unwrap());
+    let mut call = Call::new(&capability, "kvm2");
+    ok(call.view().open("hv".into()).await);
+    drop(call);
+
+    // Set again with the same Secrets (every resync does): the files, and so the pooled
+    // connection, are kept.
+    set("client_key").unwrap();
+    assert_eq!(
+        written(),
+        [
+            ("0-hv-key".to_owned(), 0o600),
+            ("1-hv-known_hosts".to_owned(), 0o600)
+        ]
+    );
+
+    // Rotated to a key the server refuses: set again, the next dial uses the new file, and the
+    // old key file is gone.
+    set("other_key").unwrap();
+    assert_eq!(
+        written(),
+        [
+            ("1-hv-known_hosts".to_owned(), 0o600),
+            ("2-hv-key".to_owned(), 0o600)
+        ]
+    );
+    let mut call = Call::new(&capability, "kvm2");
+    let error = err(call.view().open("hv".into()).await);
+    assert!(matches!(error, Error::SshAuth(_)), "{error:?}");
+    drop(call);
+
+    // A Secret that is not a key is refused when the grant is set: the grant before it stays.
+    let refused = set("known_hosts").unwrap_err().to_string();
+    assert!(refused.contains("not an SSH private key"), "{refused}");
+    assert_eq!(written().len(), 2);
+
+    capability.remove_grant("kvm2");
+    assert!(written().is_empty(), "{:?}", written());
+    drop(capability);
+    assert_eq!(
+        std::fs::read_dir(shm.path()).unwrap().count(),
+        0,
+        "the directory goes at exit"
+    );
+}

@@ -108,7 +108,7 @@ async fn list_shows_every_domain_with_the_providers_metadata_only() {
     let borrow = || Resource::<Connection>::new_borrow(connection.rep());
     let mark = format!(
         r#"<egress:proxy xmlns:egress="{}" uid="u1"/>"#,
-        namespace("kvm2")
+        namespace("egress-operator")
     );
     ok(view
         .define_domain(borrow(), domain_xml("marked", Some(&mark)))
@@ -130,15 +130,25 @@ async fn list_shows_every_domain_with_the_providers_metadata_only() {
 }
 
 #[tokio::test]
-async fn metadata_lives_in_the_providers_namespace_and_no_other_can_see_it() {
+async fn metadata_lives_in_the_owners_namespace_and_no_other_owner_can_see_it() {
     let node = TestNode::new();
-    // Two providers granted the same node: they share the pooled connection, so its state.
-    let grants = egress_capability_libvirt::Grants::from_json(
-        &serde_json::json!({ "grants": { "kvm2": node.grant(), "other": node.grant() } })
-            .to_string(),
+    // Two providers granted the same node under two owners: they share the pooled connection,
+    // so its state.
+    let capability = capability("kvm2", node.grant());
+    let mut other_grant = node.grant();
+    other_grant["owner"] = "other-owner".into();
+    let other_grant: egress_capability_libvirt::LibvirtGrant =
+        serde_json::from_value(other_grant).unwrap();
+    egress_runtime::Capability::set_grant(
+        &capability,
+        "other",
+        &other_grant,
+        &egress_runtime::grant::GrantContext {
+            digests: &[],
+            host: &egress_runtime::grant::FilesOnly,
+        },
     )
     .unwrap();
-    let capability = LibvirtCapability::new(&grants).unwrap();
     let mut kvm2 = Call::new(&capability, "kvm2");
     let mut other = Call::new(&capability, "other");
 
