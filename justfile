@@ -8,16 +8,17 @@ components := "reference proxmox libvirt conformance-broken misbehave hostile fu
 default:
     @just --list
 
-# Install what a fresh Debian/Ubuntu machine lacks: the wasm target, cargo-component, system packages.
+# Install what a fresh Debian/Ubuntu machine lacks for the demo: the wasm targets, system packages.
 setup:
     #!/usr/bin/env bash
     set -euo pipefail
     # cargo-component 0.21 builds wasm32-wasip1 beside wasm32-wasip2 and wants both targets.
     rustup target add wasm32-wasip2 wasm32-wasip1
-    command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
     sudo=$([ "$(id -u)" = 0 ] || echo sudo)
     export DEBIAN_FRONTEND=noninteractive
-    packages="pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv"
+    # libvirt and qemu: the KVM lab of the demo and the tests; mtools, syslinux, cpio: its guest
+    # image (testdata/guest-image/build.sh).
+    packages="pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv mtools syslinux cpio"
     install() { $sudo apt-get install -y -qq --no-install-recommends "$@" ca-certificates; }
     if ! dpkg -s $packages >/dev/null 2>&1; then
         $sudo apt-get update -qq
@@ -26,6 +27,10 @@ setup:
         install $packages || install --allow-downgrades ${packages/qemu-utils/qemu-utils\/$release}
     fi
     command -v kubectl >/dev/null || { $sudo apt-get update -qq && install kubernetes-client; }
+
+# What `just test` needs beyond `just setup`: cargo-component.
+setup-test: setup
+    command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
 
 # Build every provider component with cargo-component into target/components/<name>.wasm.
 build-components:
@@ -45,23 +50,35 @@ build-components-plain:
 
 # Build the operator binary in release mode.
 build: build-components
-    cargo build --release -p egress-operator -p pvesim
+    cargo build --release -p egress-operator -p pvesim -p kvmlab
+
+# What the demo runs, and nothing else: the Proxmox and libvirt providers (plain cargo, no
+# cargo-component needed), the operator, the simulator, the KVM lab and its guest image.
+build-demo:
+    cargo build --manifest-path components/Cargo.toml -p proxmox -p libvirt --release --target wasm32-wasip2 --target-dir target/wasm-plain
+    mkdir -p target/components
+    for c in proxmox libvirt; do cp "target/wasm-plain/wasm32-wasip2/release/$c.wasm" "target/components/$c.wasm"; done
+    cargo build --release -p egress-operator -p pvesim -p kvmlab
+    bash testdata/guest-image/build.sh target/guest-image
 
 # Run every test: host crates, guest crates' host-side unit tests, and the plain-cargo guest build.
-test: build-components build-components-plain
+test: setup-test build-components build-components-plain
     cargo test --manifest-path components/Cargo.toml --workspace --target-dir target/wasm-host
     cargo test --workspace
 
 # The main job: the operator in local mode over deploy/examples/local/ (a ProviderConfig for the
-# sandboxed Proxmox provider, its Secret, three Proxies) against the Proxmox VE simulator, until all
-# three run with addresses; then one manifest is deleted and its VM and seed go.
-demo: build
+# sandboxed Proxmox provider, its Secret, three Proxies) against the Proxmox VE simulator, and,
+# where this machine can run libvirtd, deploy/examples/local-kvm/ (the libvirt provider, one Proxy)
+# on a KVM lab of the machine's own; until every Proxy runs with an address. Then one manifest is
+# deleted and its VM and seed go.
+demo: build-demo
     #!/usr/bin/env bash
     set -euo pipefail
     bin=target/release/egress-operator
     state=target/demo && rm -rf "$state" && mkdir -p "$state/sim" "$state/local/components"
     target/release/pvesim --listen 127.0.0.1:0 --state-dir "$state/sim" --agent-delay-ms 3000 > "$state/pvesim.out" &
-    sim=$!; trap 'kill $sim 2>/dev/null' EXIT
+    sim=$!; lab=
+    trap 'kill $sim $lab 2>/dev/null; [ -z "$lab" ] || wait $lab 2>/dev/null' EXIT
     for _ in $(seq 50); do grep -q '^url:' "$state/pvesim.out" 2>/dev/null && break; sleep 0.1; done
     url=$(sed -n 's/^url: //p' "$state/pvesim.out")
     echo "== the Proxmox VE simulator runs at $url"
@@ -78,13 +95,50 @@ demo: build
     open(path, "w").write(text)
     PY
     cp target/components/proxmox.wasm "$state/local/components/"
-    echo "== egress-operator run --local $state/local (the Proxmox provider sandboxed; the broker holds the token)"
+    # The KVM part: a lab on this machine's libvirtd (a pool, a DHCP network, a guest image on an
+    # HTTPS origin), when libvirtd runs or can be started here.
+    target/release/kvmlab --state-dir "$PWD/$state/kvm" > "$state/kvmlab.out" 2> "$state/kvmlab.err" &
+    lab=$!; kvm=
+    for _ in $(seq 600); do
+        grep -q '^ca:' "$state/kvmlab.out" 2>/dev/null && { kvm=yes; break; }
+        kill -0 $lab 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -n "$kvm" ]; then
+        python3 - "$state" <<'PY'
+    import sys
+    state = sys.argv[1]
+    lab = dict(line.split(": ", 1) for line in open(f"{state}/kvmlab.out").read().splitlines())
+    origin = lab["image-url"].rsplit("/", 1)[0]
+    ca = "".join("    " + line + "\n" for line in open(lab["ca"]).read().strip().splitlines())
+    for name in ["providerconfig.yaml", "proxy-edge.yaml"]:
+        text = open(f"deploy/examples/local-kvm/{name}").read()
+        for key, plural in [("pool", "pools"), ("network", "networks")]:
+            text = text.replace(f"{key}: default", f"{key}: {lab[key]}").replace(f"{plural}: [default]", f"{plural}: [{lab[key]}]")
+        text = text.replace("https://images.lab.example/egress-test-guest.qcow2", lab["image-url"])
+        text = text.replace("https://images.lab.example", origin).replace("0" * 64, lab["image-sha256"])
+        if "  ca.pem: |" in text:
+            text = text[: text.index("  ca.pem: |")] + "  ca.pem: |\n" + ca
+        open(f"{state}/local/kvm-{name}", "w").write(text)
+    PY
+        cp target/components/libvirt.wasm "$state/local/components/"
+        echo "== the KVM lab runs on this machine's libvirtd: pool $(sed -n 's/^pool: //p' "$state/kvmlab.out"), network $(sed -n 's/^network: //p' "$state/kvmlab.out"), its guest image on $(sed -n 's/^image-url: //p' "$state/kvmlab.out")"
+    else
+        echo "== no KVM part here: libvirtd does not run and cannot be started on this machine (it needs root): $(tail -n 1 "$state/kvmlab.err")"
+        echo "   the Proxmox part goes on alone"
+    fi
+    echo "== egress-operator run --local $state/local (providers sandboxed; the broker holds the token, the host the libvirt connection)"
     "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache"
     echo "== egress-operator get proxies --local $state/local"
     "$bin" get proxies --local "$state/local"
     vms() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/cluster/resources?type=vm" | jq -c '[.data[] | select(.template != 1) | {vmid, name, status}]'; }
     seeds() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/nodes/pv1-1/storage/proxy-seeds/content" | jq -c '[.data[].volid]'; }
     echo "== the simulator's VMs and seeds"; vms; seeds
+    if [ -n "$kvm" ]; then
+        echo "== the KVM lab's guests (dnsmasq's leases: the hostname is the VM's, from its seed) and volumes"
+        virsh -q -c qemu:///system net-dhcp-leases "$(sed -n 's/^network: //p' "$state/kvmlab.out")" || true
+        ls "$state/kvm/pool"
+    fi
     echo "== rm proxy-ci.yaml: the operator deletes its VM and seed"
     rm "$state/local/proxy-ci.yaml"
     "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache"

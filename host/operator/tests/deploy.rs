@@ -81,6 +81,42 @@ fn kustomize_renders_every_part_of_the_installation() {
         one(&examples, "Proxy")["spec"]["providerConfigRef"],
         pc["metadata"]["name"]
     );
+
+    // The libvirt example: every Secret and ConfigMap key its grant names is there, and its
+    // connections are the ones its configuration uses.
+    let kvm = kustomize(&repo().join("deploy/examples/libvirt"));
+    let pc = one(&kvm, "ProviderConfig");
+    let grant = &pc["spec"]["grant"]["libvirt"];
+    let connections = grant["connections"].as_array().unwrap();
+    let names: Vec<&Value> = connections.iter().map(|c| &c["name"]).collect();
+    let used: Vec<&Value> = pc["spec"]["config"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(names, used);
+    let data = |kind: &str, reference: &Value| -> bool {
+        of_kind(&kvm, kind).iter().any(|object| {
+            object["metadata"]["name"] == reference["name"]
+                && (object["stringData"][reference["key"].as_str().unwrap()].is_string()
+                    || object["data"][reference["key"].as_str().unwrap()].is_string())
+        })
+    };
+    for connection in connections {
+        assert!(
+            data("Secret", &connection["sshKeySecretRef"]),
+            "{connection}"
+        );
+        assert!(
+            data("Secret", &connection["knownHostsSecretRef"]),
+            "{connection}"
+        );
+    }
+    assert!(data("ConfigMap", &grant["images"]["caConfigMapRef"]));
+    assert_eq!(
+        one(&kvm, "Proxy")["spec"]["providerConfigRef"],
+        pc["metadata"]["name"]
+    );
 }
 
 /// The rules of a structural schema that a generator could break.
@@ -298,6 +334,17 @@ fn the_deployment_runs_locked_down_with_probes_and_its_identity() {
         args.iter()
             .any(|a| a.starts_with("--cache-dir=/var/cache/egress-operator/"))
     );
+    // SSH keys from Secrets go to a tmpfs, never a disk: the operator's --key-dir is a
+    // memory-backed emptyDir.
+    let keys = mount("/run/egress-operator");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == keys["name"])
+        .unwrap();
+    assert_eq!(volume["emptyDir"]["medium"], "Memory");
+    assert!(args.contains(&"--key-dir=/run/egress-operator"));
 }
 
 #[test]
