@@ -83,6 +83,24 @@ pub struct GrantContext<'a> {
     pub host: &'a dyn GrantHost,
 }
 
+impl GrantContext<'_> {
+    /// The digests the grant is pinned to, as lowercase hex; `Err` (built by `invalid`, for the
+    /// field `digest`) names one that is not a sha256.
+    pub fn pinned_digests(
+        &self,
+        invalid: impl Fn(&str, String) -> GrantError,
+    ) -> Result<Vec<String>, GrantError> {
+        self.digests
+            .iter()
+            .map(|pin| {
+                digest_hex(pin).ok_or_else(|| {
+                    invalid("digest", format!("{pin:?} is not sha256:<64 hex digits>"))
+                })
+            })
+            .collect()
+    }
+}
+
 impl std::fmt::Debug for GrantContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GrantContext")

@@ -100,7 +100,7 @@ use crate::policy::{
 use crate::redact::{Redactor, redact_headers};
 use crate::sync::lock;
 use arc_swap::ArcSwap;
-use egress_runtime::grant::{GrantContext, GrantError, digest_hex};
+use egress_runtime::grant::{GrantContext, GrantError};
 use egress_runtime::{Capability, HostState, PrepareContext};
 use wasmtime::component::Linker;
 
@@ -334,14 +334,7 @@ fn activate(
     if grant.origins.is_empty() {
         return Err(invalid("origins", "is empty".into()));
     }
-    let digests = context
-        .digests
-        .iter()
-        .map(|pin| {
-            digest_hex(pin)
-                .ok_or_else(|| invalid("digest", format!("{pin:?} is not sha256:<64 hex digits>")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let digests = context.pinned_digests(&invalid)?;
     let origins = grant
         .origins
         .iter()

@@ -165,7 +165,7 @@ use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use egress_runtime::grant::{GrantContext, GrantError, digest_hex};
+use egress_runtime::grant::{GrantContext, GrantError};
 use wasmtime::component::{HasData, Linker, ResourceTable};
 
 pub use crate::call::{
@@ -484,14 +484,7 @@ fn activate(
         .as_ref()
         .map(|images| ImageAccess::new(identity, images, context))
         .transpose()?;
-    let digests = context
-        .digests
-        .iter()
-        .map(|pin| {
-            digest_hex(pin)
-                .ok_or_else(|| invalid("digest", format!("{pin:?} is not sha256:<64 hex digits>")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let digests = context.pinned_digests(&invalid)?;
     Ok(ActiveGrant {
         identity: identity.to_owned(),
         namespace: format!("{METADATA_NAMESPACE_PREFIX}{}", grant.owner),
