@@ -97,6 +97,10 @@ struct Entry {
     revision: u64,
     /// Earlier bindings, kept until their calls finish so their digest stays granted.
     retired: Vec<Arc<Binding>>,
+    /// Why Proxies may not call through `binding` (its grant was refused or lacks a capability
+    /// the component imports): a call would be denied by the capability, which a provider
+    /// reports as permanent.
+    refusal: Option<NotReady>,
 }
 
 /// Every ProviderConfig's binding, over one registry and the host's capabilities.
@@ -167,8 +171,12 @@ impl ProviderSet {
 
     /// The binding Proxies of ProviderConfig `name` call through.
     pub fn binding(&self, name: &str) -> Result<Arc<Binding>, NotReady> {
-        lock(&self.entries)
-            .get(name)
+        let entries = lock(&self.entries);
+        let entry = entries.get(name);
+        if let Some(refusal) = entry.and_then(|entry| entry.refusal.clone()) {
+            return Err(refusal);
+        }
+        entry
             .and_then(|entry| entry.binding.clone())
             .ok_or_else(|| NotReady {
                 reason: "ProviderNotReady",
@@ -176,10 +184,11 @@ impl ProviderSet {
             })
     }
 
-    /// Every ProviderConfig with a binding, and the component file it binds.
+    /// Every ProviderConfig whose binding Proxies may call through.
     pub fn bound(&self) -> Vec<Arc<Binding>> {
         lock(&self.entries)
             .values()
+            .filter(|entry| entry.refusal.is_none())
             .filter_map(|entry| entry.binding.clone())
             .collect()
     }
@@ -206,43 +215,46 @@ impl ProviderSet {
         let mut notes = Vec::new();
         let attempt = self.attempt(name, spec).await;
         let fingerprint = self.fingerprint(generation, spec, &attempt, objects);
-        let mut rebound = false;
-        let current = {
+        // A new binding is published only once its grants are set: a Proxy never calls a
+        // binding its capabilities do not know yet.
+        let (candidate, current) = {
             let mut entries = lock(&self.entries);
             let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
                 binding: None,
                 fingerprint: [0; 32],
                 revision: 0,
                 retired: Vec::new(),
+                refusal: None,
             });
-            if let Ok(fresh) = &attempt
-                && (entry.binding.is_none() || entry.fingerprint != fingerprint)
-            {
-                rebound = true;
-                entry.fingerprint = fingerprint;
-                entry.revision += 1;
-                let binding = Arc::new(Binding {
-                    provider_config: name.to_owned(),
-                    generation,
-                    provider: Arc::clone(&fresh.provider),
-                    config: fresh.config.clone(),
-                    sweep: spec.orphan_sweep.clone(),
-                    revision: entry.revision,
-                });
-                if let Some(old) = entry.binding.replace(binding) {
-                    entry.retired.push(old);
-                }
-            }
             // Older bindings stay granted while a call still holds them.
             entry.retired.retain(|old| Arc::strong_count(old) > 1);
-            entry.binding.clone().map(|binding| {
-                let digests: Vec<String> = std::iter::once(&binding)
-                    .chain(&entry.retired)
-                    .map(|bound| bound.provider.digest().to_owned())
-                    .collect();
-                (binding, digests)
-            })
+            let candidate = match &attempt {
+                Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
+                    Some(Arc::new(Binding {
+                        provider_config: name.to_owned(),
+                        generation,
+                        provider: Arc::clone(&fresh.provider),
+                        config: fresh.config.clone(),
+                        sweep: spec.orphan_sweep.clone(),
+                        revision: entry.revision + 1,
+                    }))
+                }
+                _ => None,
+            };
+            let current = candidate
+                .clone()
+                .or_else(|| entry.binding.clone())
+                .map(|binding| {
+                    let digests: Vec<String> = std::iter::once(&binding)
+                        .chain(&entry.binding)
+                        .chain(&entry.retired)
+                        .map(|bound| bound.provider.digest().to_owned())
+                        .collect();
+                    (binding, digests)
+                });
+            (candidate, current)
         };
+        let rebound = candidate.is_some();
 
         match &attempt {
             Ok(fresh) => {
@@ -340,7 +352,16 @@ impl ProviderSet {
                 Some(generation),
                 &now,
             );
-            notes.push(Note::warning("InvalidGrant", message));
+            notes.push(Note::warning("InvalidGrant", message.clone()));
+            self.publish(
+                name,
+                candidate,
+                fingerprint,
+                Some(NotReady {
+                    reason: "InvalidGrant",
+                    message,
+                }),
+            );
             return Applied {
                 status,
                 notes,
@@ -385,14 +406,26 @@ impl ProviderSet {
                 &now,
             );
             if was_ready || rebound {
-                notes.push(Note::warning("CapabilityNotGranted", message));
+                notes.push(Note::warning("CapabilityNotGranted", message.clone()));
             }
+            self.publish(
+                name,
+                candidate,
+                fingerprint,
+                Some(NotReady {
+                    reason: "CapabilityNotGranted",
+                    message,
+                }),
+            );
             return Applied {
                 status,
                 notes,
                 rebound,
             };
         }
+        // Proxies waiting on a refusal that is gone should reconcile, as on a new binding.
+        let cleared = self.publish(name, candidate, fingerprint, None);
+        let rebound = rebound || cleared;
 
         let check = binding
             .provider
@@ -437,6 +470,31 @@ impl ProviderSet {
             notes,
             rebound,
         }
+    }
+
+    /// Makes `candidate` (if any) the binding of `name` and records why Proxies may not call
+    /// through it; answers whether an earlier refusal was lifted.
+    fn publish(
+        &self,
+        name: &str,
+        candidate: Option<Arc<Binding>>,
+        fingerprint: [u8; 32],
+        refusal: Option<NotReady>,
+    ) -> bool {
+        let mut entries = lock(&self.entries);
+        let Some(entry) = entries.get_mut(name) else {
+            return false;
+        };
+        if let Some(binding) = candidate {
+            entry.fingerprint = fingerprint;
+            entry.revision = binding.revision;
+            if let Some(old) = entry.binding.replace(binding) {
+                entry.retired.push(old);
+            }
+        }
+        let lifted = entry.refusal.is_some() && refusal.is_none();
+        entry.refusal = refusal;
+        lifted
     }
 
     /// Steps 1–3: a binding of the current spec, or why not.

@@ -272,6 +272,7 @@ async fn a_grant_that_cannot_be_served_is_a_condition_and_makes_no_vm() {
         ("k", "bad-key"),
         ("u", "unreachable"),
         ("p", "no-pool"),
+        ("n", "ungranted"),
         ("g", PC),
     ] {
         folder.write(&format!("proxy-{proxy_name}.yaml"), &proxy(proxy_name, pc));
@@ -319,6 +320,23 @@ async fn a_grant_that_cannot_be_served_is_a_condition_and_makes_no_vm() {
             "{name} shows the Secret: {message}"
         );
     }
+    // A Proxy of a ProviderConfig whose grant is refused waits with that reason; it is not
+    // called into a capability that would deny it and latched as a permanent failure.
+    let waiting =
+        |proxies: &[egress_operator::local::store::ProxyRecord], proxy_name: &str, reason: &str| {
+            proxies.iter().any(|record| {
+                record.name == proxy_name
+                    && condition(&record.status.conditions, conditions::READY)
+                        .is_some_and(|ready| ready.reason == reason)
+            })
+        };
+    folder.wait_until(
+        "the refused ProviderConfigs' Proxies waiting",
+        Duration::from_secs(120),
+        |proxies| {
+            waiting(proxies, "k", "InvalidGrant") && waiting(proxies, "n", "CapabilityNotGranted")
+        },
+    );
     // Only the good Proxy has a VM.
     assert_eq!(lab.domains().len(), 1, "{:?}", lab.domains());
     // The key was written 0600 to the operator's private folder, and goes when it exits.

@@ -71,6 +71,12 @@ pub struct ClientSettings {
 /// The clients of one grant: the CA once it loads, and a pooled client per origin.
 #[derive(Debug)]
 pub struct GrantClients {
+    shared: Arc<Shared>,
+}
+
+/// What the requests of a grant share, and a CA load holds while it runs on a task of its own.
+#[derive(Debug)]
+struct Shared {
     settings: ClientSettings,
     /// Watches `ca_file` (when the CA comes from a file).
     ca_watch: Option<Arc<FileWatch>>,
@@ -98,17 +104,19 @@ impl GrantClients {
             _ => None,
         };
         Self {
-            settings,
-            ca_watch,
-            state: Mutex::new(ClientState::default()),
-            loading: tokio::sync::Mutex::new(()),
+            shared: Arc::new(Shared {
+                settings,
+                ca_watch,
+                state: Mutex::new(ClientState::default()),
+                loading: tokio::sync::Mutex::new(()),
+            }),
         }
     }
 
     /// The URL to send for `origin`: the origin's own, or with the host replaced by the grant's
     /// `serverName` (the client then connects to the origin's host, see [`OriginResolver`]).
     pub fn url_for(&self, origin: &Origin, path_and_query: &str) -> String {
-        match (&self.settings.server_name, origin.scheme()) {
+        match (&self.shared.settings.server_name, origin.scheme()) {
             (Some(name), Scheme::Https) => origin.url_with_host(name, path_and_query),
             _ => origin.url_with_host(origin.host(), path_and_query),
         }
@@ -121,14 +129,16 @@ impl GrantClients {
             self.refresh_roots().await?;
         }
         let roots = {
-            let state = lock(&self.state);
+            let state = lock(&self.shared.state);
             if let Some(client) = state.clients.get(origin) {
                 return Ok(client.clone());
             }
             state.roots.clone()
         };
-        let client = self.build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
-        Ok(lock(&self.state)
+        let client = self
+            .shared
+            .build(origin, roots.as_ref().map(|roots| roots.as_slice()))?;
+        Ok(lock(&self.shared.state)
             .clients
             .entry(origin.clone())
             .or_insert(client)
@@ -139,16 +149,34 @@ impl GrantClients {
     async fn refresh_roots(&self) -> Result<(), ClientError> {
         // Unwatched (no watch could be had, or a load is arming it): keep what loaded.
         let changed = self
+            .shared
             .ca_watch
             .as_ref()
             .is_some_and(|watch| watch.check() == Freshness::Changed);
         {
-            let mut state = lock(&self.state);
+            let mut state = lock(&self.shared.state);
             state.stale |= changed && state.roots.is_some();
             if state.roots.is_some() && !state.stale {
                 return Ok(());
             }
         }
+        // The load runs on a task of its own, not in this request's future: it holds `loading`,
+        // and a guest may never poll this request again (it waits on another of its requests),
+        // which would leave every other request of the grant waiting for the lock until the
+        // call's deadline.
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(async move { shared.load_roots().await })
+            .await
+            .map_err(|join_error| ClientError::CaUnusable {
+                path: self.shared.settings.ca_file.clone().unwrap_or_default(),
+                reason: join_error.to_string(),
+            })?
+    }
+}
+
+impl Shared {
+    /// Loads the CA, one load at a time, unless a load that finished meanwhile made it fresh.
+    async fn load_roots(&self) -> Result<(), ClientError> {
         let _loading = self.loading.lock().await;
         {
             let mut state = lock(&self.state);

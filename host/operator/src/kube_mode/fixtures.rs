@@ -260,6 +260,12 @@ impl TestContext {
                     digest: None,
                 },
                 config: json!({}),
+                // The reference imports wasi:http: a ProviderConfig that does not grant it
+                // serves no Proxy. Its calls here make no request.
+                grant: serde_json::from_value(json!({
+                    "http": {"origins": ["http://pve.example:8006"]}
+                }))
+                .expect("a grant"),
                 ..ProviderConfigSpec::default()
             },
         );

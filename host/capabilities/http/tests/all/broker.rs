@@ -689,3 +689,29 @@ async fn logs_never_carry_the_secret_even_at_trace_level() {
         "{logs}"
     );
 }
+
+/// A guest hands several requests over and waits on one of them; the others are not polled
+/// again until it asks. The CA load one of them started must not hold the rest up: it ran
+/// inside the first request's future, holding the grant's load lock, and the second request
+/// waited on that lock until the call's deadline (seen as `hostile::…bodyless…` ending in
+/// `Deadline` instead of `Budget` under load).
+#[tokio::test]
+async fn a_request_never_polled_again_does_not_hold_up_the_others_of_its_grant() {
+    let setup = Setup::new(ok_json()).await;
+    let mut grant = setup.grant();
+    // Without a credential to read first, the first poll goes straight to the CA load.
+    grant.as_object_mut().unwrap().remove("credential");
+    let broker = broker("proxmox", grant);
+    let mut abandoned = broker.send(&site("proxmox"), get(&setup.url("/one"), &[]), None);
+    let _ = abandoned
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    let second = tokio::time::timeout(
+        Duration::from_secs(20),
+        send(&broker, "proxmox", get(&setup.url("/two"), &[])),
+    )
+    .await
+    .expect("the second request waited on a load the first one holds");
+    assert_eq!(second.unwrap().status, 200);
+    drop(abandoned);
+}
