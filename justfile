@@ -58,7 +58,7 @@ build-demo:
     cargo build --manifest-path components/Cargo.toml -p proxmox -p libvirt --release --target wasm32-wasip2 --target-dir target/wasm-plain
     mkdir -p target/components
     for c in proxmox libvirt; do cp "target/wasm-plain/wasm32-wasip2/release/$c.wasm" "target/components/$c.wasm"; done
-    cargo build --release -p egress-operator -p pvesim -p kvmlab
+    cargo build --profile quick-release -p egress-operator -p pvesim -p kvmlab
     bash testdata/guest-image/build.sh target/guest-image
 
 # Run every test: host crates, guest crates' host-side unit tests, and the plain-cargo guest build.
@@ -74,9 +74,9 @@ test: setup-test build-components build-components-plain
 demo: build-demo
     #!/usr/bin/env bash
     set -euo pipefail
-    bin=target/release/egress-operator
+    bin=target/quick-release/egress-operator
     state=target/demo && rm -rf "$state" && mkdir -p "$state/sim" "$state/local/components"
-    target/release/pvesim --listen 127.0.0.1:0 --state-dir "$state/sim" --agent-delay-ms 3000 > "$state/pvesim.out" &
+    target/quick-release/pvesim --listen 127.0.0.1:0 --state-dir "$state/sim" --agent-delay-ms 3000 > "$state/pvesim.out" &
     sim=$!; lab=
     trap 'kill $sim $lab 2>/dev/null; [ -z "$lab" ] || wait $lab 2>/dev/null' EXIT
     for _ in $(seq 50); do grep -q '^url:' "$state/pvesim.out" 2>/dev/null && break; sleep 0.1; done
@@ -97,7 +97,7 @@ demo: build-demo
     cp target/components/proxmox.wasm "$state/local/components/"
     # The KVM part: a lab on this machine's libvirtd (a pool, a DHCP network, a guest image on an
     # HTTPS origin), when libvirtd runs or can be started here.
-    target/release/kvmlab --state-dir "$PWD/$state/kvm" > "$state/kvmlab.out" 2> "$state/kvmlab.err" &
+    target/quick-release/kvmlab --state-dir "$PWD/$state/kvm" > "$state/kvmlab.out" 2> "$state/kvmlab.err" &
     lab=$!; kvm=
     for _ in $(seq 600); do
         grep -q '^ca:' "$state/kvmlab.out" 2>/dev/null && { kvm=yes; break; }
