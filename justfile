@@ -128,7 +128,10 @@ demo: build-demo
         echo "   the Proxmox part goes on alone"
     fi
     echo "== egress-operator run --local $state/local (providers sandboxed; the broker holds the token, the host the libvirt connection)"
-    "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache"
+    # Bounded: a proxy that cannot come up leaves its reason in its status, not a demo that waits
+    # forever.
+    timeout -s INT 600 "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache" \
+        || echo "== not every proxy is Ready: \`$bin get proxies --local $state/local -o yaml\` says why"
     echo "== egress-operator get proxies --local $state/local"
     "$bin" get proxies --local "$state/local"
     vms() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/cluster/resources?type=vm" | jq -c '[.data[] | select(.template != 1) | {vmid, name, status}]'; }
@@ -137,7 +140,7 @@ demo: build-demo
     if [ -n "$kvm" ]; then
         echo "== the KVM lab's guests (dnsmasq's leases: the hostname is the VM's, from its seed) and volumes"
         virsh -q -c qemu:///system net-dhcp-leases "$(sed -n 's/^network: //p' "$state/kvmlab.out")" || true
-        ls "$state/kvm/pool"
+        ls "$(sed -n 's/^pool-dir: //p' "$state/kvmlab.out")"
     fi
     echo "== rm proxy-ci.yaml: the operator deletes its VM and seed"
     rm "$state/local/proxy-ci.yaml"

@@ -10,7 +10,9 @@ use kvmlab::Lab;
 #[derive(Parser)]
 #[command(version)]
 struct Args {
-    /// Directory receiving the pool's volumes (DIR/pool) and the origin's CA (DIR/ca.pem).
+    /// Directory receiving the origin's CA (DIR/ca.pem). The pool is a temporary folder of its
+    /// own: qemu runs as its own user and must reach every folder above a volume, which a clone
+    /// in a private home directory does not let it.
     #[arg(long)]
     state_dir: PathBuf,
 }
@@ -19,10 +21,11 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     std::fs::create_dir_all(&args.state_dir)?;
-    let lab = Lab::start(Some(&args.state_dir.join("pool"))).await;
+    let lab = Lab::start(None).await;
     let ca = args.state_dir.join("ca.pem");
     lab.ca.write_pem(&ca);
     println!("pool: {}", lab.pool.name);
+    println!("pool-dir: {}", lab.pool.dir().display());
     println!("network: {}", lab.network.name);
     println!("image-url: {}", lab.image_url());
     println!("image-sha256: {}", lab.image.sha256);
