@@ -78,6 +78,22 @@ pub enum Error {
 }
 
 impl Error {
+    /// The finalizer's patch was refused because its JSON-patch `test` saw other finalizers than
+    /// the cache did: the cache had not yet seen a write (such as the finalizer just added). The
+    /// watch brings the object as it is and the next reconcile goes on: nothing to warn of.
+    pub fn is_stale_finalizer_patch(&self) -> bool {
+        use kube::runtime::finalizer::Error as Finalizer;
+        let Error::Finalizer(inner) = self else {
+            return false;
+        };
+        matches!(
+            inner.as_ref(),
+            Finalizer::AddFinalizer(kube::Error::Api(status))
+                | Finalizer::RemoveFinalizer(kube::Error::Api(status))
+                if status.code == 422
+        )
+    }
+
     /// A label for metrics and logs: the variant, lower case.
     pub fn metric_label(&self) -> &'static str {
         match self {

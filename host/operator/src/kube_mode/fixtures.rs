@@ -81,6 +81,9 @@ impl Proxy {
 pub enum Scenario {
     /// Only the finalizer is added.
     FinalizerAdded,
+    /// The finalizer's patch is refused with a 422: its `test` saw other finalizers than the
+    /// cache (which had not yet seen the finalizer just added).
+    FinalizerPatchStale,
     /// The status is applied (checked by the closure), then one Event per reason, in order.
     StatusApplied(fn(&Value), &'static [&'static str]),
     /// Events with these reasons, then the finalizer is removed; `before_removal` checks the
@@ -97,6 +100,17 @@ impl Verifier {
             let mut handle = self.0;
             match scenario {
                 Scenario::FinalizerAdded => finalizer_added(&mut handle).await,
+                Scenario::FinalizerPatchStale => {
+                    let (request, send) = next(&mut handle).await;
+                    assert_eq!(request.method(), http::Method::PATCH);
+                    let mut refused = json_response(&json!({
+                        "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "reason": "Invalid", "code": 422,
+                        "message": "the server rejected our request due to an error in our request",
+                    }));
+                    *refused.status_mut() = http::StatusCode::UNPROCESSABLE_ENTITY;
+                    send.send_response(refused);
+                }
                 Scenario::StatusApplied(check, reasons) => {
                     status_applied(&mut handle, check).await;
                     for reason in reasons {
@@ -339,6 +353,33 @@ mod tests {
         let metrics = &test.context.operator.metrics;
         assert_eq!(
             metrics.calls(PROVIDER_CONFIG, "create", "ok"),
+            0,
+            "no VM before the finalizer holds the Proxy"
+        );
+    }
+
+    /// Issue 22: the first reconcile of a new Proxy met a 422 from the finalizer's patch (the
+    /// cache had not seen the finalizer just added) and logged it as a warning. It is a requeue.
+    #[tokio::test]
+    async fn a_stale_finalizer_patch_is_a_short_requeue_not_a_failure() {
+        let test = TestContext::new().await;
+        let mocks = test.verifier.run(Scenario::FinalizerPatchStale);
+        let proxy = Arc::new(Proxy::test());
+        let error = reconcile(Arc::clone(&proxy), Arc::clone(&test.context))
+            .await
+            .expect_err("the patch was refused");
+        timeout_after_1s(mocks).await;
+        assert!(error.is_stale_finalizer_patch(), "{error}");
+        let timing = test.context.operator.reconciler.timing();
+        assert_eq!(
+            error_policy(proxy, &error, Arc::clone(&test.context)),
+            Action::requeue(timing.backoff_base)
+        );
+        assert_eq!(
+            test.context
+                .operator
+                .metrics
+                .calls(PROVIDER_CONFIG, "create", "ok"),
             0,
             "no VM before the finalizer holds the Proxy"
         );

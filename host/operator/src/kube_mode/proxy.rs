@@ -64,7 +64,8 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
             match result {
                 Ok(_) => {}
                 Err(kube::runtime::controller::Error::ReconcilerFailed(error, object))
-                    if error.metric_label() == "cleanuppending" =>
+                    if error.metric_label() == "cleanuppending"
+                        || error.is_stale_finalizer_patch() =>
                 {
                     tracing::debug!(proxy = %object, "{error}");
                 }
@@ -200,12 +201,16 @@ pub async fn reconcile(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Actio
     .map_err(|error| Error::Finalizer(Box::new(error)))
 }
 
-/// Requeue after an error: the cleanup's own wait, else a short retry.
+/// Requeue after an error: the cleanup's own wait, the shortest retry after a stale finalizer
+/// patch, else a short retry.
 pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, context: Arc<Context>) -> Action {
     if let Error::Finalizer(inner) = error
         && let finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) = inner.as_ref()
     {
         return Action::requeue(*wait);
+    }
+    if error.is_stale_finalizer_patch() {
+        return Action::requeue(context.operator.reconciler.timing().backoff_base);
     }
     Action::requeue(api_retry(&context))
 }
