@@ -80,6 +80,11 @@ pub trait Egress: Send + Sync + 'static {
     /// async executor: an implementation must not block it (no blocking file I/O). The request's
     /// extensions hold a [`RefusalReporter`] (when the runtime sent it) to tell the guest why a
     /// request was refused; nothing else of the extensions is meant to leave the host.
+    ///
+    /// The returned future is polled only while the guest asks about its response: a guest that
+    /// waits on another of its requests leaves it unpolled (not dropped) meanwhile. It must not
+    /// hold, while pending, anything another request waits for (a lock shared by the grant's
+    /// requests, say): shared work goes on a task of its own, as the HTTP broker's CA load does.
     fn send(
         &self,
         site: &CallSite,
