@@ -41,6 +41,7 @@ pub const FIELD_MANAGER: &str = "egress-operator";
     printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0]"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","priority":1}"#,
     printcolumn = r#"{"name":"VM","type":"string","jsonPath":".status.providerId","priority":1}"#,
+    printcolumn = r#"{"name":"Restarts","type":"integer","jsonPath":".status.restarts","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -53,6 +54,80 @@ pub struct ProxySpec {
     /// Labels stored on the VM (beside the operator's own), for finding it again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// What the operator does when the VM stops or fails; each field left out comes from the
+    /// ProviderConfig's `recovery`, then from the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// What the operator does with a Proxy's VM found stopped (a hypervisor rebooted, a person ran
+/// `qm stop`) or failed. Every field is optional so a Proxy can override one of its
+/// ProviderConfig's defaults and keep the others.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Recovery {
+    /// `Restart` (the default) starts a stopped VM again, `Replace` deletes it and makes a new
+    /// one, `None` only reports it. A `failed` VM is replaced under `Restart` and `Replace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RecoveryPolicy>,
+    /// How many recoveries within `windowSeconds` before the Proxy is `Degraded` and its VM
+    /// is left alone (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The window `maxRestarts` counts in, in seconds (default 900).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u64>,
+    /// The least wait between two recoveries, in seconds, doubled for each recovery already in
+    /// the window (default 10: 10, 20, 40, 80 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_seconds: Option<u64>,
+}
+
+/// What to do with a stopped VM.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum RecoveryPolicy {
+    /// Start the same VM again (the provider's `create` adopts and starts it).
+    Restart,
+    /// Delete it and make a new one.
+    Replace,
+    /// Report it; a person acts.
+    None,
+}
+
+/// A Proxy's recovery settings with every default filled in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EffectiveRecovery {
+    /// What to do.
+    pub policy: RecoveryPolicy,
+    /// Recoveries allowed within `window`.
+    pub max_restarts: u32,
+    /// The window they are counted in.
+    pub window: std::time::Duration,
+    /// The least wait between two recoveries.
+    pub backoff: std::time::Duration,
+}
+
+impl Recovery {
+    /// The Proxy's settings (`self`), then the ProviderConfig's, then the defaults.
+    pub fn effective(proxy: Option<&Recovery>, provider: Option<&Recovery>) -> EffectiveRecovery {
+        let pick = |field: fn(&Recovery) -> Option<u64>| {
+            proxy.and_then(field).or_else(|| provider.and_then(field))
+        };
+        EffectiveRecovery {
+            policy: proxy
+                .and_then(|recovery| recovery.policy)
+                .or_else(|| provider.and_then(|recovery| recovery.policy))
+                .unwrap_or(RecoveryPolicy::Restart),
+            max_restarts: pick(|recovery| recovery.max_restarts.map(u64::from))
+                .map_or(5, |max| u32::try_from(max).unwrap_or(u32::MAX)),
+            window: std::time::Duration::from_secs(
+                pick(|recovery| recovery.window_seconds).unwrap_or(900),
+            ),
+            backoff: std::time::Duration::from_secs(
+                pick(|recovery| recovery.backoff_seconds).unwrap_or(10),
+            ),
+        }
+    }
 }
 
 /// Where a Proxy's user-data comes from: exactly one of the three.
@@ -91,6 +166,9 @@ pub enum Phase {
     Running,
     /// The VM exists but is stopped or paused.
     Stopped,
+    /// The VM kept stopping: `recovery.maxRestarts` recoveries within the window, so the operator
+    /// leaves it until a person starts it or changes the Proxy.
+    Degraded,
     /// A person must act: the provider refused for a reason retrying cannot fix.
     Failed,
     /// The Proxy is being deleted; its VM is being removed.
@@ -125,6 +203,32 @@ pub struct ProxyStatus {
     /// The Proxy generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How many times the operator brought the VM back (restarted or replaced it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+    /// The last time it did, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recovery: Option<RecoveryRecord>,
+    /// When it did so within the recovery window, oldest first (at most `maxRestarts`): what the
+    /// rate limit counts, kept in the status so a restarted operator counts the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_recoveries: Vec<Time>,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
+/// One recovery of a Proxy's VM.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// When.
+    pub at: Time,
+    /// `Restart` or `Replace`.
+    pub action: RecoveryPolicy,
+    /// Why: what the VM was found in.
+    pub reason: String,
 }
 
 /// The provider that last handled a Proxy.
@@ -181,6 +285,13 @@ pub struct ProviderConfigSpec {
     /// How VMs marked as this ProviderConfig's, whose Proxy is gone, are found and removed.
     #[serde(default)]
     pub orphan_sweep: OrphanSweep,
+    /// What its Proxies do when their VM stops or fails, unless a Proxy says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+    /// Seconds between looks at each of its Proxies' VMs (one `get` each), in place of the
+    /// operator's `--resync-seconds`: the bound on noticing a VM that stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync_seconds: Option<u64>,
 }
 
 fn empty_object() -> serde_json::Value {

@@ -5,7 +5,8 @@
 //! `controller_runtime_reconcile_errors_total{controller}` and
 //! `controller_runtime_reconcile_time_seconds{controller}`. Provider calls are counted by
 //! provider (the ProviderConfig), operation and outcome (`ok` or an error class) in
-//! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. The egress
+//! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. VMs
+//! brought back are counted in `egress_proxy_recoveries_total{provider,action,reason}`. The egress
 //! broker's own series (`egress_http_requests_total`, …) are registered beside them.
 
 use std::sync::Arc;
@@ -36,6 +37,13 @@ struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RecoveryLabels {
+    provider: String,
+    action: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     provider: String,
     operation: String,
@@ -49,6 +57,7 @@ pub struct Metrics {
     reconcile_time: Family<ControllerLabels, Histogram>,
     calls: Family<CallLabels, Counter>,
     call_time: Family<LatencyLabels, Histogram>,
+    recoveries: Family<RecoveryLabels, Counter>,
     registry: Arc<std::sync::Mutex<Registry>>,
 }
 
@@ -64,6 +73,7 @@ impl Default for Metrics {
             call_time: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
             }),
+            recoveries: Family::default(),
             registry: Arc::new(std::sync::Mutex::new(Registry::default())),
         };
         {
@@ -92,6 +102,12 @@ impl Default for Metrics {
                 "egress_provider_call_duration_seconds",
                 "Provider call latency by provider and operation",
                 metrics.call_time.clone(),
+            );
+            registry.register(
+                "egress_proxy_recoveries",
+                "Stopped or failed VMs brought back, by provider, action (restart, replace, or \
+                 degraded when the limit stopped them) and reason (stopped, failed)",
+                metrics.recoveries.clone(),
             );
         }
         metrics
@@ -144,6 +160,29 @@ impl Metrics {
                 operation: operation.into(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Count one recovery of a Proxy's VM: `action` is `restart`, `replace` or `degraded` (the
+    /// limit was reached), `reason` what the VM was found in.
+    pub fn recovery(&self, provider: &str, action: &str, reason: &str) {
+        self.recoveries
+            .get_or_create(&RecoveryLabels {
+                provider: provider.into(),
+                action: action.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// The number of recoveries counted with these labels (tests).
+    pub fn recoveries(&self, provider: &str, action: &str, reason: &str) -> u64 {
+        self.recoveries
+            .get_or_create(&RecoveryLabels {
+                provider: provider.into(),
+                action: action.into(),
+                reason: reason.into(),
+            })
+            .get()
     }
 
     /// The text exposition of every series.

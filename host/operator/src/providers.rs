@@ -22,13 +22,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use egress_runtime::grant::{GrantContext, ObjectRef, digest_hex};
 use egress_runtime::types::{CheckReason, Operation, Request, Response};
 use egress_runtime::{CallContext, Limits, Provider, Registry, RegistryEvent};
 
 use crate::crd::{
-    EffectiveGrant, GrantSpec, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec,
+    EffectiveGrant, GrantSpec, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec, Recovery,
     ProviderConfigStatus, conditions, set_condition,
 };
 use crate::grants::{Capabilities, ObjectsHost};
@@ -47,6 +48,10 @@ pub struct Binding {
     pub config: String,
     /// The orphan sweep settings.
     pub sweep: OrphanSweep,
+    /// Its Proxies' recovery defaults.
+    pub recovery: Option<Recovery>,
+    /// How often its Proxies' VMs are looked at, in place of the operator's resync.
+    pub resync: Option<Duration>,
     /// Counts every change of what this binding stands for: the spec, the component, and the
     /// content of the Secrets and ConfigMaps its grant references (a rotated credential can fix
     /// what failed permanently, so Proxies blocked on the old one try again).
@@ -236,6 +241,10 @@ impl ProviderSet {
                         provider: Arc::clone(&fresh.provider),
                         config: fresh.config.clone(),
                         sweep: spec.orphan_sweep.clone(),
+                        recovery: spec.recovery.clone(),
+                        resync: spec
+                            .resync_seconds
+                            .map(|seconds| Duration::from_secs(seconds.max(1))),
                         revision: entry.revision + 1,
                     }))
                 }

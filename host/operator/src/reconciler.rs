@@ -15,7 +15,8 @@
 //! | `permanent` | `Ready=False` with the message; no retry until the Proxy, its ProviderConfig or the component changes |
 //! | `not-found` from `get` | the VM is gone: create again |
 //! | `quota-exceeded` | condition, retry slowly |
-//! | state `failed` | delete, then create |
+//! | state `stopped` | per the Proxy's `recovery`: start it again (`create` adopts and starts a stopped VM of its own), or replace it, or only report it; rate-limited, and `Degraded` after `maxRestarts` within the window |
+//! | state `failed` | delete, then create (unless `recovery.policy` is `None`), counted as above |
 //! | deleting | delete the VM (by provider ID, or every VM tagged with the Proxy's UID), then let the finalizer go |
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +30,10 @@ use egress_runtime::{CallContext, CallError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
-use crate::crd::{HandledBy, Phase, ProxySpec, ProxyStatus, condition, conditions, set_condition};
+use crate::crd::{
+    EffectiveRecovery, HandledBy, Phase, ProxySpec, ProxyStatus, Recovery, RecoveryPolicy,
+    RecoveryRecord, condition, conditions, set_condition,
+};
 use crate::metrics::Metrics;
 use crate::providers::{Binding, NotReady};
 use crate::{Note, lock, now};
@@ -120,7 +124,7 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            resync: Duration::from_secs(300),
+            resync: Duration::from_secs(60),
             poll_min: Duration::from_secs(2),
             poll_max: Duration::from_secs(30),
             backoff_base: Duration::from_secs(1),
@@ -142,6 +146,49 @@ pub struct Reconciler {
     /// hand the next reconcile a status older than the one just written; this one still says
     /// "do not ask again" then.
     permanent: Mutex<HashMap<String, ProxyStatus>>,
+    /// The recovery record last written per Proxy UID, for the same reason: a stale status must
+    /// not forget a restart and so restart once more than the limit allows.
+    recoveries: Mutex<HashMap<String, Recoveries>>,
+}
+
+/// What a Proxy's status says of its recoveries.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Recoveries {
+    restarts: u32,
+    last: Option<RecoveryRecord>,
+    recent: Vec<Time>,
+}
+
+impl Recoveries {
+    fn of(status: &ProxyStatus) -> Recoveries {
+        Recoveries {
+            restarts: status.restarts,
+            last: status.last_recovery.clone(),
+            recent: status.recent_recoveries.clone(),
+        }
+    }
+
+    fn write(self, status: &mut ProxyStatus) {
+        status.restarts = self.restarts;
+        status.last_recovery = self.last;
+        status.recent_recoveries = self.recent;
+    }
+}
+
+/// What a VM was found in that calls for a recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trouble {
+    Stopped,
+    Failed,
+}
+
+impl Trouble {
+    fn word(self) -> &'static str {
+        match self {
+            Trouble::Stopped => "stopped",
+            Trouble::Failed => "failed",
+        }
+    }
 }
 
 impl Reconciler {
@@ -152,6 +199,7 @@ impl Reconciler {
             metrics,
             attempts: Mutex::new(HashMap::new()),
             permanent: Mutex::new(HashMap::new()),
+            recoveries: Mutex::new(HashMap::new()),
         }
     }
 
@@ -169,9 +217,21 @@ impl Reconciler {
     pub async fn reconcile(&self, proxy: &ProxyState, resolved: Resolved) -> Outcome {
         let started = Instant::now();
         let outcome = if proxy.deleting {
+            lock(&self.recoveries).remove(&proxy.uid);
             self.cleanup(proxy, resolved.binding).await
         } else {
-            self.apply(proxy, resolved).await
+            let mut proxy = std::borrow::Cow::Borrowed(proxy);
+            if let Some(written) = lock(&self.recoveries).get(&proxy.uid)
+                && written.restarts > proxy.status.restarts
+            {
+                written.clone().write(&mut proxy.to_mut().status);
+            }
+            let outcome = self.apply(&proxy, resolved).await;
+            let recoveries = Recoveries::of(&outcome.status);
+            if recoveries.restarts > 0 {
+                lock(&self.recoveries).insert(proxy.uid.clone(), recoveries);
+            }
+            outcome
         };
         self.metrics
             .reconciled("proxy", outcome_label(&outcome), started.elapsed());
@@ -200,8 +260,23 @@ impl Reconciler {
         }
         step.status.provider = Some(handled);
         match proxy.status.provider_id.clone() {
-            None => self.create(proxy, step, &binding, user_data).await,
-            Some(provider_id) => self.observe(proxy, step, &binding, provider_id).await,
+            None => self.create(proxy, step, &binding, &user_data).await,
+            Some(provider_id) => {
+                self.observe(proxy, step, &binding, provider_id, &user_data)
+                    .await
+            }
+        }
+    }
+
+    fn create_request(proxy: &ProxyState, binding: &Binding, user_data: &str) -> Request {
+        Request::Create {
+            request: CreateRequest {
+                name: vm_name(&proxy.uid),
+                uid: proxy.uid.clone(),
+                tags: tags(proxy, &binding.provider_config),
+                user_data: user_data.to_owned(),
+                config: binding.config.clone(),
+            },
         }
     }
 
@@ -210,17 +285,11 @@ impl Reconciler {
         proxy: &ProxyState,
         mut step: Step,
         binding: &Binding,
-        user_data: String,
+        user_data: &str,
     ) -> Outcome {
-        let request = CreateRequest {
-            name: vm_name(&proxy.uid),
-            uid: proxy.uid.clone(),
-            tags: tags(proxy, &binding.provider_config),
-            user_data,
-            config: binding.config.clone(),
-        };
-        step.status.vm_name = Some(request.name.clone());
-        match self.call(binding, proxy, Request::Create { request }).await {
+        step.status.vm_name = Some(vm_name(&proxy.uid));
+        let request = Self::create_request(proxy, binding, user_data);
+        match self.call(binding, proxy, request).await {
             Ok(Response::Create(vm)) => {
                 step.status.provider_id = Some(vm.provider_id.clone());
                 step.note(Note::normal(
@@ -232,7 +301,8 @@ impl Reconciler {
                         vm.provider_id
                     ),
                 ));
-                self.vm_observed(proxy, step, binding, vm).await
+                self.vm_observed(proxy, step, binding, vm, user_data, true)
+                    .await
             }
             Ok(other) => self.unexpected(proxy, step, &other),
             Err(error) => self.failed(proxy, step, &error),
@@ -245,6 +315,7 @@ impl Reconciler {
         mut step: Step,
         binding: &Binding,
         provider_id: String,
+        user_data: &str,
     ) -> Outcome {
         let request = Request::Get {
             config: binding.config.clone(),
@@ -252,7 +323,8 @@ impl Reconciler {
         };
         match self.call(binding, proxy, request).await {
             Ok(Response::Get(vm)) if vm.uid == proxy.uid => {
-                self.vm_observed(proxy, step, binding, vm).await
+                self.vm_observed(proxy, step, binding, vm, user_data, false)
+                    .await
             }
             Ok(Response::Get(vm)) => {
                 // The ID now names a VM that is not this Proxy's (the hypervisor reused it).
@@ -289,12 +361,16 @@ impl Reconciler {
         step.finish(Next::After(Duration::ZERO))
     }
 
+    /// Act on what the provider answered of the VM. `just_made` says the answer came from a
+    /// `create` of this same reconcile, which is not repeated at once.
     async fn vm_observed(
         &self,
         proxy: &ProxyState,
         mut step: Step,
         binding: &Binding,
         vm: Instance,
+        user_data: &str,
+        just_made: bool,
     ) -> Outcome {
         step.status.vm_name = Some(vm.name.clone());
         if vm.created_at.is_some() {
@@ -316,7 +392,7 @@ impl Reconciler {
                     ));
                 }
                 self.reset(proxy);
-                step.finish(Next::After(self.timing.resync))
+                step.finish(Next::After(self.resync(binding)))
             }
             InstanceState::Running | InstanceState::Provisioning => {
                 let waiting = if vm.state == InstanceState::Running {
@@ -335,42 +411,208 @@ impl Reconciler {
                 step.finish(Next::After(poll))
             }
             InstanceState::Stopped => {
-                step.status.addresses.clear();
-                step.status.phase = Some(Phase::Stopped);
-                let why = format!("{} is stopped or paused", vm.provider_id);
-                step.provisioned(false, "VMStopped", &why);
-                step.ready(false, "VMStopped", &why);
-                if is_true(&proxy.status, conditions::READY) {
-                    step.note(Note::warning("VMStopped", why));
-                }
-                self.reset(proxy);
-                step.finish(Next::After(self.timing.resync))
+                let recovery = self.recovery(proxy, binding, just_made);
+                self.recover(proxy, step, binding, vm, user_data, Trouble::Stopped, recovery)
+                    .await
             }
             InstanceState::Failed => {
-                // Broken beyond repair: replace it (delete, then create on the next pass).
-                step.note(Note::warning(
-                    "VMFailed",
-                    format!("{} failed; replacing it", vm.provider_id),
-                ));
-                let request = Request::Delete {
-                    config: binding.config.clone(),
-                    provider_id: vm.provider_id.clone(),
-                };
-                match self.call(binding, proxy, request).await {
-                    Ok(_) => self.gone(
-                        proxy,
-                        step,
-                        format!("{} failed and was deleted", vm.provider_id),
-                    ),
-                    Err(error) if error.class() == ErrorClass::NotFound => self.gone(
-                        proxy,
-                        step,
-                        format!("{} failed and is gone", vm.provider_id),
-                    ),
-                    Err(error) => self.failed(proxy, step, &error),
-                }
+                let recovery = self.recovery(proxy, binding, just_made);
+                self.recover(proxy, step, binding, vm, user_data, Trouble::Failed, recovery)
+                    .await
             }
         }
+    }
+
+    /// The Proxy's recovery settings; `None` for a VM that a `create` of this reconcile just
+    /// answered stopped, which waits for the next pass rather than being recovered in a loop.
+    fn recovery(
+        &self,
+        proxy: &ProxyState,
+        binding: &Binding,
+        just_made: bool,
+    ) -> Option<EffectiveRecovery> {
+        (!just_made).then(|| {
+            Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
+        })
+    }
+
+    /// A VM found stopped or failed: restart it, replace it, or report it, as its recovery
+    /// policy says, at most `max_restarts` times within the window, each after a growing wait.
+    #[allow(clippy::too_many_arguments)]
+    async fn recover(
+        &self,
+        proxy: &ProxyState,
+        mut step: Step,
+        binding: &Binding,
+        vm: Instance,
+        user_data: &str,
+        trouble: Trouble,
+        recovery: Option<EffectiveRecovery>,
+    ) -> Outcome {
+        let id = vm.provider_id.clone();
+        step.status.addresses.clear();
+        let was_ready = is_true(&proxy.status, conditions::READY);
+        let reason = match trouble {
+            Trouble::Stopped => "VMStopped",
+            Trouble::Failed => "VMFailed",
+        };
+        let Some(recovery) = recovery else {
+            // A create of this pass answered it stopped: the provider could not start it.
+            let why = format!("{id} is still {} after a start", trouble.word());
+            step.status.phase = Some(Phase::Stopped);
+            step.provisioned(false, reason, &why);
+            step.ready(false, reason, &why);
+            let backoff = Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
+                .backoff;
+            let wait = self.recovery_wait(&step.status, backoff, now());
+            return step.finish(Next::After(wait.max(backoff)));
+        };
+        let mut record = Recoveries::of(&step.status);
+        if degraded_since_change(&proxy.status, proxy.generation) {
+            // Latched until a person starts the VM (it is then found running) or edits the Proxy.
+            step.status.phase = Some(Phase::Degraded);
+            return step.finish(Next::After(self.resync(binding)));
+        }
+        if is_reason(&proxy.status, conditions::READY, "Degraded") {
+            // Degraded, then the Proxy changed: the person asks for a fresh start.
+            record.recent.clear();
+        }
+        let now_time = step.now.clone();
+        record
+            .recent
+            .retain(|at| age(&now_time, at) < recovery.window);
+        if recovery.policy == RecoveryPolicy::None {
+            let why = format!(
+                "{id} is {}; recovery.policy is None, so it is left to a person",
+                trouble.word()
+            );
+            step.status.phase = Some(match trouble {
+                Trouble::Stopped => Phase::Stopped,
+                Trouble::Failed => Phase::Failed,
+            });
+            step.provisioned(false, reason, &why);
+            step.ready(false, reason, &why);
+            if was_ready {
+                step.note(Note::warning(reason, why));
+            }
+            record.write(&mut step.status);
+            self.reset(proxy);
+            return step.finish(Next::After(self.resync(binding)));
+        }
+        let tries = record.recent.len() as u32;
+        if tries >= recovery.max_restarts {
+            let why = format!(
+                "{id} is {} again after {tries} recoveries within {}s; left alone \
+                 (recovery.maxRestarts is {}): start it by hand or change the Proxy",
+                trouble.word(),
+                recovery.window.as_secs(),
+                recovery.max_restarts,
+            );
+            step.status.phase = Some(Phase::Degraded);
+            step.provisioned(false, "Degraded", &why);
+            step.ready(false, "Degraded", &why);
+            step.note(Note::warning("Degraded", why));
+            record.write(&mut step.status);
+            self.metrics
+                .recovery(&binding.provider_config, "degraded", trouble.word());
+            self.reset(proxy);
+            return step.finish(Next::After(self.resync(binding)));
+        }
+        let action = match (recovery.policy, trouble) {
+            (RecoveryPolicy::Restart, Trouble::Stopped) => RecoveryPolicy::Restart,
+            _ => RecoveryPolicy::Replace,
+        };
+        let verb = match action {
+            RecoveryPolicy::Restart => "restarting",
+            _ => "replacing",
+        };
+        let wait = {
+            let mut pending = step.status.clone();
+            record.clone().write(&mut pending);
+            self.recovery_wait(&pending, recovery.backoff, now())
+        };
+        if !wait.is_zero() {
+            let why = format!(
+                "{id} is {}; {verb} it in {}s (recovery {} of {})",
+                trouble.word(),
+                wait.as_secs_f64().ceil(),
+                tries + 1,
+                recovery.max_restarts
+            );
+            step.status.phase = Some(Phase::Stopped);
+            step.provisioned(false, reason, &why);
+            step.ready(false, reason, &why);
+            record.write(&mut step.status);
+            return step.finish(Next::After(wait));
+        }
+        let why = format!(
+            "{id} was {}; {verb} it (recovery {} of {} within {}s)",
+            trouble.word(),
+            tries + 1,
+            recovery.max_restarts,
+            recovery.window.as_secs()
+        );
+        record.restarts = record.restarts.saturating_add(1);
+        record.recent.push(now_time.clone());
+        record.last = Some(RecoveryRecord {
+            at: now_time,
+            action,
+            reason: trouble.word().into(),
+        });
+        record.write(&mut step.status);
+        let action_word = match action {
+            RecoveryPolicy::Restart => "restart",
+            _ => "replace",
+        };
+        self.metrics
+            .recovery(&binding.provider_config, action_word, trouble.word());
+        step.status.phase = Some(Phase::Provisioning);
+        step.provisioned(false, reason, &why);
+        step.ready(false, reason, &why);
+        if action == RecoveryPolicy::Restart {
+            step.note(Note::warning("VMRestarted", why));
+            let request = Self::create_request(proxy, binding, user_data);
+            return match self.call(binding, proxy, request).await {
+                Ok(Response::Create(started)) => {
+                    step.status.provider_id = Some(started.provider_id.clone());
+                    // Boxed: observing the VM is what led here.
+                    Box::pin(self.vm_observed(proxy, step, binding, started, user_data, true))
+                        .await
+                }
+                Ok(other) => self.unexpected(proxy, step, &other),
+                Err(error) => self.failed(proxy, step, &error),
+            };
+        }
+        step.note(Note::warning("VMReplaced", why));
+        let request = Request::Delete {
+            config: binding.config.clone(),
+            provider_id: id.clone(),
+        };
+        match self.call(binding, proxy, request).await {
+            Ok(_) => self.gone(proxy, step, format!("{id} was {} and was deleted", trouble.word())),
+            Err(error) if error.class() == ErrorClass::NotFound => {
+                self.gone(proxy, step, format!("{id} was {} and is gone", trouble.word()))
+            }
+            Err(error) => self.failed(proxy, step, &error),
+        }
+    }
+
+    /// How long until the next recovery may run: `base × 2^(n-1)` after the last of
+    /// the `n` recoveries in `status`, capped at `backoff_max`; zero when there are none.
+    fn recovery_wait(&self, status: &ProxyStatus, base: Duration, now: Time) -> Duration {
+        let Some(last) = status.recent_recoveries.last() else {
+            return Duration::ZERO;
+        };
+        let count = status.recent_recoveries.len() as u32;
+        let spacing = base
+            .saturating_mul(1u32 << (count - 1).min(16))
+            .min(self.timing.backoff_max);
+        spacing.saturating_sub(age(&now, last))
+    }
+
+    /// How often a Proxy of `binding` that is fine is looked at again.
+    fn resync(&self, binding: &Binding) -> Duration {
+        binding.resync.unwrap_or(self.timing.resync)
     }
 
     /// A classified failure: what the class says to do.
@@ -643,6 +885,23 @@ fn blocked(status: &ProxyStatus, generation: i64, handled: Option<&HandledBy>) -
 
 fn is_true(status: &ProxyStatus, kind: &str) -> bool {
     condition(&status.conditions, kind).is_some_and(|condition| condition.status == "True")
+}
+
+fn is_reason(status: &ProxyStatus, kind: &str, reason: &str) -> bool {
+    condition(&status.conditions, kind).is_some_and(|condition| condition.reason == reason)
+}
+
+/// Whether the Proxy went `Degraded` at this generation: it stays so until a person starts the
+/// VM or changes the Proxy.
+fn degraded_since_change(status: &ProxyStatus, generation: i64) -> bool {
+    condition(&status.conditions, conditions::READY).is_some_and(|ready| {
+        ready.reason == "Degraded" && ready.observed_generation == Some(generation)
+    })
+}
+
+/// How long ago `then` was at `now` (zero if in the future).
+fn age(now: &Time, then: &Time) -> Duration {
+    Duration::try_from(now.0.duration_since(then.0)).unwrap_or(Duration::ZERO)
 }
 
 /// The VM's name for a Proxy: `proxy-` and 16 base32 characters of the UID's sha256, 22 in all

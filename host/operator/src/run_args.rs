@@ -27,8 +27,10 @@ pub struct RunArgs {
     /// $POD_NAMESPACE, else `default`.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub namespace: String,
-    /// Seconds between looks at a Proxy that is fine (drift), and at each ProviderConfig.
-    #[arg(long, default_value_t = 300)]
+    /// Seconds between looks at a Proxy that is fine (one `get` of its VM: the bound on noticing a
+    /// VM that stopped), and at each ProviderConfig. A ProviderConfig's `resyncSeconds` overrides
+    /// it for its Proxies.
+    #[arg(long, default_value_t = 60)]
     pub resync_seconds: u64,
     /// Local mode: exit once every Proxy is Ready or failed (status 0 if all are Ready, 1 if not).
     #[arg(long)]

@@ -196,6 +196,7 @@ impl World {
                     ..UserData::default()
                 }),
                 tags: BTreeMap::from([("team".into(), "egress".into())]),
+                recovery: None,
             },
         );
         self.proxies()

@@ -38,8 +38,7 @@ impl Proxy {
             "px",
             ProxySpec {
                 provider_config_ref: PROVIDER_CONFIG.into(),
-                user_data: None,
-                tags: Default::default(),
+                ..ProxySpec::default()
             },
         );
         proxy.metadata.namespace = Some("default".into());
