@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egress_operator::crd::{
-    FINALIZER, KeyRef, ProviderConfig, Proxy, ProxySpec, UserData, conditions,
+    FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
+    conditions,
 };
 use egress_operator::kube_mode::{self, Options};
 use egress_operator::operator::{Operator, Settings};
@@ -685,7 +686,7 @@ async fn a_failed_vm_is_deleted_and_made_again() {
         world
             .event_reasons("web")
             .await
-            .contains(&"VMFailed".to_owned())
+            .contains(&"VMReplaced".to_owned())
     })
     .await;
     let after = world
@@ -998,3 +999,94 @@ async fn a_leader_that_loses_its_lease_stops_and_exits_non_zero() {
 
 #[allow(dead_code)]
 fn unused(_: Value) {}
+
+/// The clones pvesim ran: one per VM made.
+fn clones(world: &World) -> usize {
+    world
+        .pve
+        .state()
+        .tasks()
+        .iter()
+        .filter(|task| task.task_type == "qmclone")
+        .count()
+}
+
+/// Waits until Proxy `name` has been brought back `restarts` times and runs again; returns its
+/// status.
+async fn until_recovered(world: &World, name: &str, restarts: u32) -> egress_operator::crd::ProxyStatus {
+    eventually(&format!("{name} recovered {restarts} time(s) and running"), || async {
+        world
+            .proxy(name)
+            .await
+            .and_then(|proxy| proxy.status)
+            .is_some_and(|status| {
+                status.restarts == restarts
+                    && status.phase == Some(Phase::Running)
+                    && !status.addresses.is_empty()
+            })
+    })
+    .await;
+    world.proxy(name).await.unwrap().status.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_node_reboot_that_starts_nothing_every_proxy_vm_is_started_again() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    let names = ["web", "api", "mail"];
+    for name in names {
+        world.create_proxy(name, PC).await;
+    }
+    let mut before = BTreeMap::new();
+    for name in names {
+        let status = world.until_running(name).await.status.unwrap();
+        before.insert(name, status.provider_id.unwrap());
+    }
+    let vms = world.pve.state().vmids();
+    let made = clones(&world);
+
+    // The host reboots and its boot starts nothing: the operator alone brings them back.
+    let reboot = world.pve.reboot_node("pv1-1", false).unwrap();
+    assert_eq!(reboot.stopped.len(), 3, "{reboot:?}");
+    for name in names {
+        let status = until_recovered(&world, name, 1).await;
+        assert_eq!(status.provider_id.as_ref(), Some(&before[name]), "the same VM");
+        let last = status.last_recovery.expect("the recovery is recorded");
+        assert_eq!((last.action, last.reason.as_str()), (RecoveryPolicy::Restart, "stopped"));
+        assert!(
+            world
+                .event_reasons(name)
+                .await
+                .contains(&"VMRestarted".to_owned()),
+            "{name}: {:?}",
+            world.event_reasons(name).await
+        );
+    }
+    assert_eq!(world.pve.state().vmids(), vms, "nothing made, nothing left behind");
+    assert_eq!(clones(&world), made, "restarted, not cloned again");
+    assert_eq!(
+        replica.operator.metrics.recoveries(PC, "restart", "stopped"),
+        3
+    );
+    replica.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_stopped_by_hand_is_started_again_and_only_that_one() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    world.create_proxy("web", PC).await;
+    world.create_proxy("api", PC).await;
+    let web = world.until_running("web").await.status.unwrap().provider_id.unwrap();
+    world.until_running("api").await;
+
+    world.pve.stop_vm(vmid(&web)).unwrap();
+    let status = until_recovered(&world, "web", 1).await;
+    assert_eq!(status.provider_id, Some(web));
+    assert_eq!(
+        world.proxy("api").await.unwrap().status.unwrap().restarts,
+        0,
+        "the other Proxy was left alone"
+    );
+    replica.stop().await;
+}
