@@ -6,7 +6,8 @@
 //!    * its mark carries the request's UID: adopted ([`adoption`]). Running it is returned at
 //!      once; stopped it is started; paused or pm-suspended it is `permanent` (kvm2: a person
 //!      paused it, or the guest suspended itself: resume or destroy it), except paused while
-//!      starting up, which is returned as provisioning.
+//!      starting up, which is returned as provisioning. An adopted domain gets autostart (so one
+//!      made before the provider set it gains it).
 //!    * its mark carries another UID, or it has none: `permanent`, never adopted (the kvm2
 //!      adoption guard). One exception keeps a cut create retryable: a domain with no mark whose
 //!      UUID is the request's UID and that is shut off is this proxy's own definition, cut
@@ -24,7 +25,8 @@
 //!    which the host checks), the pool's free space is checked against what the new volumes need
 //!    (`quota-exceeded` when short), the disk is cloned from the base, the seed is rewritten (a
 //!    seed left by a cut attempt may be partial; no domain uses it yet), then the domain is
-//!    defined with the Proxy UID as its UUID, marked, and started.
+//!    defined with the Proxy UID as its UUID, marked, given autostart (the hypervisor starts it
+//!    when it boots), and started.
 //!
 //! Every step looks before it makes, so a create cut after any capability call and retried ends
 //! with one domain, one disk and one seed.
@@ -293,6 +295,7 @@ fn make(
     domain
         .set_metadata(Some(&mark.format()))
         .at("mark the domain")?;
+    autostart(&domain)?;
     start(&domain)?;
     let status = domain.status().at("read the domain state")?;
     Ok(instance(connection_name, &request.name, status, &mark))
@@ -324,8 +327,12 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
         }
     };
     let status = match adoption(status) {
-        Adoption::Return => status,
+        Adoption::Return => {
+            autostart(domain)?;
+            status
+        }
         Adoption::Start => {
+            autostart(domain)?;
             start(domain)?;
             domain.status().at("read the domain state")?
         }
@@ -387,6 +394,11 @@ pub fn delete_volume(volume: &Volume, what: &str) -> Result<(), Error> {
         }
         _ => Ok(()),
     }
+}
+
+/// Has the hypervisor start the domain when it boots, so a proxy comes back with its host.
+fn autostart(domain: &Domain) -> Result<(), Error> {
+    domain.set_autostart(true).at("set the domain's autostart")
 }
 
 /// Starts a domain; one already running is fine.

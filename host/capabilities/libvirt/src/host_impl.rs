@@ -430,6 +430,18 @@ impl HostDomain for LibvirtCtxView<'_> {
         .await
     }
 
+    async fn autostart(&mut self, this: Resource<Domain>) -> Outcome<bool> {
+        self.on_domain(&this, |domain| domain.get_autostart().map_err(lv))
+            .await
+    }
+
+    async fn set_autostart(&mut self, this: Resource<Domain>, enabled: bool) -> Outcome<()> {
+        self.on_domain(&this, move |domain| {
+            domain.set_autostart(enabled).map(drop).map_err(lv)
+        })
+        .await
+    }
+
     async fn interface_addresses(&mut self, this: Resource<Domain>) -> Outcome<InterfaceAddresses> {
         self.on_domain(&this, |domain| {
             let agent = crate::addresses::interface_addresses(

@@ -1,7 +1,8 @@
 //! The libvirt provider component (`components/libvirt`) through the real runtime and this
 //! capability: on a real `libvirtd` with qemu (TCG) and a dir pool in a temporary folder, create
-//! imports the base image, clones it, uploads the seed, defines and starts a domain; on libvirt's
-//! test driver, an adopted running domain reports its address. A qcow2 base is cloned to a qcow2
+//! imports the base image, clones it, uploads the seed, defines a domain with autostart and starts
+//! it, and create of that domain once shut off starts it again; on libvirt's test driver, an
+//! adopted running domain reports its address, and adopted domains gain autostart. A qcow2 base is cloned to a qcow2
 //! disk. Then the adoption guard (and `not-found` for a domain without our mark), our own paused
 //! or suspended domain left to a person, the quota precheck, several connections (the name looked
 //! up on every one, placement, a retry continuing where a cut attempt left a volume, list-by-tag
@@ -285,6 +286,17 @@ impl Daemon {
         state
     }
 
+    /// Whether domain `name` has autostart, read with `virt` directly; `None` when there is no
+    /// domain of that name.
+    fn autostart(name: &str) -> Option<bool> {
+        let mut connect = Self::connect();
+        let autostart = virt::domain::Domain::lookup_by_name(&connect, name)
+            .ok()
+            .map(|domain| domain.get_autostart().unwrap());
+        connect.close().unwrap();
+        autostart
+    }
+
     /// Removes the base volume, so the next create imports it again.
     fn forget_base(&self) {
         let mut connect = Self::connect();
@@ -328,6 +340,11 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
     assert_eq!(created.uid, uid);
     assert!(created.created_at.is_some(), "{created:?}");
     assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+    assert_eq!(
+        Daemon::autostart(&name),
+        Some(true),
+        "it starts with the host"
+    );
     assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
     // The base holds the image's bytes, the disk is its clone, the seed is a NoCloud ISO.
     assert_eq!(
@@ -418,6 +435,52 @@ async fn a_pool_too_small_for_the_disk_is_quota_exceeded_and_nothing_is_made() {
     );
 }
 
+const SHUTOFF: u32 = virt::sys::VIR_DOMAIN_SHUTOFF;
+
+/// The hypervisor rebooted, or a person ran `virsh destroy`, on a domain made before the provider
+/// set autostart: create of the same Proxy starts that domain again (same UUID, disk and seed,
+/// nothing made anew) and gives it autostart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_of_our_shut_off_domain_starts_it_again_with_autostart() {
+    let daemon = Daemon::new().await;
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("restart");
+    let _guard = DomainGuard(name.clone());
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000e";
+    let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
+    assert_eq!(Daemon::autostart(&name), Some(true));
+
+    {
+        let mut connect = Daemon::connect();
+        let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
+        domain.set_autostart(false).unwrap();
+        domain.destroy().unwrap();
+        connect.close().unwrap();
+    }
+    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(SHUTOFF));
+    assert_eq!(Daemon::autostart(&name), Some(false));
+    let stopped = get(&provider, &daemon.config, &created.provider_id)
+        .await
+        .unwrap();
+    assert_eq!(stopped.state, InstanceState::Stopped, "{stopped:?}");
+
+    let again = create(&provider, &daemon.config, &name, uid).await.unwrap();
+    assert_eq!(again.provider_id, created.provider_id);
+    assert_eq!(again.created_at, created.created_at, "adopted, not remade");
+    assert_eq!(again.state, InstanceState::Provisioning, "{again:?}");
+    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+    assert_eq!(Daemon::autostart(&name), Some(true));
+    let connect = Daemon::connect();
+    let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
+    assert_eq!(domain.get_uuid_string().unwrap(), uid);
+    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
+
+    delete(&provider, &daemon.config, &created.provider_id)
+        .await
+        .unwrap();
+    assert_eq!(Daemon::domain_state(&name), None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_cut_before_any_call_then_retried_ends_with_one_domain_disk_and_seed() {
     let daemon = Daemon::new().await;
@@ -448,6 +511,7 @@ async fn a_create_cut_before_any_call_then_retried_ends_with_one_domain_disk_and
             Some(RUNNING),
             "cut before call {n}"
         );
+        assert_eq!(Daemon::autostart(&name), Some(true), "cut before call {n}");
         assert_eq!(
             daemon.volumes(),
             daemon.volumes_of(&name),
@@ -711,6 +775,18 @@ async fn node_domain_state(
     Some(ok(view.status(domain).await).state)
 }
 
+/// Whether domain `name` on `connection` has autostart, read through the capability.
+async fn node_autostart(capability: &LibvirtCapability, connection: &str, name: &str) -> bool {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{
+        HostConnection, HostDomain,
+    };
+    let mut call = Call::new(capability, IDENTITY);
+    let mut view = call.view();
+    let connection = ok(view.open(connection.into()).await);
+    let domain = ok(view.lookup_domain(connection, name.into()).await).expect("the domain");
+    ok(view.autostart(domain).await)
+}
+
 /// A VM's disk and seed on a test-driver node.
 fn node_volumes(name: &str) -> [String; 2] {
     [format!("{name}.raw"), format!("{name}-seed.iso")]
@@ -869,9 +945,49 @@ async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_lea
     );
 }
 
-/// `virDomainState`: `VIR_DOMAIN_PAUSED`, `VIR_DOMAIN_PMSUSPENDED`.
+/// `virDomainState`: `VIR_DOMAIN_PAUSED`, `VIR_DOMAIN_SHUTOFF`, `VIR_DOMAIN_PMSUSPENDED`.
 const PAUSED: u32 = 3;
+const NODE_SHUTOFF: u32 = 5;
 const PM_SUSPENDED: u32 = 7;
+
+/// Domains of ours made before the provider set autostart: create adopts them, starts the shut
+/// off one, and gives both autostart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_starts_our_shut_off_domain_and_gives_every_adopted_one_autostart() {
+    use egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState;
+    let uid = "6c1f0a2e-0000-4000-8000-00000000000f";
+    let (_dir, connection) = test_node(
+        "node",
+        "images",
+        &[
+            NodeDomain::new("running", our_mark(uid)),
+            NodeDomain::new("off", our_mark(uid)).in_state(NODE_SHUTOFF),
+        ],
+        &[],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [connection] }));
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+
+    for name in ["running", "off"] {
+        assert!(!node_autostart(&capability, "node", name).await, "{name}");
+    }
+    assert_eq!(
+        node_domain_state(&capability, "node", "off").await,
+        Some(DomainState::Shutoff)
+    );
+    for name in ["running", "off"] {
+        let adopted = create(&provider, &config, name, uid).await.unwrap();
+        assert_eq!(adopted.provider_id, format!("node/{name}"));
+        assert_eq!(adopted.created_at.as_deref(), Some("2026-11-30T10:00:00Z"));
+        assert_eq!(
+            node_domain_state(&capability, "node", name).await,
+            Some(DomainState::Running),
+            "{name}"
+        );
+        assert!(node_autostart(&capability, "node", name).await, "{name}");
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_paused_or_suspended_domain_is_left_to_a_person_by_create_and_get_reports_it_stopped() {
@@ -1300,6 +1416,7 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
             Some(RUNNING),
             "cut before call {n}"
         );
+        assert_eq!(Daemon::autostart(&name), Some(true), "cut before call {n}");
         assert_eq!(
             daemon.volumes(),
             daemon.volumes_of(&name),

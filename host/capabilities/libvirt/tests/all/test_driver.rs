@@ -359,3 +359,64 @@ async fn the_pool_shares_one_connection_and_unpooled_ones_are_fresh() {
     assert!(ok(view.lookup_domain(fresh, "proxy-a".into()).await).is_none());
     drop(setup.capability);
 }
+
+#[tokio::test]
+async fn autostart_is_off_for_a_new_domain_and_set_autostart_turns_it_on_and_off() {
+    let mut setup = Setup::new();
+    let connection = setup.open().await;
+    let mut view = setup.call.view();
+    let domain = ok(view
+        .define_domain(
+            Resource::new_borrow(connection.rep()),
+            domain_xml("proxy-a", None),
+        )
+        .await);
+    let borrow = || Resource::<egress_capability_libvirt::Domain>::new_borrow(domain.rep());
+    assert!(!ok(view.autostart(borrow()).await));
+
+    ok(view.set_autostart(borrow(), true).await);
+    assert!(ok(view.autostart(borrow()).await));
+    // Setting the value it has is a success, and the domain is not started by it.
+    ok(view.set_autostart(borrow(), true).await);
+    assert!(ok(view.autostart(borrow()).await));
+    assert_eq!(ok(view.status(borrow()).await).state, DomainState::Shutoff);
+    // Another handle on the same domain reads the same value: it is the domain's, not the handle's.
+    let again = ok(view
+        .lookup_domain(Resource::new_borrow(connection.rep()), "proxy-a".into())
+        .await)
+    .unwrap();
+    assert!(ok(view.autostart(again).await));
+
+    ok(view.set_autostart(borrow(), false).await);
+    assert!(!ok(view.autostart(borrow()).await));
+}
+
+#[tokio::test]
+async fn set_autostart_past_the_operations_deadline_times_out_and_changes_nothing() {
+    let mut setup = Setup::new();
+    let connection = setup.open().await;
+    let domain = ok(setup
+        .call
+        .view()
+        .define_domain(connection, domain_xml("proxy-a", None))
+        .await);
+    // The same domain handed to a call whose operation is already over.
+    let handle = setup.call.table.delete(domain).unwrap();
+    let mut late = Call::until(&setup.capability, "kvm2", std::time::Instant::now());
+    let domain = late.table.push(handle).unwrap();
+    let mut view = late.view();
+    let borrow = || Resource::<egress_capability_libvirt::Domain>::new_borrow(domain.rep());
+    assert!(matches!(
+        err(view.set_autostart(borrow(), true).await),
+        Error::Timeout
+    ));
+    assert!(matches!(
+        err(view.autostart(borrow()).await),
+        Error::Timeout
+    ));
+
+    let connection = setup.open().await;
+    let mut view = setup.call.view();
+    let domain = ok(view.lookup_domain(connection, "proxy-a".into()).await).unwrap();
+    assert!(!ok(view.autostart(domain).await));
+}
