@@ -6,11 +6,13 @@ use serde_json::{Value, json};
 
 use crate::Shared;
 use crate::fields::Operation;
+use crate::openapi;
 use crate::patch::{self, PatchKind};
 use crate::resource::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Selection, Target, Write};
+use crate::store::{Selection, Store, Target, Write};
+use crate::table::{self, Include};
 
 /// The largest body accepted, as the real server's 3 MiB limit.
 pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -126,6 +128,16 @@ fn route(shared: &Shared, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
             }),
         )),
         ["apis"] if get => Ok(Reply::Json(200, group_list(shared))),
+        ["openapi", "v2"] if get => openapi_v2(shared, req),
+        ["openapi", "v3"] if get => Ok(Reply::Json(
+            200,
+            openapi::v3_index(&shared.store(), &shared.kubernetes_version),
+        )),
+        ["openapi", "v3", rest @ ..] if get => {
+            openapi::v3_group_version(&shared.store(), &rest.join("/"), &shared.kubernetes_version)
+                .map(|document| Reply::Json(200, document))
+                .ok_or_else(ApiError::no_such_resource)
+        }
         ["api", version] if get => resource_list(shared, "", version),
         ["apis", group, version] if get => resource_list(shared, group, version),
         ["api", version, rest @ ..] if !rest.is_empty() => resource(shared, req, "", version, rest),
@@ -134,6 +146,20 @@ fn route(shared: &Shared, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
         }
         _ => Err(ApiError::no_such_resource()),
     }
+}
+
+/// `/openapi/v2` as JSON; protobuf (all kubectl asks for here) is not served: 406.
+fn openapi_v2(shared: &Shared, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
+    if let Some(accept) = req.accept
+        && !accept.contains("json")
+        && !accept.contains("*/*")
+    {
+        return Err(ApiError::not_acceptable(accept));
+    }
+    Ok(Reply::Json(
+        200,
+        openapi::v2(&shared.store(), &shared.kubernetes_version),
+    ))
 }
 
 fn group_list(shared: &Shared) -> Value {
@@ -161,13 +187,21 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Result<Reply, A
     let store = shared.store();
     let mut resources = Vec::new();
     for rt in store.registry.in_group_version(group, version) {
-        resources.push(json!({
+        let (short_names, categories) = aliases(&store, rt);
+        let mut listed = json!({
             "name": rt.plural,
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
             "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-        }));
+        });
+        if !short_names.is_empty() {
+            listed["shortNames"] = json!(short_names);
+        }
+        if !categories.is_empty() {
+            listed["categories"] = json!(categories);
+        }
+        resources.push(listed);
         if rt.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", rt.plural),
@@ -195,6 +229,46 @@ fn resource_list(shared: &Shared, group: &str, version: &str) -> Result<Reply, A
             "resources": resources,
         }),
     ))
+}
+
+/// The short names and categories discovery lists for a kind (`kubectl get pc`, `kubectl get
+/// all`): a CRD's `spec.names`, or the built-in kinds' own.
+fn aliases(store: &Store, rt: &ResourceType) -> (Vec<Value>, Vec<Value>) {
+    if let Some(names) = store.crd(rt).and_then(|crd| crd.pointer("/spec/names")) {
+        let list = |field: &str| {
+            names
+                .get(field)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        return (list("shortNames"), list("categories"));
+    }
+    let short: &[&str] = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "namespaces") => &["ns"],
+        ("", "nodes") => &["no"],
+        ("", "configmaps") => &["cm"],
+        ("" | "events.k8s.io", "events") => &["ev"],
+        ("", "serviceaccounts") => &["sa"],
+        ("", "services") => &["svc"],
+        ("", "pods") => &["po"],
+        ("", "persistentvolumeclaims") => &["pvc"],
+        ("apps", "deployments") => &["deploy"],
+        ("apps", "statefulsets") => &["sts"],
+        ("apps", "daemonsets") => &["ds"],
+        ("apiextensions.k8s.io", "customresourcedefinitions") => &["crd", "crds"],
+        _ => &[],
+    };
+    let all = matches!(
+        (rt.group.as_str(), rt.plural.as_str()),
+        ("", "pods" | "services")
+            | ("apps", "deployments" | "statefulsets" | "daemonsets")
+            | ("batch", "jobs")
+    );
+    (
+        short.iter().map(|s| json!(s)).collect(),
+        if all { vec![json!("all")] } else { vec![] },
+    )
 }
 
 /// A resource path, resolved against the registry.
@@ -261,7 +335,18 @@ fn resource(
         }
         ("GET", None) => list(shared, req, &r, version),
         ("GET", Some(name)) => {
-            let object = shared.store().get(&r.rt, version, r.namespace, name)?;
+            let store = shared.store();
+            let object = store.get(&r.rt, version, r.namespace, name)?;
+            if let Some(table) = as_table(
+                &store,
+                req,
+                &r.rt,
+                version,
+                std::slice::from_ref(&object),
+                None,
+            )? {
+                return Ok(Reply::Json(200, table));
+            }
             Ok(ok(req, object))
         }
         ("POST", None) if !r.rt.namespaced || r.namespace.is_some() => {
@@ -432,6 +517,10 @@ fn list(
     let selection = selection(req, r, version)?;
     let store = shared.store();
     let items = store.select(&selection);
+    let rv = Some(store.resource_version().to_string());
+    if let Some(table) = as_table(&store, req, &r.rt, version, &items, rv)? {
+        return Ok(Reply::Json(200, table));
+    }
     let mut body = store.list_body(&selection, items);
     if req.metadata_only() {
         let items: Vec<Value> = body["items"]
@@ -446,6 +535,40 @@ fn list(
         });
     }
     Ok(Reply::Json(200, body))
+}
+
+/// The `Table` of `objects` when the client asked for one (`kubectl get`): the printer
+/// columns of the kind's CRD version, or `Name` and `Age` for a kind without a CRD.
+fn as_table(
+    store: &Store,
+    req: &ApiRequest<'_>,
+    rt: &ResourceType,
+    version: &str,
+    objects: &[Value],
+    resource_version: Option<String>,
+) -> Result<Option<Value>, ApiError> {
+    let Some(api_version) = table::requested(req.accept) else {
+        return Ok(None);
+    };
+    let include = Include::parse(req.param("includeObject").as_deref())?;
+    let declared = store.crd(rt).and_then(|crd| {
+        crd.pointer("/spec/versions")?
+            .as_array()?
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+            .get("additionalPrinterColumns")?
+            .as_array()
+            .cloned()
+    });
+    let columns = table::columns(declared.as_deref())?;
+    Ok(Some(table::render(
+        api_version,
+        &columns,
+        objects,
+        resource_version,
+        include,
+        crate::time::now_unix(),
+    )))
 }
 
 fn watch(req: &ApiRequest<'_>, r: &Resolved<'_>, version: &str) -> Result<WatchRequest, ApiError> {

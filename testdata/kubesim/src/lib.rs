@@ -60,13 +60,16 @@
 #![warn(missing_docs)]
 
 mod api;
+mod events;
 mod faults;
 mod fields;
+mod openapi;
 mod patch;
 mod resource;
 mod selector;
 mod status;
 mod store;
+mod table;
 mod time;
 mod watch;
 

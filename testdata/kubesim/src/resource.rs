@@ -163,6 +163,11 @@ impl Registry {
             .find(|t| t.group == group && t.kind == kind)
     }
 
+    /// Every served type, by group then plural.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &ResourceType> {
+        self.types.values()
+    }
+
     /// Every served type of one group and version.
     pub(crate) fn in_group_version<'a>(
         &'a self,

@@ -191,10 +191,21 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// Whether the selector has no terms (selects everything).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether the object's fields satisfy every term; a missing field reads as `""`.
     pub(crate) fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
+            // A core Event's `source` field is its `source.component`, as the server indexes it.
+            let path = if field == "source" {
+                "source.component"
+            } else {
+                field
+            };
+            let pointer = format!("/{}", path.replace('.', "/"));
             let actual = object
                 .pointer(&pointer)
                 .and_then(Value::as_str)

@@ -160,6 +160,17 @@ impl ApiError {
         )
     }
 
+    /// 406 for an `Accept` the server cannot serve (such as protobuf).
+    pub(crate) fn not_acceptable(accept: &str) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json; got {accept:?}"
+            ),
+        )
+    }
+
     /// 413 for a body over the limit.
     pub(crate) fn too_large(limit: usize) -> Self {
         Self::new(

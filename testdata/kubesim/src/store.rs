@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{Map, Value, json};
 
+use crate::events;
 use crate::fields::{ManagedFields, Operation, Scope, Writer};
 use crate::patch::{self, PatchKind};
 use crate::resource::{Registry, ResourceType};
@@ -26,10 +27,12 @@ struct Key {
 }
 
 impl Key {
+    /// Where an object of `rt` is stored (a view's objects under the kind it shows).
     fn new(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Self {
+        let (group, plural) = events::storage_of(rt);
         Key {
-            group: rt.group.clone(),
-            plural: rt.plural.clone(),
+            group: group.to_string(),
+            plural: plural.to_string(),
             namespace: if rt.namespaced {
                 namespace.unwrap_or_default().to_string()
             } else {
@@ -103,14 +106,16 @@ pub(crate) struct Selection {
 }
 
 impl Selection {
+    /// Whether objects stored under (group, plural) in `namespace` are this selection's kind.
     fn covers(&self, group: &str, plural: &str, namespace: &str) -> bool {
-        group == self.rt.group
-            && plural == self.rt.plural
+        (group, plural) == events::storage_of(&self.rt)
             && self.namespace.as_deref().is_none_or(|ns| ns == namespace)
     }
 
+    /// Whether a stored object matches; fields are selected as the selection's kind shows them.
     fn selects(&self, object: &Value) -> bool {
-        self.labels.matches(object) && self.fields.matches(object)
+        self.labels.matches(object)
+            && (self.fields.is_empty() || self.fields.matches(&events::to_view(&self.rt, object)))
     }
 
     /// The object as the request's version shows it.
@@ -119,9 +124,9 @@ impl Selection {
     }
 }
 
-/// The object with `apiVersion` set to the version it is read through.
+/// The object as `rt` shows it, with `apiVersion` set to the version it is read through.
 fn present(rt: &ResourceType, version: &str, object: &Value) -> Value {
-    let mut out = object.clone();
+    let mut out = events::to_view(rt, object);
     out["apiVersion"] = json!(rt.api_version(version));
     out
 }
@@ -336,6 +341,17 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(key.subject()))
     }
 
+    /// The CustomResourceDefinition that declares `rt`, if one does.
+    pub(crate) fn crd(&self, rt: &ResourceType) -> Option<&Value> {
+        let key = Key {
+            group: "apiextensions.k8s.io".into(),
+            plural: "customresourcedefinitions".into(),
+            namespace: String::new(),
+            name: format!("{}.{}", rt.plural, rt.group),
+        };
+        self.objects.get(&key).map(|s| &s.object)
+    }
+
     /// The objects a selection covers, in key order, as its version shows them.
     pub(crate) fn select(&self, selection: &Selection) -> Vec<Value> {
         self.objects
@@ -470,6 +486,7 @@ impl Store {
             map.remove("status");
         }
         self.on_create(&key, &mut object, &now)?;
+        let mut object = events::to_storage(rt, &object);
         let writer = Writer {
             manager: target.manager,
             api_version: &rt.api_version(target.version),
@@ -548,6 +565,7 @@ impl Store {
         let mut managed = current.managed.clone();
         let (raw, operation) = match write {
             Write::Replace(body) => {
+                let body = events::to_storage(rt, &body);
                 if meta_str(&body, "name").is_some_and(|n| n != target.name) {
                     return Err(ApiError::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({})",
@@ -558,14 +576,16 @@ impl Store {
                 (body, Operation::Update)
             }
             Write::Patch(kind, body) => {
-                let mut doc = current.object.clone();
+                // Patched as the client sees the object, stored in the stored shape.
+                let mut doc = present(rt, target.version, &current.object);
                 match kind {
                     PatchKind::Json => patch::apply_json_patch(&mut doc, body)?,
                     _ => patch::apply_merge_patch(&mut doc, &patch::parse_json(body)?)?,
                 }
-                (doc, Operation::Update)
+                (events::to_storage(rt, &doc), Operation::Update)
             }
             Write::Apply { applied, force } => {
+                let applied = events::to_storage(rt, &applied);
                 if meta_str(&applied, "name").is_some_and(|n| n != target.name) {
                     return Err(ApiError::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({})",

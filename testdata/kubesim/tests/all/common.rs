@@ -71,3 +71,57 @@ pub fn api_code<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> (u16, Str
         other => panic!("expected an API error, got {other:?}"),
     }
 }
+
+/// A raw GET of `path` with an `Accept` header: the HTTP status and the JSON body.
+pub async fn get_as(client: &Client, path: &str, accept: &str) -> (u16, serde_json::Value) {
+    let request = http::Request::get(path)
+        .header("accept", accept)
+        .body(Vec::new())
+        .unwrap();
+    match client.request::<serde_json::Value>(request).await {
+        Ok(body) => (200, body),
+        Err(kube::Error::Api(status)) => (status.code, serde_json::json!(status)),
+        Err(other) => panic!("GET {path}: {other}"),
+    }
+}
+
+/// The Accept header `kubectl get` sends.
+pub const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+/// A namespaced CRD `gizmos.kubesim.test` (short name `gz`, category `kubesim`) with the
+/// status subresource and printer columns Ready, Size (integer), Owner (priority 1) and Age.
+pub fn gizmo_crd() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gizmos.kubesim.test"},
+        "spec": {
+            "group": "kubesim.test",
+            "names": {"kind": "Gizmo", "plural": "gizmos", "singular": "gizmo",
+                      "shortNames": ["gz"], "categories": ["kubesim"]},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Ready", "type": "string",
+                     "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    {"name": "Owner", "type": "string", "jsonPath": ".spec.owner", "priority": 1},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": "A gizmo, for tests.",
+                    "properties": {
+                        "spec": {"type": "object", "required": ["size"], "properties": {
+                            "size": {"type": "integer", "description": "How big."},
+                            "owner": {"type": "string", "nullable": true},
+                        }},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                }},
+            }],
+        },
+    })
+}

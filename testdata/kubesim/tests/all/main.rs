@@ -1,4 +1,5 @@
-//! kubesim driven only through kube 5's real client (and, for the binary, a kubeconfig).
+//! kubesim driven only through kube 5's real client (and, for the binary, a kubeconfig; for
+//! `kubectl.rs`, the `kubectl` on PATH).
 
 mod binary;
 mod common;
@@ -7,6 +8,9 @@ mod crud;
 mod events;
 mod faults;
 mod finalizer;
+mod kubectl;
 mod lease;
+mod openapi;
 mod select;
+mod table;
 mod watch;

@@ -1,0 +1,168 @@
+//! kubesim as a kubectl user sees it: `kubectl apply` validates (through the OpenAPI v3
+//! documents) without `--validate=false`, `kubectl get` prints the CRD's printer columns,
+//! `kubectl describe` shows Events recorded through `events.k8s.io/v1`. Needs `kubectl` on PATH.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::Api;
+use kube::api::PostParams;
+use kubesim::KubeSim;
+use serde_json::json;
+
+use crate::common::{gizmo_crd, start};
+
+/// Runs kubectl against `sim` (its own cache directory), off the async threads; stdout, or a
+/// panic with stderr when it fails.
+async fn kubectl(dir: &Path, args: &[&str]) -> String {
+    let kubeconfig = dir.join("kubeconfig");
+    let cache = dir.join("cache");
+    let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("kubectl")
+            .args(&args)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .map(|output| (args, output))
+    })
+    .await
+    .unwrap();
+    let (args, output) = output.unwrap_or_else(|error| {
+        panic!(
+            "kubectl is needed on PATH (`just setup` installs Debian's kubernetes-client): {error}"
+        )
+    });
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "kubectl {} failed: {stderr}{stdout}",
+        args.join(" ")
+    );
+    stdout
+}
+
+fn write(dir: &Path, name: &str, document: &serde_json::Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, document.to_string()).unwrap();
+    path
+}
+
+/// The row of `name` in kubectl's table output, split on runs of spaces.
+fn row<'a>(output: &'a str, name: &str) -> Vec<&'a str> {
+    output
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in:\n{output}"))
+        .split_whitespace()
+        .collect()
+}
+
+fn header(output: &str) -> Vec<&str> {
+    output
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
+async fn setup(sim: &KubeSim) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    sim.write_kubeconfig(&dir.path().join("kubeconfig"))
+        .unwrap();
+    let crd = write(dir.path(), "crd.json", &gizmo_crd());
+    kubectl(dir.path(), &["apply", "-f", crd.to_str().unwrap()]).await;
+    // Two documents in one file, as manifests are written (a `kind: List` would be validated
+    // on the client, from `/openapi/v2` as protobuf, which kubesim does not serve).
+    let objects = dir.path().join("objects.yaml");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "token", "namespace": "default"},
+        "type": "Opaque", "stringData": {"token": "t"}});
+    let gizmo = json!({"apiVersion": "kubesim.test/v1alpha1", "kind": "Gizmo",
+        "metadata": {"name": "g1", "namespace": "default"},
+        "spec": {"size": 3, "owner": "ops"}});
+    let yaml = |v: &serde_json::Value| serde_norway::to_string(v).unwrap();
+    std::fs::write(&objects, format!("{}---\n{}", yaml(&secret), yaml(&gizmo))).unwrap();
+    kubectl(dir.path(), &["apply", "-f", objects.to_str().unwrap()]).await;
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_with_validation_and_gets_the_printer_columns() {
+    let (sim, _client) = start().await;
+    let dir = setup(&sim).await;
+    let paths: Vec<String> = sim.requests().into_iter().map(|r| r.path).collect();
+    assert!(
+        paths.iter().any(|p| p.starts_with("/openapi/v3/")),
+        "{paths:?}"
+    );
+
+    let mut gizmo = sim
+        .get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/g1")
+        .unwrap();
+    gizmo["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    sim.put(gizmo).unwrap();
+
+    let table = kubectl(dir.path(), &["get", "gizmos"]).await;
+    assert_eq!(header(&table), ["NAME", "READY", "SIZE", "AGE"], "{table}");
+    assert_eq!(row(&table, "g1")[..3], ["g1", "True", "3"], "{table}");
+    let wide = kubectl(dir.path(), &["get", "gz", "-o", "wide"]).await;
+    assert_eq!(
+        header(&wide),
+        ["NAME", "READY", "SIZE", "OWNER", "AGE"],
+        "{wide}"
+    );
+    assert_eq!(row(&wide, "g1")[3], "ops", "{wide}");
+    let category = kubectl(dir.path(), &["get", "kubesim", "-A"]).await;
+    assert_eq!(
+        row(&category, "default")[..3],
+        ["default", "g1", "True"],
+        "{category}"
+    );
+    let secrets = kubectl(dir.path(), &["get", "secrets"]).await;
+    assert_eq!(row(&secrets, "token")[0], "token", "{secrets}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_events_recorded_through_events_k8s_io() {
+    let (sim, client) = start().await;
+    let dir = setup(&sim).await;
+    let gizmo = sim
+        .get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/g1")
+        .unwrap();
+    let event: K8sEvent = serde_json::from_value(json!({
+        "metadata": {"name": "g1.1", "namespace": "default"},
+        "eventTime": "2025-01-01T00:00:00.000000Z",
+        "reportingController": "gizmo-controller", "reportingInstance": "pod-0",
+        "action": "Check", "reason": "Stopped", "type": "Warning", "note": "the gizmo stopped",
+        "regarding": {"apiVersion": "kubesim.test/v1alpha1", "kind": "Gizmo", "name": "g1",
+                      "namespace": "default", "uid": gizmo["metadata"]["uid"]},
+    }))
+    .unwrap();
+    Api::<K8sEvent>::namespaced(client, "default")
+        .create(&PostParams::default(), &event)
+        .await
+        .unwrap();
+
+    let described = kubectl(dir.path(), &["describe", "gizmo", "g1"]).await;
+    let events = described
+        .split_once("Events:")
+        .unwrap_or_else(|| panic!("no Events in:\n{described}"))
+        .1;
+    let line = events
+        .lines()
+        .find(|l| l.contains("Stopped"))
+        .unwrap_or_else(|| panic!("no event in:\n{described}"));
+    for part in ["Warning", "gizmo-controller", "the gizmo stopped"] {
+        assert!(line.contains(part), "{part} in {line}");
+    }
+    kubectl(dir.path(), &["delete", "gizmo", "g1"]).await;
+    assert!(
+        sim.get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/g1")
+            .is_err()
+    );
+}
