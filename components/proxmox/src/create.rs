@@ -11,7 +11,7 @@
 //!    with the ownership check.
 //! 5. Clone with name and mark (F10, F11), wait for the task, read the config once unlocked (F15).
 //! 6. Provision: upload the seed (no delete, F12), write the config (ide2, net0 when it changes,
-//!    agent, tags, cores, memory), resize when larger (F20), start (F3), wait for running.
+//!    agent, onboot, tags, cores, memory), resize when larger (F20), start (F3), wait for running.
 
 use crate::api::{Io, Pve, Resource, VmConfig};
 use crate::config::Config;
@@ -146,7 +146,10 @@ pub fn check_template(template: &VmConfig, config: &Config) -> Result<Plan, Stri
 }
 
 /// The config write after the clone (Phase 6, correction 7): the seed on ide2, net0 when it
-/// changes, the agent on, our tag (replacing the template's), cores and memory when set.
+/// changes, the agent on, `onboot=1`, our tag (replacing the template's), cores and memory when
+/// set. `onboot=1` makes the node start the proxy when it boots, so a host reboot does not leave
+/// it down until someone acts (the audit's rank-2 finding: neither provider asked the hypervisor
+/// to start VMs with the host).
 pub fn config_params(
     config: &Config,
     name: &str,
@@ -158,6 +161,7 @@ pub fn config_params(
             format!("{},media=cdrom", seed_volid(&config.iso_storage, name)),
         ),
         ("agent", "1".to_string()),
+        ("onboot", "1".to_string()),
         ("tags", PROXMOX_TAG.to_string()),
     ];
     if let Some(net0) = net0 {
@@ -635,7 +639,7 @@ mod tests {
     }
 
     #[test]
-    fn correction7_config_write_carries_seed_agent_tag_and_net0_only_when_changed() {
+    fn correction7_config_write_carries_seed_agent_onboot_tag_and_net0_only_when_changed() {
         let config = with(r#","cores":2,"memoryMiB":1024"#);
         let params = config_params(&config, "proxy-a", None);
         assert_eq!(
@@ -646,6 +650,7 @@ mod tests {
                     "proxy-seeds:iso/proxy-a-seed.iso,media=cdrom".to_string()
                 ),
                 ("agent", "1".into()),
+                ("onboot", "1".into()),
                 ("tags", "proxy_operator".into()),
                 ("cores", "2".into()),
                 ("memory", "1024".into()),

@@ -434,7 +434,7 @@ fn phase6_clean_create_sequence_mark_in_clone_and_config_write() {
     let config_body = io.body_of(&config_path(vmid));
     assert_eq!(
         config_body,
-        "ide2=proxy-seeds%3Aiso%2Fproxy-a-seed.iso%2Cmedia%3Dcdrom&agent=1&tags=proxy_operator&net0=virtio%3DBC%3A24%3A11%3AEE%3A48%3A83%2Cbridge%3Dvmbr0%2Ctag%3D4"
+        "ide2=proxy-seeds%3Aiso%2Fproxy-a-seed.iso%2Cmedia%3Dcdrom&agent=1&onboot=1&tags=proxy_operator&net0=virtio%3DBC%3A24%3A11%3AEE%3A48%3A83%2Cbridge%3Dvmbr0%2Ctag%3D4"
     );
     assert_eq!(
         io.body_of(&format!("/nodes/{NODE}/qemu/{vmid}/resize")),

@@ -26,7 +26,8 @@ fn class(outcome: &Result<impl std::fmt::Debug, CallError>) -> Option<ErrorClass
 }
 
 /// The end state every convergence test wants: one VM with our name and mark, fully provisioned
-/// (seed on ide2, agent on, our tag), one seed ISO, nothing else made. Returns the VM's VMID.
+/// (seed on ide2, agent on, started with its node, our tag), one seed ISO, nothing else made.
+/// Returns the VM's VMID.
 fn assert_exactly_one_provisioned_vm(harness: &Harness, provider_id: &str) -> u32 {
     let vms = harness.vms_named(NAME);
     assert_eq!(vms.len(), 1, "exactly one VM named {NAME}: {vms:#?}");
@@ -50,6 +51,11 @@ fn assert_exactly_one_provisioned_vm(harness: &Harness, provider_id: &str) -> u3
         Some(format!("{SEED},media=cdrom").as_str())
     );
     assert_eq!(vm.config.get("agent").map(String::as_str), Some("1"));
+    assert_eq!(
+        vm.config.get("onboot").map(String::as_str),
+        Some("1"),
+        "the node starts the proxy when it boots"
+    );
     assert_eq!(
         vm.config.get("tags").map(String::as_str),
         Some("proxy_operator"),
@@ -501,6 +507,37 @@ async fn a_vm_with_our_name_but_another_uid_is_permanent() {
     let outcome = harness.create(NAME, "another-proxy-uid").await;
     assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
     assert_exactly_one_provisioned_vm(&harness, &created.provider_id);
+}
+
+/// `onboot=1`: after a node reboot the VM comes back running by itself, through the node's
+/// `startall`, with no call that starts it; `get` finds it running at the same ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_created_vm_comes_back_running_by_itself_after_its_node_reboots() {
+    let harness = Harness::start().await;
+    let created = harness.create(NAME, UID).await.expect("create");
+    let vmid = assert_exactly_one_provisioned_vm(&harness, &created.provider_id);
+    wait_running(&harness, &created.provider_id).await;
+
+    let since = harness.requests();
+    let reboot = harness
+        .sim
+        .reboot_node("pv1-1", true)
+        .expect("the node reboots");
+    assert_eq!(reboot.stopped, [vmid], "the reboot stopped the proxy");
+    let back = wait_running(&harness, &created.provider_id).await;
+    assert_eq!(back.addresses, [pvesim::guest_ip(vmid)]);
+    let startall = reboot.startall.expect("the boot runs startall");
+    let log = harness.sim.state().task(&startall).expect("startall").log;
+    assert_eq!(log, [format!("Starting VM {vmid}")], "the node started it");
+    let starts: Vec<_> = harness.sim.state().request_log()[since..]
+        .iter()
+        .filter(|record| record.path.ends_with("/status/start"))
+        .cloned()
+        .collect();
+    assert!(
+        starts.is_empty(),
+        "nobody asked the API to start it: {starts:?}"
+    );
 }
 
 /// F9: the tag pair lives in the mark (Proxmox tags cannot hold `=`); VMs carry proxy_operator.

@@ -13,11 +13,32 @@
 //! | `DELETE /_sim/faults` | every rule and the abort budget removed |
 //! | `GET /_sim/requests` | `{"total", "unanswered"}`: requests logged, and those reset without an answer |
 //! | `GET /_sim/vms` | `[{"vmid", "name", "template", "lock"}]`, every QEMU guest |
+//! | `POST /_sim/vms/{vmid}/stop` | `null`: the VM stopped, as by `qm stop <vmid>` on the node (see below) |
+//! | `POST /_sim/nodes/{node}/reboot`, body: empty or `{"startOnboot": false}` | `{"stopped": [vmid…], "startall": UPID or null}` (see below) |
+//!
+//! **Stop** (`qm stop`): when the answer comes the VM is stopped (`status` and `qmpstatus`
+//! `stopped`, F14), its agent answers `VM <vmid> is not running` (F5), and its config and disks
+//! are untouched. A locked VM is refused with `VM is locked (<lock>)` and an unknown one with
+//! F2's text, both 500 as `qm` would fail; a stopped VM stays stopped.
+//!
+//! **Node reboot**: every guest on the node stops at once (`stopped` lists those that ran). Then,
+//! as Proxmox VE does at boot, a `startall` task owned by `root@pam` starts every guest with
+//! `onboot=1` (not templates, not locked ones, not those someone started meanwhile) once the task
+//! latency has passed; each then starts as after any start, its agent answering after the agent
+//! delay. `{"startOnboot": false}` leaves every guest stopped and starts no task: a host whose
+//! boot did not start them, for tests of the operator's own healing. An unknown node is a 400.
+//!
+//! A VM started again through the API (`POST …/status/start`) behaves as after any start.
 
+use std::sync::Arc;
+
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::Server;
 use crate::faults::FaultRule;
+use crate::host_events;
+use crate::params::parse_vmid;
 use crate::reply::ApiError;
 use crate::state::GuestKind;
 
@@ -26,12 +47,58 @@ pub(crate) const PREFIX: &str = "/_sim/";
 
 /// Answers one authenticated admin request.
 pub(crate) fn dispatch(
-    server: &Server,
+    server: &Arc<Server>,
     method: &http::Method,
     path: &str,
     body: &[u8],
 ) -> Result<Value, ApiError> {
     let route = path.strip_prefix(PREFIX).unwrap_or(path);
+    let segments: Vec<&str> = route.split('/').collect();
+    match (method.as_str(), segments.as_slice()) {
+        ("POST", ["vms", vmid, "stop"]) => {
+            host_events::stop_vm(server, parse_vmid("vmid", vmid)?)?;
+            Ok(Value::Null)
+        }
+        ("POST", ["nodes", node, "reboot"]) => {
+            let reboot =
+                host_events::reboot_node(server, node, reboot_options(body)?.start_onboot)?;
+            Ok(json!({"stopped": reboot.stopped, "startall": reboot.startall}))
+        }
+        _ => dispatch_route(server, method, path, route, body),
+    }
+}
+
+/// The body of a node reboot; empty means the defaults.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RebootOptions {
+    /// Whether the boot starts the guests with `onboot=1` (default true).
+    #[serde(default = "starts_onboot_by_default")]
+    start_onboot: bool,
+}
+
+fn starts_onboot_by_default() -> bool {
+    true
+}
+
+fn reboot_options(body: &[u8]) -> Result<RebootOptions, ApiError> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        body
+    };
+    serde_json::from_slice(body)
+        .map_err(|error| ApiError::new(400, format!("reboot options: {error}")))
+}
+
+/// The routes without path parameters.
+fn dispatch_route(
+    server: &Server,
+    method: &http::Method,
+    path: &str,
+    route: &str,
+    body: &[u8],
+) -> Result<Value, ApiError> {
     match (method.as_str(), route) {
         ("GET", "info") => Ok(json!({
             "simulator": "pvesim",

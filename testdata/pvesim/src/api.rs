@@ -173,7 +173,7 @@ where
 }
 
 /// An admin request (see [`admin`]): authenticated like the API, never faulted nor logged.
-async fn admin_request<B>(server: &Server, request: Request<B>) -> HttpResponse
+async fn admin_request<B>(server: &Arc<Server>, request: Request<B>) -> HttpResponse
 where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -374,7 +374,7 @@ fn qemu(inner: &Inner, vmid: u32) -> Result<&Guest, ApiError> {
         .ok_or_else(|| missing_vm(&inner.node, vmid))
 }
 
-fn qemu_mut(inner: &mut Inner, vmid: u32) -> Result<&mut Guest, ApiError> {
+pub(crate) fn qemu_mut(inner: &mut Inner, vmid: u32) -> Result<&mut Guest, ApiError> {
     let node = inner.node.clone();
     inner
         .guests
@@ -383,14 +383,45 @@ fn qemu_mut(inner: &mut Inner, vmid: u32) -> Result<&mut Guest, ApiError> {
         .ok_or_else(|| missing_vm(&node, vmid))
 }
 
-fn check_unlocked(guest: &Guest) -> Result<(), ApiError> {
+pub(crate) fn check_unlocked(guest: &Guest) -> Result<(), ApiError> {
     match guest.lock() {
         Some(lock) => Err(ApiError::internal(format!("VM is locked ({lock})"))),
         None => Ok(()),
     }
 }
 
-/// Registers a running task and starts its worker; returns the UPID.
+/// Who a task runs as, for its UPID and its status.
+pub(crate) struct TaskOwner {
+    user: String,
+    tokenid: Option<String>,
+}
+
+impl TaskOwner {
+    fn of_token(token: &Token) -> Self {
+        TaskOwner {
+            user: token.user.clone(),
+            tokenid: Some(token.tokenid.clone()),
+        }
+    }
+
+    /// The node itself, for work it does on its own, such as `startall` at boot.
+    pub(crate) fn node() -> Self {
+        TaskOwner {
+            user: "root@pam".to_string(),
+            tokenid: None,
+        }
+    }
+
+    /// The user field of the UPID: `user!tokenid` for a token.
+    fn upid_user(&self) -> String {
+        match &self.tokenid {
+            Some(tokenid) => format!("{}!{tokenid}", self.user),
+            None => self.user.clone(),
+        }
+    }
+}
+
+/// Registers a running task for the request's token and starts its worker; returns the UPID.
 fn start_task(
     server: &Arc<Server>,
     ctx: &Ctx,
@@ -399,27 +430,55 @@ fn start_task(
     id: &str,
     work: Work,
 ) -> String {
+    let owner = TaskOwner::of_token(&ctx.token);
+    let task = NewTask {
+        task_type,
+        id,
+        task_override: ctx.task_override.clone(),
+        work,
+    };
+    spawn_task(server, inner, &owner, task)
+}
+
+/// A task about to be registered.
+pub(crate) struct NewTask<'a> {
+    /// Task type, e.g. `qmstart`.
+    pub task_type: &'a str,
+    /// Task id (a VMID, a storage, or empty).
+    pub id: &'a str,
+    /// How a fault changes it, if one fired.
+    pub task_override: Option<TaskOverride>,
+    /// What it does when its latency has passed.
+    pub work: Work,
+}
+
+/// Registers a running task owned by `owner` and starts its worker; returns the UPID.
+pub(crate) fn spawn_task(
+    server: &Arc<Server>,
+    inner: &mut Inner,
+    owner: &TaskOwner,
+    task: NewTask<'_>,
+) -> String {
     inner.next_pid += 1;
     let pid = inner.next_pid;
     let starttime = unix_now();
-    let user = ctx.token.full_id();
     let upid = model::format_upid(
         &inner.node,
         pid,
         inner.pstart,
         starttime,
-        task_type,
-        id,
-        &user,
+        task.task_type,
+        task.id,
+        &owner.upid_user(),
     );
     inner.tasks.insert(
         upid.clone(),
         Task {
             upid: upid.clone(),
-            task_type: task_type.to_string(),
-            id: id.to_string(),
-            user: ctx.token.user.clone(),
-            tokenid: Some(ctx.token.tokenid.clone()),
+            task_type: task.task_type.to_string(),
+            id: task.id.to_string(),
+            user: owner.user.clone(),
+            tokenid: owner.tokenid.clone(),
             pid,
             pstart: inner.pstart,
             starttime,
@@ -430,8 +489,8 @@ fn start_task(
     tokio::spawn(tasks::run(
         server.clone(),
         upid.clone(),
-        ctx.task_override.clone(),
-        work,
+        task.task_override,
+        task.work,
     ));
     upid
 }

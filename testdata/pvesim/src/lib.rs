@@ -31,8 +31,10 @@
 //! it nowhere, so its seed deletes get 403.
 //!
 //! Beside the Proxmox API, an admin API under `/_sim/` (same tokens) recognises the simulator,
-//! sets and clears faults, counts requests and lists VMs, for tools that only hold its URL and
-//! token, such as `egress-operator conformance` (see `admin.rs`).
+//! sets and clears faults, counts requests, lists VMs, and stops a VM or reboots the node as
+//! happens on a real host outside the API, for tools that only hold its URL and token, such as
+//! `egress-operator conformance` (see `admin.rs`). Tests in-process call the last two directly:
+//! [`Simulator::stop_vm`] and [`Simulator::reboot_node`].
 //!
 //! State lives in memory for the life of the [`Simulator`]; the state directory only receives
 //! the CA and the tokens. Faults ([`Faults`]) and seeding ([`SimState`]) work while it runs.
@@ -43,6 +45,7 @@ mod access;
 mod admin;
 mod api;
 mod faults;
+mod host_events;
 mod model;
 mod params;
 mod reply;
@@ -64,6 +67,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
+pub use host_events::NodeReboot;
 pub use state::{GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip};
 
 /// The user the simulator's tokens belong to.
@@ -245,6 +249,23 @@ impl Simulator {
     /// Inspect and seed the simulated host.
     pub fn state(&self) -> &SimState {
         &self.server.state
+    }
+
+    /// Stops VM `vmid` at once, as `qm stop <vmid>` on the node would: `status` and `qmpstatus`
+    /// become `stopped`, the guest agent answers as on a stopped VM, the config and disks stay.
+    /// Fails, as `qm stop` does, for a VM that does not exist or holds a lock.
+    pub fn stop_vm(&self, vmid: u32) -> anyhow::Result<()> {
+        host_events::stop_vm(&self.server, vmid).map_err(|error| anyhow::anyhow!(error.message))
+    }
+
+    /// Reboots `node` (the simulator's own): every guest on it stops at once. With
+    /// `start_onboot`, the node's `startall` task then starts the guests with `onboot=1` after
+    /// the task latency, and their agents answer after the agent delay, as after any start.
+    /// Without it they stay stopped (a host whose boot did not start them). Fails for another
+    /// node.
+    pub fn reboot_node(&self, node: &str, start_onboot: bool) -> anyhow::Result<NodeReboot> {
+        host_events::reboot_node(&self.server, node, start_onboot)
+            .map_err(|error| anyhow::anyhow!(error.message))
     }
 
     /// Stops accepting and closes open connections.

@@ -52,6 +52,24 @@ impl Guest {
     pub fn lock(&self) -> Option<&str> {
         self.config.get("lock").map(String::as_str)
     }
+
+    /// `onboot: 1`: the node starts it when it boots.
+    pub fn starts_on_boot(&self) -> bool {
+        self.config
+            .get("onboot")
+            .is_some_and(|onboot| onboot == "1")
+    }
+
+    /// `template: 1`: it cannot run.
+    pub fn is_template(&self) -> bool {
+        self.config.get("template").is_some_and(|t| t == "1")
+    }
+
+    /// Powers it off, as a stop does: the agent goes with it (F5: `VM <vmid> is not running`).
+    pub fn power_off(&mut self) {
+        self.run = RunState::Stopped;
+        self.started = None;
+    }
 }
 
 /// The address the simulated guest agent of `vmid` reports on ens18 (F21 records the shape, with

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use crate::api::{Server, TaskOverride, wait_for_flock};
 use crate::model;
-use crate::state::{GuestKind, Inner, RunState, Volume, unix_now};
+use crate::state::{Guest, GuestKind, Inner, RunState, Volume, unix_now};
 
 /// What a task does when its latency has passed.
 pub(crate) enum Work {
@@ -19,6 +19,8 @@ pub(crate) enum Work {
     Start {
         vmid: u32,
     },
+    /// What a node runs at boot: start every guest with `onboot=1` that is not running yet.
+    StartAll,
     Stop {
         vmid: u32,
     },
@@ -129,14 +131,24 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
                 .get_mut(&vmid)
                 .filter(|g| g.kind == GuestKind::Qemu)
                 .ok_or(err)?;
-            if let Some(lock) = guest.lock() {
-                return Err(format!("VM is locked ({lock})"));
+            start_guest(vmid, guest)
+        }
+        Work::StartAll => {
+            // pve-manager's startall: guests marked onboot, skipping templates and those already
+            // running (someone may have started them since the boot); a failure is logged and
+            // the next guest is tried.
+            for (vmid, guest) in inner.guests.iter_mut().filter(|(_, guest)| {
+                guest.starts_on_boot() && !guest.is_template() && guest.run == RunState::Stopped
+            }) {
+                let kind = match guest.kind {
+                    GuestKind::Qemu => "VM",
+                    GuestKind::Lxc => "CT",
+                };
+                log.push(format!("Starting {kind} {vmid}"));
+                if let Err(error) = start_guest(*vmid, guest) {
+                    log.push(format!("Starting {kind} {vmid} failed: {error}"));
+                }
             }
-            if guest.run != RunState::Stopped {
-                return Err(format!("VM {vmid} already running"));
-            }
-            guest.run = RunState::Running;
-            guest.started = Some((std::time::Instant::now(), unix_now()));
             Ok(())
         }
         Work::Stop { vmid } => {
@@ -150,8 +162,7 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
                 return Err(format!("VM is locked ({lock})"));
             }
             // Stopping a stopped VM is fine: the task ends OK.
-            guest.run = RunState::Stopped;
-            guest.started = None;
+            guest.power_off();
             Ok(())
         }
         Work::Pause { vmid } | Work::Resume { vmid } => {
@@ -246,6 +257,20 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             Ok(())
         }
     }
+}
+
+/// Starts one stopped guest, as every start does: the guest agent answers only after the
+/// simulator's agent delay from now (F5).
+fn start_guest(vmid: u32, guest: &mut Guest) -> Result<(), String> {
+    if let Some(lock) = guest.lock() {
+        return Err(format!("VM is locked ({lock})"));
+    }
+    if guest.run != RunState::Stopped {
+        return Err(format!("VM {vmid} already running"));
+    }
+    guest.run = RunState::Running;
+    guest.started = Some((std::time::Instant::now(), unix_now()));
+    Ok(())
 }
 
 /// The state a task leaves behind when it fails: nothing done, locks released.

@@ -3,17 +3,7 @@
 
 mod common;
 
-use common::{Answer, Api, answer};
-
-async fn admin(api: &Api, auth: Option<&str>, method: &str, route: &str, body: &str) -> Answer {
-    let url = format!("{}/_sim/{route}", api.sim.url());
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = api.client.request(method, url).body(body.to_string());
-    if let Some(auth) = auth {
-        request = request.header("Authorization", auth);
-    }
-    answer(request.send().await.unwrap()).await
-}
+use common::{Api, admin_as as admin};
 
 #[tokio::test]
 async fn info_names_the_simulator_and_needs_a_token() {

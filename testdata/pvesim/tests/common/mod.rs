@@ -145,6 +145,24 @@ impl Api {
         assert_eq!(status["exitstatus"], "OK", "clone: {status}");
     }
 
+    /// An admin request (`/_sim/{route}`) with the main token.
+    pub async fn admin(&self, method: &str, route: &str, body: &str) -> Answer {
+        admin_as(self, self.auth.as_deref(), method, route, body).await
+    }
+
+    /// Polls `condition` every 5 ms until it holds; panics naming `what` after 5 s.
+    pub async fn eventually<F, Fut>(&self, what: &str, mut condition: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !condition().await {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Uploads `bytes` as `filename` with content=iso.
     pub async fn upload(&self, storage: &str, filename: &str, bytes: &[u8]) -> Answer {
         let part = reqwest::multipart::Part::bytes(bytes.to_vec())
@@ -177,6 +195,23 @@ impl ApiAs<'_> {
             .await
             .unwrap()
     }
+}
+
+/// An admin request (`/_sim/{route}`) with `auth` as the Authorization header, if any.
+pub async fn admin_as(
+    api: &Api,
+    auth: Option<&str>,
+    method: &str,
+    route: &str,
+    body: &str,
+) -> Answer {
+    let url = format!("{}/_sim/{route}", api.sim.url());
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = api.client.request(method, url).body(body.to_string());
+    if let Some(auth) = auth {
+        request = request.header("Authorization", auth);
+    }
+    answer(request.send().await.unwrap()).await
 }
 
 async fn send_as(
