@@ -981,6 +981,91 @@ mod tests {
         assert_ne!(name, vm_name("6c1f0a2e-5d7b-4b8e-9a51-0d3c2f1e7a91"));
     }
 
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + seconds).unwrap())
+    }
+
+    #[test]
+    fn recovery_settings_come_from_the_proxy_then_the_provider_config_then_the_defaults() {
+        let defaults = Recovery::effective(None, None);
+        assert_eq!(
+            defaults,
+            EffectiveRecovery {
+                policy: RecoveryPolicy::Restart,
+                max_restarts: 5,
+                window: Duration::from_secs(900),
+                backoff: Duration::from_secs(10),
+            }
+        );
+        let provider = Recovery {
+            policy: Some(RecoveryPolicy::Replace),
+            max_restarts: Some(3),
+            ..Recovery::default()
+        };
+        let proxy = Recovery {
+            max_restarts: Some(1),
+            backoff_seconds: Some(2),
+            ..Recovery::default()
+        };
+        let effective = Recovery::effective(Some(&proxy), Some(&provider));
+        assert_eq!(effective.policy, RecoveryPolicy::Replace, "from the ProviderConfig");
+        assert_eq!(effective.max_restarts, 1, "the Proxy's own");
+        assert_eq!(effective.backoff, Duration::from_secs(2));
+        assert_eq!(effective.window, Duration::from_secs(900), "the default");
+    }
+
+    #[test]
+    fn each_recovery_waits_twice_as_long_as_the_last_capped() {
+        let reconciler = Reconciler::new(Timing::default(), Metrics::default());
+        let base = Duration::from_secs(10);
+        let mut status = ProxyStatus::default();
+        assert_eq!(reconciler.recovery_wait(&status, base, at(0)), Duration::ZERO);
+        status.recent_recoveries = vec![at(0)];
+        assert_eq!(
+            reconciler.recovery_wait(&status, base, at(4)),
+            Duration::from_secs(6)
+        );
+        status.recent_recoveries = vec![at(0), at(10), at(30)];
+        assert_eq!(
+            reconciler.recovery_wait(&status, base, at(40)),
+            Duration::from_secs(30),
+            "40 s after the third"
+        );
+        assert_eq!(reconciler.recovery_wait(&status, base, at(99)), Duration::ZERO);
+        status.recent_recoveries = (0..12).map(at).collect();
+        assert_eq!(
+            reconciler.recovery_wait(&status, base, at(11)),
+            Timing::default().backoff_max,
+            "capped"
+        );
+    }
+
+    #[test]
+    fn degraded_holds_until_the_proxy_changes() {
+        let mut status = ProxyStatus::default();
+        set_condition(
+            &mut status.conditions,
+            conditions::READY,
+            false,
+            "Degraded",
+            "stopped again",
+            Some(4),
+            &at(0),
+        );
+        assert!(degraded_since_change(&status, 4));
+        assert!(!degraded_since_change(&status, 5), "a new spec starts afresh");
+        set_condition(
+            &mut status.conditions,
+            conditions::READY,
+            true,
+            "Running",
+            "answers",
+            Some(4),
+            &at(1),
+        );
+        assert!(!degraded_since_change(&status, 4), "running again");
+    }
+
     #[test]
     fn jitter_stays_in_the_upper_half() {
         for _ in 0..100 {

@@ -1090,3 +1090,25 @@ async fn a_vm_stopped_by_hand_is_started_again_and_only_that_one() {
     );
     replica.stop().await;
 }
+
+/// The operator's resync is an hour here: only the ProviderConfig's `resyncSeconds` can notice
+/// the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_configs_resync_seconds_bounds_how_soon_a_stop_is_noticed() {
+    let world = World::start().await;
+    world
+        .provider_configs()
+        .patch(
+            PC,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resyncSeconds": 1}})),
+        )
+        .await
+        .unwrap();
+    let replica = Replica::leader_with(&world, "a", no_resync()).await;
+    world.create_proxy("web", PC).await;
+    let web = world.until_running("web").await.status.unwrap().provider_id.unwrap();
+    world.pve.stop_vm(vmid(&web)).unwrap();
+    until_recovered(&world, "web", 1).await;
+    replica.stop().await;
+}
