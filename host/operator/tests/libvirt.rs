@@ -714,6 +714,7 @@ async fn conformance_passes_every_rule_that_applies_on_libvirtd() {
     assert_eq!(
         skipped,
         [
+            "create.starts-stopped",
             "faults.server-error-transient",
             "faults.lock-transient",
             "faults.check-hung-endpoint"

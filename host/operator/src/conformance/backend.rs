@@ -66,6 +66,20 @@ impl Pvesim {
             .map_or(0, |vms| vms.iter().filter(|vm| vm["name"] == name).count()))
     }
 
+    /// Stops the QEMU VM named `name` as `qm stop` on the node would (outside the provider's
+    /// API), so the suite can see what the provider makes of a VM of its own that stopped.
+    pub(crate) async fn stop_vm_named(&self, name: &str) -> Result<(), String> {
+        let vms = self.request("GET", "vms", "").await?;
+        let vmid = vms
+            .as_array()
+            .and_then(|vms| vms.iter().find(|vm| vm["name"] == name))
+            .and_then(|vm| vm["vmid"].as_u64())
+            .ok_or_else(|| format!("pvesim holds no VM named {name}"))?;
+        self.request("POST", &format!("vms/{vmid}/stop"), "")
+            .await
+            .map(drop)
+    }
+
     /// One admin request; the answer's `data`.
     async fn request(&self, method: &str, route: &str, body: &str) -> Result<Value, String> {
         let uri = format!("{}/_sim/{route}", self.origin);

@@ -97,6 +97,46 @@ async fn idempotent(session: &Session) -> RuleResult {
     session.delete(&first.provider_id).await
 }
 
+/// `create.starts-stopped`: the operator restarts a VM that stopped by calling `create` again,
+/// so create of a stopped VM of its own must start it, not just find it.
+pub(crate) async fn create_starts_stopped(session: &Session) -> Outcome {
+    let Some(backend) = session.backend() else {
+        return Outcome::Skip(
+            "needs a VM stopped outside the provider; the backend is not pvesim".to_owned(),
+        );
+    };
+    outcome(starts_stopped(session, backend).await)
+}
+
+async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> RuleResult {
+    let (name, uid, tag) = (session.name("restart"), session.uid(), session.tag("restart"));
+    let created = session.create(&name, &uid, &tag).await?;
+    let id = created.provider_id.clone();
+    session.wait_running(&id).await?;
+    backend.stop_vm_named(&name).await?;
+    let stopped = session
+        .get(&id)
+        .await
+        .map_err(|error| format!("get {id} of the stopped VM: {}", session.error_text(&error)))?;
+    if stopped.state != InstanceState::Stopped {
+        return Err(format!(
+            "get {id} answered {:?} for a VM stopped on its host; expected stopped",
+            stopped.state
+        ));
+    }
+    let again = session.create(&name, &uid, &tag).await?;
+    if again.provider_id != id {
+        return Err(format!(
+            "create of the stopped VM {id} answered {}: it must adopt and start it, not make another",
+            again.provider_id
+        ));
+    }
+    session.wait_running(&id).await.map_err(|error| {
+        format!("create of the stopped VM {id} did not start it: {error}")
+    })?;
+    session.delete(&id).await
+}
+
 /// `create.foreign-uid-permanent`
 pub(crate) async fn create_foreign_uid_permanent(session: &Session) -> Outcome {
     outcome(foreign_uid(session).await)

@@ -113,6 +113,11 @@ pub const RULES: &[Rule] = &[
         lifecycle::create_idempotent
     ),
     rule!(
+        "create.starts-stopped",
+        "create of a stopped VM of its own starts that VM again (pvesim only)",
+        lifecycle::create_starts_stopped
+    ),
+    rule!(
         "create.foreign-uid-permanent",
         "create with a taken name and another UID is permanent and leaves the VM alone",
         lifecycle::create_foreign_uid_permanent
