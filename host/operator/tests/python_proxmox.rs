@@ -152,6 +152,11 @@ async fn create_then_get_until_running_then_list_then_delete_then_not_found_then
     );
     assert_eq!(vm.config.get("agent").map(String::as_str), Some("1"));
     assert_eq!(
+        vm.config.get("onboot").map(String::as_str),
+        Some("1"),
+        "starts with its host"
+    );
+    assert_eq!(
         vm.config.get("tags").map(String::as_str),
         Some("proxy_operator"),
         "correction 7"

@@ -203,8 +203,9 @@ def _provision(pve, found: Found) -> None:
     node, vmid = found.node, found.vmid
     what = f"configure VM {vmid}"
     try:
-        # Correction 7: our tag replaces the template's; agent=1 so get can read the address (F5).
-        upid = pve.set_config(node, vmid, [("agent", 1), ("tags", PROXMOX_TAG)])
+        # Correction 7: our tag replaces the template's; agent=1 so get can read the address (F5);
+        # onboot=1 so the VM starts with its host, as the Rust provider's VMs do.
+        upid = pve.set_config(node, vmid, [("agent", 1), ("onboot", 1), ("tags", PROXMOX_TAG)])
     except ApiError as error:
         raise classify(what, error) from None
     wait_optional_task(pve, what, upid)
