@@ -10,9 +10,10 @@
 //!    while leading stops them and the process exits with status 1 (the Deployment restarts it
 //!    as a follower).
 //! 3. **Two controllers** while leading: Proxies ([`proxy`]: the finalizer, the reconciler core,
-//!    status by server-side apply, Events) and ProviderConfigs ([`provider_config`]: bind and
-//!    grant, `check` every resync, hot swap, orphan sweep). Reconciles of one object never run
-//!    at once (kube's controller serialises them).
+//!    status by server-side apply, Events) and ProviderConfigs ([`provider_config`]: the
+//!    ProviderConfig reconciler core: bind and grant, `check` every resync, hot swap, orphan
+//!    sweep). Reconciles of one object never run at once (kube's controller serialises them);
+//!    a failed one is counted by its [`Error::metric_label`].
 //! 4. **Health** on `--listen` ([`crate::server`]): `/healthz`, `/readyz` (caches synced and the
 //!    election running, leading or standing by) and `/metrics`.
 //! 5. **Graceful shutdown** on SIGTERM or SIGINT: no new reconciles, the ones running finish
@@ -112,7 +113,7 @@ impl Error {
     }
 }
 
-/// How Kubernetes mode runs beside the [`Settings`] both modes share.
+/// How Kubernetes mode runs beside the [`Settings`](crate::operator::Settings) both modes share.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The Lease's namespace (the operator's own).
@@ -279,7 +280,6 @@ impl Controllers {
             operator,
             caches,
             rebound,
-            sweeps: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let (proxy_stop, proxy_stopped) = oneshot::channel();
         let (pc_stop, pc_stopped) = oneshot::channel();
@@ -331,7 +331,7 @@ impl Controllers {
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// Providers, reconciler, sweeper, metrics.
+    /// Providers, reconcilers, metrics.
     pub operator: Arc<Operator>,
     /// The watched objects.
     pub caches: Caches,
@@ -339,8 +339,6 @@ pub struct Context {
     pub recorder: Recorder,
     /// Names of ProviderConfigs whose binding changed; their Proxies reconcile.
     pub rebound: broadcast::Sender<String>,
-    /// When each ProviderConfig was last swept.
-    pub sweeps: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl Context {

@@ -9,9 +9,10 @@
 //! 1. loads and hot-swaps the components ([`egress_runtime::Registry`]) and binds each
 //!    ProviderConfig to its component under the ProviderConfig's name ([`providers`]), with its
 //!    grant in the egress broker;
-//! 2. reconciles each Proxy with **one reconciler core** ([`reconciler`]), whatever holds the
-//!    resources: a Kubernetes API server ([`kube_mode`]) or a folder of manifests on a laptop
-//!    ([`local`], the default for a newcomer);
+//! 2. reconciles each Proxy with **one reconciler core** ([`reconciler`]), and each
+//!    ProviderConfig with another ([`provider_config_reconciler`], its provider calls through
+//!    [`provider_calls`]), whatever holds the resources: a Kubernetes API server ([`kube_mode`])
+//!    or a folder of manifests on a laptop ([`local`], the default for a newcomer);
 //! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
@@ -26,6 +27,8 @@ pub mod kube_mode;
 pub mod local;
 pub mod metrics;
 pub mod operator;
+pub mod provider_calls;
+pub mod provider_config_reconciler;
 pub mod providers;
 pub mod reconciler;
 pub mod run_args;

@@ -3,7 +3,11 @@
 //! Reconciles use controller-runtime's names, so dashboards written for Go operators work:
 //! `controller_runtime_reconcile_total{controller,result}`,
 //! `controller_runtime_reconcile_errors_total{controller}` and
-//! `controller_runtime_reconcile_time_seconds{controller}`. Provider calls are counted by
+//! `controller_runtime_reconcile_time_seconds{controller}`. A reconcile that fails (Kubernetes
+//! mode's `error_policy`) is counted by controller and the error's label in
+//! `egress_reconcile_errors_total{controller,error}` (`kube`, `finalizer`, `cleanuppending`, …),
+//! a family of its own: controller-runtime's errors counter has no error label, and ours also
+//! counts reconciles that end not Ready. Provider calls are counted by
 //! provider (the ProviderConfig), operation and outcome (`ok` or an error class) in
 //! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. VMs
 //! brought back are counted in `egress_proxy_recoveries_total{provider,action,reason}`. The egress
@@ -27,6 +31,12 @@ struct ReconcileLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
     controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    controller: String,
+    error: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,6 +65,7 @@ pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
     reconcile_time: Family<ControllerLabels, Histogram>,
+    reconcile_failures: Family<FailureLabels, Counter>,
     calls: Family<CallLabels, Counter>,
     call_time: Family<LatencyLabels, Histogram>,
     recoveries: Family<RecoveryLabels, Counter>,
@@ -69,6 +80,7 @@ impl Default for Metrics {
             reconcile_time: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.005, 2.0, 14))
             }),
+            reconcile_failures: Family::default(),
             calls: Family::default(),
             call_time: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
@@ -92,6 +104,11 @@ impl Default for Metrics {
                 "controller_runtime_reconcile_time_seconds",
                 "Time per reconciliation",
                 metrics.reconcile_time.clone(),
+            );
+            registry.register(
+                "egress_reconcile_errors",
+                "Reconciles that failed, per controller and error label",
+                metrics.reconcile_failures.clone(),
             );
             registry.register(
                 "egress_provider_calls",
@@ -143,6 +160,27 @@ impl Metrics {
         self.reconcile_time
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Count one reconcile of `controller` that failed with an error labelled `error`
+    /// (`Error::metric_label`).
+    pub fn reconcile_failed(&self, controller: &str, error: &str) {
+        self.reconcile_failures
+            .get_or_create(&FailureLabels {
+                controller: controller.into(),
+                error: error.into(),
+            })
+            .inc();
+    }
+
+    /// The number of failed reconciles counted with these labels (tests).
+    pub fn reconcile_failures(&self, controller: &str, error: &str) -> u64 {
+        self.reconcile_failures
+            .get_or_create(&FailureLabels {
+                controller: controller.into(),
+                error: error.into(),
+            })
+            .get()
     }
 
     /// Count and time one provider call.
@@ -215,6 +253,7 @@ mod tests {
         metrics.reconciled("proxy", "success", Duration::from_millis(3));
         metrics.reconciled("proxy", "error", Duration::from_millis(3));
         metrics.provider_call("proxmox-lab", "get", "ok", Duration::from_millis(2));
+        metrics.reconcile_failed("proxy", "kube");
         let text = metrics.encode();
         for expected in [
             r#"controller_runtime_reconcile_total{controller="proxy",result="success"} 1"#,
@@ -222,6 +261,7 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_count{controller=\"proxy\"} 2",
             r#"egress_provider_calls_total{provider="proxmox-lab",operation="get",outcome="ok"} 1"#,
             "egress_provider_call_duration_seconds_bucket",
+            r#"egress_reconcile_errors_total{controller="proxy",error="kube"} 1"#,
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

@@ -1,6 +1,5 @@
 //! [`Operator`]: what both modes share — the runtime and its components, the capabilities (the
-//! egress broker, libvirt), the ProviderConfig bindings, the reconciler, the sweeper and the
-//! metrics.
+//! egress broker, libvirt), the ProviderConfig bindings, the two reconcilers and the metrics.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,9 +10,9 @@ use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
 use crate::grants::Capabilities;
 use crate::metrics::Metrics;
+use crate::provider_config_reconciler::ProviderConfigReconciler;
 use crate::providers::ProviderSet;
 use crate::reconciler::{Reconciler, Timing};
-use crate::sweep::Sweeper;
 
 /// How the operator runs, in either mode.
 #[derive(Clone, Debug)]
@@ -66,8 +65,8 @@ pub struct Operator {
     pub capabilities: Capabilities,
     /// The Proxy reconciler.
     pub reconciler: Reconciler,
-    /// The orphan sweep's memory.
-    pub sweeper: Sweeper,
+    /// The ProviderConfig reconciler (binding, `check`, the orphan sweep).
+    pub provider_configs: ProviderConfigReconciler,
     /// Every series exported.
     pub metrics: Metrics,
     /// How it was started.
@@ -107,7 +106,10 @@ impl Operator {
             providers,
             capabilities,
             reconciler: Reconciler::new(settings.timing.clone(), metrics.clone()),
-            sweeper: Sweeper::default(),
+            provider_configs: ProviderConfigReconciler::new(
+                settings.timing.resync,
+                metrics.clone(),
+            ),
             metrics,
             settings,
         }))

@@ -1,23 +1,23 @@
 //! ProviderConfigs bound to loaded components: [`ProviderSet`].
 //!
 //! A ProviderConfig names a component file of the components directory (served and hot-swapped
-//! by the runtime's [`Registry`]). Applying it:
+//! by the runtime's [`Registry`]). The ProviderConfig reconciler
+//! ([`crate::provider_config_reconciler`]) drives the steps:
 //!
-//! 1. finds the file's current generation (or the digest the spec pins);
-//! 2. checks the provider's configuration against the JSON Schema its `describe` published, then
-//!    with its own `validate-config`;
-//! 3. binds the component under the ProviderConfig's **name** as its identity, with the limits the
-//!    spec asks for ([`Provider::bind`]): grants, permits, metrics and logs follow that name,
-//!    never the name the component gives itself;
-//! 4. sets each capability's grant for that identity (`spec.grant`, one typed document per
-//!    capability), pinned to the digest just bound (and to older generations still finishing
-//!    calls), with what it references (a credential, a CA, an SSH key) resolved from the
-//!    Secrets and ConfigMaps the adapter watches; a capability the component imports without a
-//!    grant leaves the ProviderConfig not Ready, naming it;
-//! 5. runs the provider's `check`.
+//! 1. [`ProviderSet::load`] finds the file's current generation (or the digest the spec pins)
+//!    and checks the provider's configuration against the JSON Schema its `describe` published;
+//! 2. the reconciler asks the provider's own `validate-config`;
+//! 3. [`ProviderSet::bind`] binds the component under the ProviderConfig's **name** as its
+//!    identity, with the limits the spec asks for ([`Provider::bind`]): grants, permits, metrics
+//!    and logs follow that name, never the name the component gives itself; then sets each
+//!    capability's grant for that identity (`spec.grant`, one typed document per capability),
+//!    pinned to the digest just bound (and to older generations still finishing calls), with
+//!    what it references (a credential, a CA, an SSH key) resolved from the Secrets and
+//!    ConfigMaps the adapter watches; a capability the component imports without a grant keeps
+//!    Proxies from calling through it, naming it.
 //!
-//! A step that fails leaves the last good binding serving, with a `Degraded` condition naming the
-//! problem. [`ProviderSet::binding`] is what the Proxy reconciler calls through.
+//! A step that fails leaves the last good binding serving. [`ProviderSet::binding`] is what the
+//! Proxy reconciler calls through.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -25,15 +25,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use egress_runtime::grant::{GrantContext, ObjectRef, digest_hex};
-use egress_runtime::types::{CheckReason, Operation, Request, Response};
-use egress_runtime::{CallContext, Limits, Provider, Registry, RegistryEvent};
+use egress_runtime::types::Operation;
+use egress_runtime::{Limits, Provider, Registry, RegistryEvent};
 
 use crate::crd::{
-    EffectiveGrant, GrantSpec, LimitsSpec, LoadedComponent, OrphanSweep, ProviderConfigSpec, Recovery,
-    ProviderConfigStatus, conditions, set_condition,
+    EffectiveGrant, GrantSpec, LimitsSpec, OrphanSweep, ProviderConfigSpec, ProviderConfigStatus,
+    Recovery,
 };
 use crate::grants::{Capabilities, ObjectsHost};
-use crate::{Note, Objects, lock, now};
+use crate::{Objects, lock};
 
 /// A ProviderConfig's provider, ready to serve Proxies.
 #[derive(Debug)]
@@ -82,15 +82,38 @@ pub struct NotReady {
     pub message: String,
 }
 
-/// What applying a ProviderConfig produced.
+/// A spec's component, found, its configuration matching the component's schema: what
+/// `validate-config` is asked about before [`ProviderSet::bind`].
+pub struct Candidate {
+    /// The component as the registry serves it (not bound to an identity yet).
+    pub component: Arc<Provider>,
+    /// The provider's configuration (JSON).
+    pub config: String,
+}
+
+/// What [`ProviderSet::bind`] did.
 #[derive(Debug)]
-pub struct Applied {
-    /// Its new status.
-    pub status: ProviderConfigStatus,
-    /// Events to record on it.
-    pub notes: Vec<Note>,
-    /// Whether the binding Proxies call through changed (Proxies should reconcile).
+pub struct Bound {
+    /// Why the current spec could not be bound (the last good binding, if any, serves on).
+    pub spec_refused: Option<NotReady>,
+    /// Whether a new binding was published (a new spec, component or referenced object).
+    pub fresh: bool,
+    /// Whether the binding Proxies call through changed, or a refusal that blocked them was
+    /// lifted: its Proxies should reconcile.
     pub rebound: bool,
+    /// The binding that serves, if any.
+    pub serving: Option<Serving>,
+}
+
+/// The binding that serves a ProviderConfig, and whether Proxies may call through it.
+#[derive(Debug)]
+pub struct Serving {
+    /// The binding.
+    pub binding: Arc<Binding>,
+    /// Its grant as set in the capabilities, or why they refused it.
+    pub grant: Result<EffectiveGrant, NotReady>,
+    /// A capability the component imports that the grant does not grant.
+    pub missing_capability: Option<NotReady>,
 }
 
 /// Per ProviderConfig: the last good binding and what it holds in memory.
@@ -204,135 +227,92 @@ impl ProviderSet {
         self.capabilities.remove(name);
     }
 
-    /// Bring ProviderConfig `name` (at `generation`) in step with `spec`; `previous` is its
-    /// last status, whose condition times are kept.
-    pub async fn apply(
+    /// Find the component `spec` names and check its configuration against the JSON Schema the
+    /// component published. `validate-config` is the reconciler's to call next, then [`bind`].
+    ///
+    /// [`bind`]: ProviderSet::bind
+    pub fn load(&self, spec: &ProviderConfigSpec) -> Result<Candidate, NotReady> {
+        let file = component_file(&spec.component.file)?;
+        let identity = file.trim_end_matches(".wasm");
+        let path = self.registry.dir().join(&file);
+        let Some(component) = self.registry.get(identity) else {
+            let message = match lock(&self.load_errors).get(&path) {
+                Some(error) => format!("component {file} does not load: {error}"),
+                None => format!("component {file} is not in the components directory"),
+            };
+            return Err(NotReady {
+                reason: "ComponentNotLoaded",
+                message,
+            });
+        };
+        if let Some(error) = lock(&self.load_errors).get(&path) {
+            // A replacement was refused: the old generation serves, and the spec is not met.
+            return Err(NotReady {
+                reason: "ComponentRejected",
+                message: format!("the new {file} does not load, the previous one serves: {error}"),
+            });
+        }
+        if let Some(pin) = &spec.component.digest {
+            let Some(pinned) = digest_hex(pin) else {
+                return Err(NotReady {
+                    reason: "DigestMismatch",
+                    message: format!("the spec pins {pin:?}, which is not sha256:<64 hex digits>"),
+                });
+            };
+            if pinned != component.digest() {
+                return Err(NotReady {
+                    reason: "DigestMismatch",
+                    message: format!(
+                        "{file} is sha256:{}, the spec pins sha256:{pinned}",
+                        component.digest()
+                    ),
+                });
+            }
+        }
+        check_schema(&component.description().config_schema, &spec.config)?;
+        let config = serde_json::to_string(&spec.config).unwrap_or_else(|_| "{}".into());
+        Ok(Candidate { component, config })
+    }
+
+    /// Bind ProviderConfig `name` (at `generation`) to `validated`, the candidate of its spec
+    /// the provider accepted (or why there is none), and set its grants: the new binding is
+    /// published only once they are set, so a Proxy never calls a binding its capabilities do
+    /// not know yet. When the spec cannot be bound, the last good binding serves on, with the
+    /// grant `previous` (its last status) records.
+    pub fn bind(
         &self,
         name: &str,
         generation: i64,
         spec: &ProviderConfigSpec,
         previous: &ProviderConfigStatus,
+        validated: Result<Candidate, NotReady>,
         objects: &dyn Objects,
-    ) -> Applied {
-        let now = now();
-        let mut status = previous.clone();
-        status.observed_generation = Some(generation);
-        let mut notes = Vec::new();
-        let attempt = self.attempt(name, spec).await;
+    ) -> Bound {
+        let attempt = validated.and_then(|candidate| self.bound_candidate(name, spec, candidate));
         let fingerprint = self.fingerprint(generation, spec, &attempt, objects);
-        // A new binding is published only once its grants are set: a Proxy never calls a
-        // binding its capabilities do not know yet.
-        let (candidate, current) = {
-            let mut entries = lock(&self.entries);
-            let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
-                binding: None,
-                fingerprint: [0; 32],
-                revision: 0,
-                retired: Vec::new(),
-                refusal: None,
-            });
-            // Older bindings stay granted while a call still holds them.
-            entry.retired.retain(|old| Arc::strong_count(old) > 1);
-            let candidate = match &attempt {
-                Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
-                    Some(Arc::new(Binding {
-                        provider_config: name.to_owned(),
-                        generation,
-                        provider: Arc::clone(&fresh.provider),
-                        config: fresh.config.clone(),
-                        sweep: spec.orphan_sweep.clone(),
-                        recovery: spec.recovery.clone(),
-                        resync: spec
-                            .resync_seconds
-                            .map(|seconds| Duration::from_secs(seconds.max(1))),
-                        revision: entry.revision + 1,
-                    }))
-                }
-                _ => None,
-            };
-            let current = candidate
-                .clone()
-                .or_else(|| entry.binding.clone())
-                .map(|binding| {
-                    let digests: Vec<String> = std::iter::once(&binding)
-                        .chain(&entry.binding)
-                        .chain(&entry.retired)
-                        .map(|bound| bound.provider.digest().to_owned())
-                        .collect();
-                    (binding, digests)
-                });
-            (candidate, current)
-        };
-        let rebound = candidate.is_some();
-
-        match &attempt {
-            Ok(fresh) => {
-                set_condition(
-                    &mut status.conditions,
-                    conditions::DEGRADED,
-                    false,
-                    "AsSpecified",
-                    "the provider serves the current spec",
-                    Some(generation),
-                    &now,
-                );
-                if rebound {
-                    let description = fresh.provider.description();
-                    notes.push(Note::normal(
-                        "ProviderLoaded",
-                        format!(
-                            "{} {} (sha256:{}, generation {}) serves",
-                            description.name,
-                            description.version,
-                            fresh.provider.digest(),
-                            fresh.provider.generation()
-                        ),
-                    ));
-                }
-            }
-            Err(failure) => {
-                set_condition(
-                    &mut status.conditions,
-                    conditions::DEGRADED,
-                    true,
-                    failure.reason,
-                    &failure.message,
-                    Some(generation),
-                    &now,
-                );
-                notes.push(Note::warning(failure.reason, failure.message.clone()));
-            }
-        }
-
-        let Some((binding, digests)) = current else {
-            let failure = attempt.err().unwrap_or(NotReady {
-                reason: "ProviderNotReady",
-                message: "no provider loaded".into(),
-            });
-            set_condition(
-                &mut status.conditions,
-                conditions::READY,
-                false,
-                failure.reason,
-                &failure.message,
-                Some(generation),
-                &now,
-            );
-            status.loaded = None;
-            status.effective_grant = None;
+        let next = self.next_binding(name, generation, spec, &attempt, fingerprint);
+        let spec_refused = attempt.err();
+        let Some(NextBinding {
+            binding,
+            digests,
+            fresh,
+        }) = next
+        else {
             self.capabilities.remove(name);
-            return Applied {
-                status,
-                notes,
-                rebound,
+            return Bound {
+                spec_refused,
+                fresh: false,
+                rebound: false,
+                serving: None,
             };
         };
+        let published = fresh.then(|| Arc::clone(&binding));
 
         // The grant follows the binding that serves, whatever the attempt gave.
         let grant = if binding.generation == generation {
             spec.grant.clone()
         } else {
-            status
+            previous
                 .effective_grant
                 .as_ref()
                 .map(|grant| GrantSpec {
@@ -348,137 +328,88 @@ impl ProviderSet {
                 namespace: &self.namespace,
             },
         };
-        if let Err(error) = self.capabilities.set(name, &grant, &context) {
-            self.capabilities.remove(name);
-            status.effective_grant = None;
-            let message = error.to_string();
-            set_condition(
-                &mut status.conditions,
-                conditions::READY,
-                false,
-                "InvalidGrant",
-                &message,
-                Some(generation),
-                &now,
-            );
-            notes.push(Note::warning("InvalidGrant", message.clone()));
-            self.publish(
-                name,
-                candidate,
-                fingerprint,
-                Some(NotReady {
+        let effective = match self.capabilities.set(name, &grant, &context) {
+            Ok(()) => Ok(EffectiveGrant {
+                identity: name.to_owned(),
+                digest: format!("sha256:{}", binding.provider.digest()),
+                http: grant.http.clone(),
+                libvirt: grant.libvirt.clone(),
+            }),
+            Err(error) => {
+                self.capabilities.remove(name);
+                Err(NotReady {
                     reason: "InvalidGrant",
-                    message,
-                }),
-            );
-            return Applied {
-                status,
-                notes,
-                rebound,
-            };
-        }
-        status.effective_grant = Some(EffectiveGrant {
-            identity: name.to_owned(),
-            digest: format!("sha256:{}", binding.provider.digest()),
-            http: grant.http.clone(),
-            libvirt: grant.libvirt.clone(),
-        });
-        let description = binding.provider.description();
-        status.loaded = Some(LoadedComponent {
-            file: spec.component.file.clone(),
-            name: description.name.clone(),
-            version: description.version.clone(),
-            contract_version: description.contract_version.clone(),
-            digest: format!("sha256:{}", binding.provider.digest()),
-            generation: binding.provider.generation(),
-        });
-
-        let granted = grant.granted();
-        if let Some(missing) = binding
-            .provider
-            .capabilities()
-            .into_iter()
-            .find(|capability| !granted.contains(capability))
-        {
-            let message = format!(
-                "the component imports the {missing} capability, which spec.grant does not grant: add spec.grant.{missing}"
-            );
-            let was_ready = crate::crd::condition(&status.conditions, conditions::READY)
-                .is_some_and(|condition| condition.status == "True");
-            set_condition(
-                &mut status.conditions,
-                conditions::READY,
-                false,
-                "CapabilityNotGranted",
-                &message,
-                Some(generation),
-                &now,
-            );
-            if was_ready || rebound {
-                notes.push(Note::warning("CapabilityNotGranted", message.clone()));
+                    message: error.to_string(),
+                })
             }
-            self.publish(
-                name,
-                candidate,
-                fingerprint,
-                Some(NotReady {
-                    reason: "CapabilityNotGranted",
-                    message,
-                }),
-            );
-            return Applied {
-                status,
-                notes,
-                rebound,
-            };
-        }
-        // Proxies waiting on a refusal that is gone should reconcile, as on a new binding.
-        let cleared = self.publish(name, candidate, fingerprint, None);
-        let rebound = rebound || cleared;
-
-        let check = binding
-            .provider
-            .call(
-                Request::Check {
-                    config: binding.config.clone(),
-                },
-                &CallContext {
-                    proxy: Some(format!("providerconfig/{name}")),
-                },
-            )
-            .await;
-        let (ready, reason, message) = match check {
-            Ok(Response::Check(result)) => (
-                result.reason == CheckReason::Ok,
-                check_reason(result.reason),
-                result.message,
-            ),
-            Ok(other) => (
-                false,
-                "CheckFailed",
-                format!("check answered {}", other.operation()),
-            ),
-            Err(error) => (false, "CheckFailed", error.to_string()),
         };
-        let was_ready = crate::crd::condition(&status.conditions, conditions::READY)
-            .is_some_and(|condition| condition.status == "True");
-        set_condition(
-            &mut status.conditions,
-            conditions::READY,
-            ready,
-            reason,
-            &message,
-            Some(generation),
-            &now,
-        );
-        if !ready && was_ready {
-            notes.push(Note::warning(reason, message));
+        let missing_capability = missing_capability(&binding, &grant);
+        let refusal = match &effective {
+            Err(refused) => Some(refused.clone()),
+            Ok(_) => missing_capability.clone(),
+        };
+        // Proxies waiting on a refusal that is gone should reconcile, as on a new binding.
+        let lifted = self.publish(name, published, fingerprint, refusal);
+        Bound {
+            spec_refused,
+            fresh,
+            rebound: fresh || lifted,
+            serving: Some(Serving {
+                binding,
+                grant: effective,
+                missing_capability,
+            }),
         }
-        Applied {
-            status,
-            notes,
-            rebound,
-        }
+    }
+
+    /// The binding to serve next, if any.
+    fn next_binding(
+        &self,
+        name: &str,
+        generation: i64,
+        spec: &ProviderConfigSpec,
+        attempt: &Result<Fresh, NotReady>,
+        fingerprint: [u8; 32],
+    ) -> Option<NextBinding> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
+            binding: None,
+            fingerprint: [0; 32],
+            revision: 0,
+            retired: Vec::new(),
+            refusal: None,
+        });
+        // Older bindings stay granted while a call still holds them.
+        entry.retired.retain(|old| Arc::strong_count(old) > 1);
+        let candidate = match attempt {
+            Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
+                Some(Arc::new(Binding {
+                    provider_config: name.to_owned(),
+                    generation,
+                    provider: Arc::clone(&fresh.provider),
+                    config: fresh.config.clone(),
+                    sweep: spec.orphan_sweep.clone(),
+                    recovery: spec.recovery.clone(),
+                    resync: spec
+                        .resync_seconds
+                        .map(|seconds| Duration::from_secs(seconds.max(1))),
+                    revision: entry.revision + 1,
+                }))
+            }
+            _ => None,
+        };
+        let fresh = candidate.is_some();
+        let binding = candidate.or_else(|| entry.binding.clone())?;
+        let digests = std::iter::once(&binding)
+            .chain(&entry.binding)
+            .chain(&entry.retired)
+            .map(|bound| bound.provider.digest().to_owned())
+            .collect();
+        Some(NextBinding {
+            binding,
+            digests,
+            fresh,
+        })
     }
 
     /// Makes `candidate` (if any) the binding of `name` and records why Proxies may not call
@@ -506,72 +437,25 @@ impl ProviderSet {
         lifted
     }
 
-    /// Steps 1–3: a binding of the current spec, or why not.
-    async fn attempt(&self, name: &str, spec: &ProviderConfigSpec) -> Result<Fresh, NotReady> {
-        let file = component_file(&spec.component.file)?;
-        let identity = file.trim_end_matches(".wasm");
-        let path = self.registry.dir().join(&file);
-        let Some(loaded) = self.registry.get(identity) else {
-            let message = match lock(&self.load_errors).get(&path) {
-                Some(error) => format!("component {file} does not load: {error}"),
-                None => format!("component {file} is not in the components directory"),
-            };
-            return Err(NotReady {
-                reason: "ComponentNotLoaded",
-                message,
-            });
-        };
-        if let Some(error) = lock(&self.load_errors).get(&path) {
-            // A replacement was refused: the old generation serves, and the spec is not met.
-            return Err(NotReady {
-                reason: "ComponentRejected",
-                message: format!("the new {file} does not load, the previous one serves: {error}"),
-            });
-        }
-        if let Some(pin) = &spec.component.digest {
-            let Some(pinned) = digest_hex(pin) else {
-                return Err(NotReady {
-                    reason: "DigestMismatch",
-                    message: format!("the spec pins {pin:?}, which is not sha256:<64 hex digits>"),
-                });
-            };
-            if pinned != loaded.digest() {
-                return Err(NotReady {
-                    reason: "DigestMismatch",
-                    message: format!(
-                        "{file} is sha256:{}, the spec pins sha256:{pinned}",
-                        loaded.digest()
-                    ),
-                });
-            }
-        }
-        let config = serde_json::to_string(&spec.config).unwrap_or_else(|_| "{}".into());
-        check_schema(&loaded.description().config_schema, &spec.config)?;
-        match loaded
-            .call(
-                Request::ValidateConfig {
-                    config: config.clone(),
-                },
-                &CallContext {
-                    proxy: Some(format!("providerconfig/{name}")),
-                },
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(error) => {
-                return Err(NotReady {
-                    reason: "InvalidConfig",
-                    message: format!("the provider refused its configuration: {error}"),
-                });
-            }
-        }
+    /// The spec's limits and identity on the candidate the provider accepted.
+    fn bound_candidate(
+        &self,
+        name: &str,
+        spec: &ProviderConfigSpec,
+        candidate: Candidate,
+    ) -> Result<Fresh, NotReady> {
         let limits = limits(&self.defaults, spec.limits.as_ref())?;
-        let provider = loaded.bind(name, limits).map_err(|error| NotReady {
-            reason: "InvalidName",
-            message: error.to_string(),
-        })?;
-        Ok(Fresh { provider, config })
+        let provider = candidate
+            .component
+            .bind(name, limits)
+            .map_err(|error| NotReady {
+                reason: "InvalidName",
+                message: error.to_string(),
+            })?;
+        Ok(Fresh {
+            provider,
+            config: candidate.config,
+        })
     }
 
     /// A digest of what a binding of this spec stands for: the generation, the component, and
@@ -607,6 +491,16 @@ impl ProviderSet {
         }
         hasher.finalize().into()
     }
+}
+
+/// The binding that serves next.
+struct NextBinding {
+    binding: Arc<Binding>,
+    /// The digests its grant covers: its own, the current binding's and those of older
+    /// bindings still finishing calls.
+    digests: Vec<String>,
+    /// Whether it is new (to be published once its grant is set).
+    fresh: bool,
 }
 
 /// A binding of the current spec, before it is published.
@@ -693,18 +587,20 @@ fn limits(defaults: &Limits, spec: Option<&LimitsSpec>) -> Result<Limits, NotRea
     Ok(limits)
 }
 
-/// A check reason as a condition reason (`CertificateInvalid`, …).
-fn check_reason(reason: CheckReason) -> &'static str {
-    match reason {
-        CheckReason::Ok => "CheckPassed",
-        CheckReason::Unreachable => "Unreachable",
-        CheckReason::Unauthorized => "Unauthorized",
-        CheckReason::Forbidden => "Forbidden",
-        CheckReason::CertificateInvalid => "CertificateInvalid",
-        CheckReason::CredentialsUnavailable => "CredentialsUnavailable",
-        CheckReason::Misconfigured => "Misconfigured",
-        CheckReason::Other => "CheckFailed",
-    }
+/// A capability `binding`'s component imports that `grant` does not grant, as a refusal.
+fn missing_capability(binding: &Binding, grant: &GrantSpec) -> Option<NotReady> {
+    let granted = grant.granted();
+    let missing = binding
+        .provider
+        .capabilities()
+        .into_iter()
+        .find(|capability| !granted.contains(capability))?;
+    Some(NotReady {
+        reason: "CapabilityNotGranted",
+        message: format!(
+            "the component imports the {missing} capability, which spec.grant does not grant: add spec.grant.{missing}"
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -5,17 +5,23 @@
 //! Proxy was deleted while the operator could not clean up, or a create's VM was never recorded.
 //! A VM counts as an orphan only when two consecutive sweeps find it so: a Proxy created a moment
 //! ago may not be in the adapter's view yet. Orphans are then deleted, or only reported.
+//!
+//! When a sweep is due is one rule for both modes ([`SweepSchedule`]): the first at the
+//! ProviderConfig's first reconcile after start, then each `orphanSweep.intervalSeconds` after
+//! the last one, measured with the interval the spec gives now.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use egress_runtime::CallContext;
 use egress_runtime::types::{ErrorClass, Request, Response};
+use tokio::time::Instant;
 
-use crate::Note;
-use crate::crd::SweepMode;
-use crate::providers::Binding;
+use crate::crd::{OrphanSweep, SweepMode};
+use crate::provider_calls::ProviderCalls;
 use crate::reconciler::PROVIDER_CONFIG_TAG;
+use crate::{Note, lock};
 
 /// What one sweep of one ProviderConfig found and did.
 #[derive(Debug, Default)]
@@ -28,6 +34,17 @@ pub struct SweepReport {
     pub notes: Vec<Note>,
 }
 
+/// The VMs one sweep looks at: those made through ProviderConfig `provider_config`.
+#[derive(Clone, Copy, Debug)]
+pub struct SweepTarget<'a> {
+    /// The ProviderConfig (the tag's value).
+    pub provider_config: &'a str,
+    /// The provider's configuration (JSON), passed to each call.
+    pub config: &'a str,
+    /// What is done with an orphan.
+    pub mode: SweepMode,
+}
+
 /// Remembers suspects between sweeps.
 #[derive(Debug, Default)]
 pub struct Sweeper {
@@ -36,24 +53,36 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Sweep `binding`'s VMs against `live_uids`, the UIDs of every existing Proxy.
-    pub async fn sweep(&self, binding: &Binding, live_uids: &HashSet<String>) -> SweepReport {
+    /// Sweep `target`'s VMs, listed and deleted through `calls`, against `live_uids`, the UIDs
+    /// of every existing Proxy.
+    pub async fn sweep(
+        &self,
+        calls: &impl ProviderCalls,
+        target: SweepTarget<'_>,
+        live_uids: &HashSet<String>,
+    ) -> SweepReport {
         let mut report = SweepReport::default();
-        if binding.sweep.mode == SweepMode::Off {
+        if target.mode == SweepMode::Off {
             return report;
         }
-        let name = &binding.provider_config;
+        let name = target.provider_config;
         let context = CallContext {
             proxy: Some(format!("providerconfig/{name}/sweep")),
         };
         let request = Request::ListByTag {
-            config: binding.config.clone(),
+            config: target.config.to_owned(),
             key: PROVIDER_CONFIG_TAG.into(),
-            value: name.clone(),
+            value: name.to_owned(),
         };
-        let vms = match binding.provider.call(request, &context).await {
+        let vms = match calls.call(request, &context).await {
             Ok(Response::ListByTag(vms)) => vms,
-            Ok(_) => return report,
+            Ok(other) => {
+                report.notes.push(Note::warning(
+                    "SweepFailed",
+                    format!("list-by-tag answered {}", other.operation().as_str()),
+                ));
+                return report;
+            }
             Err(error) => {
                 report.notes.push(Note::warning(
                     "SweepFailed",
@@ -68,12 +97,9 @@ impl Sweeper {
             .map(|vm| vm.provider_id.clone())
             .collect();
         let confirmed: Vec<String> = {
-            let mut all = self
-                .suspects
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut all = lock(&self.suspects);
             let before = all
-                .insert(name.clone(), suspects.clone())
+                .insert(name.to_owned(), suspects.clone())
                 .unwrap_or_default();
             let mut confirmed: Vec<String> = suspects.intersection(&before).cloned().collect();
             confirmed.sort();
@@ -81,7 +107,7 @@ impl Sweeper {
         };
         for provider_id in confirmed {
             report.found.push(provider_id.clone());
-            if binding.sweep.mode == SweepMode::Report {
+            if target.mode == SweepMode::Report {
                 report.notes.push(Note::warning(
                     "OrphanFound",
                     format!("{provider_id} is marked as ours but no Proxy owns it (report only)"),
@@ -89,10 +115,10 @@ impl Sweeper {
                 continue;
             }
             let request = Request::Delete {
-                config: binding.config.clone(),
+                config: target.config.to_owned(),
                 provider_id: provider_id.clone(),
             };
-            match binding.provider.call(request, &context).await {
+            match calls.call(request, &context).await {
                 Ok(_) => {
                     report.deleted += 1;
                     report.notes.push(Note::normal(
@@ -108,5 +134,117 @@ impl Sweeper {
             }
         }
         report
+    }
+
+    /// Forget ProviderConfig `name`'s suspects (it is gone).
+    pub fn forget(&self, name: &str) {
+        lock(&self.suspects).remove(name);
+    }
+}
+
+/// Whether a ProviderConfig's sweep is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepPlan {
+    /// Its sweep is `Off`.
+    Off,
+    /// Sweep now; the next one is due this long after.
+    Due(Duration),
+    /// The next sweep is due in this long.
+    Wait(Duration),
+}
+
+/// The sweep rule, from the settings, the last sweep (none yet since start) and now.
+pub fn plan(settings: &OrphanSweep, last: Option<Instant>, now: Instant) -> SweepPlan {
+    if settings.mode == SweepMode::Off {
+        return SweepPlan::Off;
+    }
+    let interval = Duration::from_secs(settings.interval_seconds.max(1));
+    match last.map(|last| now.saturating_duration_since(last)) {
+        Some(since) if since < interval => SweepPlan::Wait(interval - since),
+        _ => SweepPlan::Due(interval),
+    }
+}
+
+/// When each ProviderConfig was last swept, in memory: a restart sweeps at the first reconcile
+/// (nothing is deleted before a second sweep confirms it, one interval later).
+#[derive(Debug, Default)]
+pub struct SweepSchedule {
+    last: Mutex<HashMap<String, Instant>>,
+}
+
+impl SweepSchedule {
+    /// [`plan`] for ProviderConfig `name`; a due sweep is recorded as run at `now` (the caller
+    /// runs it), so two reconciles at once never both sweep.
+    pub fn plan(&self, name: &str, settings: &OrphanSweep, now: Instant) -> SweepPlan {
+        let mut last = lock(&self.last);
+        let plan = plan(settings, last.get(name).copied(), now);
+        if matches!(plan, SweepPlan::Due(_)) {
+            last.insert(name.to_owned(), now);
+        }
+        plan
+    }
+
+    /// Forget ProviderConfig `name` (it is gone).
+    pub fn forget(&self, name: &str) {
+        lock(&self.last).remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every(mode: SweepMode, seconds: u64) -> OrphanSweep {
+        OrphanSweep {
+            mode,
+            interval_seconds: seconds,
+        }
+    }
+
+    #[test]
+    fn the_first_sweep_is_due_at_once_then_one_interval_after_the_last() {
+        let now = Instant::now();
+        let settings = every(SweepMode::Delete, 30);
+        let secs = Duration::from_secs;
+        assert_eq!(plan(&settings, None, now), SweepPlan::Due(secs(30)));
+        assert_eq!(
+            plan(&settings, Some(now), now + secs(10)),
+            SweepPlan::Wait(secs(20))
+        );
+        assert_eq!(
+            plan(&settings, Some(now), now + secs(30)),
+            SweepPlan::Due(secs(30))
+        );
+        // A shorter interval in the spec applies from the last sweep on, not after the old one.
+        assert_eq!(
+            plan(&every(SweepMode::Report, 5), Some(now), now + secs(10)),
+            SweepPlan::Due(secs(5))
+        );
+        assert_eq!(plan(&every(SweepMode::Off, 30), None, now), SweepPlan::Off);
+        // Zero seconds is one: never a hot loop.
+        assert_eq!(
+            plan(&every(SweepMode::Delete, 0), Some(now), now),
+            SweepPlan::Wait(secs(1))
+        );
+    }
+
+    #[test]
+    fn a_due_sweep_is_recorded_so_the_next_look_waits() {
+        let schedule = SweepSchedule::default();
+        let now = Instant::now();
+        let settings = every(SweepMode::Delete, 60);
+        assert_eq!(
+            schedule.plan("lab", &settings, now),
+            SweepPlan::Due(Duration::from_secs(60))
+        );
+        assert_eq!(
+            schedule.plan("lab", &settings, now + Duration::from_secs(1)),
+            SweepPlan::Wait(Duration::from_secs(59))
+        );
+        schedule.forget("lab");
+        assert!(matches!(
+            schedule.plan("lab", &settings, now + Duration::from_secs(2)),
+            SweepPlan::Due(_)
+        ));
     }
 }

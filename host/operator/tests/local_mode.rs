@@ -4,6 +4,8 @@
 mod local_support;
 mod metrics_support;
 
+use std::ffi::{OsStr, OsString};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use egress_operator::crd::conditions;
@@ -365,6 +367,122 @@ async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps(
         local.proxies().iter().all(running),
         "the live Proxy's VM was left alone"
     );
+}
+
+/// Issue 22: local mode writes what a sweep finds into the ProviderConfig's `status.orphans`, as
+/// Kubernetes mode does; the sweeps come on their own interval (one second here), not only at the
+/// resync (an hour here); and the ProviderConfig's own calls (`validate-config`, `check`, the
+/// sweep's `list-by-tag`) are in the call metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sweep_writes_the_orphans_it_finds_into_the_provider_config_status() {
+    let mut local = Local::new().await;
+    local.write(
+        "providerconfig.yaml",
+        &provider_config(&local.sim, "Report"),
+    );
+    local.write("proxy.yaml", &proxy("default", "lost"));
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+    let orphan = local.proxy("default/lost").unwrap();
+    let orphan_id = orphan.status.provider_id.clone().unwrap();
+    // The operator loses its record of the Proxy: its VM is an orphan, and the Proxy gets a new
+    // UID and a new VM.
+    local.kill();
+    let state = local.path(".egress-operator/state.db");
+    let store = Store::open(&state).unwrap();
+    store.remove_proxy("default", "lost", &orphan.uid).unwrap();
+    drop(store);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = std::fs::File::create(local.path("operator.log")).unwrap();
+    let _operator = KillOnDrop(
+        with_resync(&local.command(&["--listen", &addr]), 3600)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the operator starts"),
+    );
+    let orphans = || {
+        Store::open_read_only(&state)
+            .and_then(|store| store.config("proxmox-lab"))
+            .ok()
+            .flatten()
+            .and_then(|record| record.status.orphans)
+    };
+    let deadline = Instant::now() + LIMIT;
+    let report = loop {
+        if let Some(report) = orphans().filter(|report| report.found.contains(&orphan_id)) {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status.orphans never named {orphan_id}: {:?}\n{}",
+            orphans(),
+            local.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(report.deleted, 0, "report mode deletes nothing");
+    assert!(report.last_sweep.is_some());
+    assert!(
+        local
+            .vms()
+            .iter()
+            .any(|(vmid, _)| orphan_id.ends_with(&format!("/{vmid}"))),
+        "the orphan is left alone"
+    );
+
+    let metrics = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("the metrics port answers")
+        .text()
+        .await
+        .unwrap();
+    for operation in ["validate-config", "check", "list-by-tag"] {
+        let series = format!(
+            r#"egress_provider_calls_total{{provider="proxmox-lab",operation="{operation}",outcome="ok"}}"#
+        );
+        assert!(
+            counter(&metrics, &series) >= 1,
+            "{series} missing from:\n{metrics}"
+        );
+    }
+}
+
+/// `command` (the tests' operator command) with the resync at `seconds` in place of theirs.
+fn with_resync(command: &Command, seconds: u64) -> Command {
+    let mut args: Vec<OsString> = command.get_args().map(OsStr::to_owned).collect();
+    let at = args
+        .iter()
+        .position(|arg| arg == "--resync-seconds")
+        .expect("the tests' command sets the resync");
+    args[at + 1] = seconds.to_string().into();
+    let mut changed = Command::new(command.get_program());
+    changed.args(args);
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            changed.env(key, value);
+        }
+    }
+    changed
+}
+
+/// A child process killed when the test ends, passed or not.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -21,9 +21,11 @@ use serde_json::{Value, json};
 use super::Context;
 use super::caches::{Caches, Writers};
 use crate::crd::{
-    ComponentRef, FINALIZER, ProviderConfig, ProviderConfigSpec, Proxy, ProxySpec, ProxyStatus,
+    ComponentRef, FINALIZER, OrphanSweep, ProviderConfig, ProviderConfigSpec, Proxy, ProxySpec,
+    ProxyStatus, SweepMode,
 };
 use crate::operator::{Operator, Settings};
+use crate::provider_config_reconciler::ProviderConfigState;
 use crate::reconciler::Timing;
 
 pub type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
@@ -279,22 +281,32 @@ impl TestContext {
                     "http": {"origins": ["http://pve.example:8006"]}
                 }))
                 .expect("a grant"),
+                // Sweeps are the core's tests': the provider sees only the calls a test makes.
+                orphan_sweep: OrphanSweep {
+                    mode: SweepMode::Off,
+                    ..OrphanSweep::default()
+                },
                 ..ProviderConfigSpec::default()
             },
         );
-        let applied = operator
-            .providers
-            .apply(
-                PROVIDER_CONFIG,
-                1,
-                &pc.spec,
-                &Default::default(),
+        let state = ProviderConfigState {
+            name: PROVIDER_CONFIG.into(),
+            generation: 1,
+            spec: pc.spec.clone(),
+            status: Default::default(),
+        };
+        let outcome = operator
+            .provider_configs
+            .reconcile(
+                &operator.providers,
+                &state,
                 &super::caches::StoreObjects(&caches),
+                async { Some(Default::default()) },
             )
             .await;
         assert!(
-            applied.rebound,
-            "the reference component binds: {applied:?}"
+            outcome.rebound,
+            "the reference component binds: {outcome:?}"
         );
         writers
             .provider_configs
@@ -315,7 +327,6 @@ impl TestContext {
             operator,
             caches,
             rebound,
-            sweeps: Default::default(),
         });
         TestContext {
             context,
@@ -337,8 +348,31 @@ pub async fn timeout_after_1s(verifier: tokio::task::JoinHandle<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube_mode::proxy::{error_policy, reconcile};
+    use crate::kube_mode::proxy::{api_retry, error_policy, reconcile};
+    use crate::kube_mode::{Error, provider_config};
     use kube::runtime::controller::Action;
+
+    #[tokio::test]
+    async fn binding_the_provider_config_counts_its_validate_config_and_check_calls() {
+        let test = TestContext::new().await;
+        let metrics = &test.context.operator.metrics;
+        assert_eq!(metrics.calls(PROVIDER_CONFIG, "validate-config", "ok"), 1);
+        assert_eq!(metrics.calls(PROVIDER_CONFIG, "check", "ok"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_provider_config_reconcile_is_counted_by_its_error_label() {
+        let test = TestContext::new().await;
+        let pc = Arc::new(ProviderConfig::new(
+            PROVIDER_CONFIG,
+            ProviderConfigSpec::default(),
+        ));
+        let error = Error::Unnamed("namespace");
+        let action = provider_config::error_policy(pc, &error, Arc::clone(&test.context));
+        assert_eq!(action, Action::requeue(api_retry(&test.context)));
+        let metrics = &test.context.operator.metrics;
+        assert_eq!(metrics.reconcile_failures("providerconfig", "unnamed"), 1);
+    }
 
     #[tokio::test]
     async fn a_new_proxy_gets_the_finalizer_before_anything_else() {
@@ -505,6 +539,8 @@ mod tests {
             error_policy(proxy, &error, Arc::clone(&test.context)),
             Action::requeue(Duration::from_secs(7))
         );
+        let metrics = &test.context.operator.metrics;
+        assert_eq!(metrics.reconcile_failures("proxy", "cleanuppending"), 1);
         // Only the status write: no finalizer patch (the verifier fails on any extra call).
         timeout_after_1s(mocks).await;
         assert_eq!(

@@ -1,10 +1,11 @@
-//! The ProviderConfig controller: [`ProviderSet::apply`](crate::providers::ProviderSet::apply)
+//! The ProviderConfig controller: the reconciler core
+//! ([`ProviderConfigReconciler`](crate::provider_config_reconciler::ProviderConfigReconciler))
 //! on every change of the spec, of a Secret or ConfigMap it references (credential, CA), on a
 //! registry event for its component file (hot swap, or a replacement that does not load), and
-//! every resync (which runs the provider's `check`). Every `orphanSweep.intervalSeconds` it also
-//! sweeps the VMs made through it against the UIDs of every Proxy. Status by server-side apply,
-//! notes as Events; when the binding changed, its Proxies are told (they reconcile on the new
-//! component or spec).
+//! when its last outcome asked (the resync, which runs the provider's `check`, or the next
+//! orphan sweep). The sweep compares the VMs made through it with the UIDs of every Proxy in the
+//! cache. Status by server-side apply, notes as Events; when the binding changed, its Proxies are
+//! told (they reconcile on the new component or spec).
 //!
 //! A deleted ProviderConfig is forgotten ([`forget_deleted`]): its grant goes and its Proxies can
 //! no longer be served.
@@ -12,7 +13,6 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use egress_runtime::RegistryEvent;
 use egress_runtime::grant::ObjectRef as Named;
@@ -25,10 +25,8 @@ use tokio::sync::oneshot;
 
 use super::caches::{Caches, StoreObjects, Touched};
 use super::{Context, Error, never_ending};
-use crate::crd::{
-    FIELD_MANAGER, OrphanReport, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus,
-    SweepMode,
-};
+use crate::crd::{FIELD_MANAGER, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus};
+use crate::provider_config_reconciler::ProviderConfigState;
 
 /// Run the ProviderConfig controller until `stop` fires and the reconciles in flight finish.
 pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
@@ -81,16 +79,15 @@ pub async fn forget_deleted(context: Arc<Context>) {
         match touched {
             Touched::ProviderConfigGone(name) => {
                 tracing::info!(provider_config = %name, "deleted: its grant and binding go");
-                context.operator.providers.remove(&name);
+                let operator = &context.operator;
+                operator.provider_configs.forget(&operator.providers, &name);
             }
             Touched::Relisted => {
-                for binding in context.operator.providers.bound() {
-                    if context
-                        .caches
-                        .provider_config(&binding.provider_config)
-                        .is_none()
-                    {
-                        context.operator.providers.remove(&binding.provider_config);
+                let operator = &context.operator;
+                for binding in operator.providers.bound() {
+                    let name = &binding.provider_config;
+                    if context.caches.provider_config(name).is_none() {
+                        operator.provider_configs.forget(&operator.providers, name);
                     }
                 }
             }
@@ -198,94 +195,57 @@ pub fn references(spec: &ProviderConfigSpec, namespace: &str) -> References {
     found
 }
 
-/// One reconcile of one ProviderConfig.
+/// One reconcile of one ProviderConfig: the core's, its outcome applied.
 pub async fn reconcile(pc: Arc<ProviderConfig>, context: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
     let name = pc.metadata.name.clone().ok_or(Error::Unnamed("name"))?;
-    let generation = pc.metadata.generation.unwrap_or(0);
-    let previous = pc.status.clone().unwrap_or_default();
+    let state = ProviderConfigState {
+        name: name.clone(),
+        generation: pc.metadata.generation.unwrap_or(0),
+        spec: pc.spec.clone(),
+        status: pc.status.clone().unwrap_or_default(),
+    };
     let operator = &context.operator;
-    let applied = operator
-        .providers
-        .apply(
-            &name,
-            generation,
-            &pc.spec,
-            &previous,
-            &StoreObjects(&context.caches),
+    let caches = &context.caches;
+    // Every Proxy the cache holds, those being deleted too: their VMs are not orphans.
+    let live_proxy_uids = async {
+        Some(
+            caches
+                .proxies
+                .state()
+                .iter()
+                .filter_map(|proxy| proxy.uid())
+                .collect::<HashSet<String>>(),
+        )
+    };
+    let outcome = operator
+        .provider_configs
+        .reconcile(
+            &operator.providers,
+            &state,
+            &StoreObjects(caches),
+            live_proxy_uids,
         )
         .await;
-    let mut status = applied.status;
-    let mut notes = applied.notes;
-    let mut next = operator.reconciler.timing().resync;
-
-    if let Ok(binding) = operator.providers.binding(&name)
-        && binding.sweep.mode != SweepMode::Off
-    {
-        let interval = Duration::from_secs(binding.sweep.interval_seconds.max(1));
-        match sweep_wait(&context, &name, interval) {
-            Some(wait) => next = next.min(wait),
-            None => {
-                let live: HashSet<String> = context
-                    .caches
-                    .proxies
-                    .state()
-                    .iter()
-                    .filter_map(|proxy| proxy.uid())
-                    .collect();
-                let report = operator.sweeper.sweep(&binding, &live).await;
-                status.orphans = Some(OrphanReport {
-                    last_sweep: Some(crate::now()),
-                    found: report.found,
-                    deleted: report.deleted,
-                });
-                notes.extend(report.notes);
-                next = next.min(interval);
-            }
-        }
-    }
 
     let api: Api<ProviderConfig> = Api::all(context.client.clone());
-    if status != previous {
-        write_status(&api, &name, &status).await?;
+    if outcome.status != state.status {
+        write_status(&api, &name, &outcome.status).await?;
     }
-    context.record(&notes, &pc.object_ref(&())).await;
-    if applied.rebound {
+    context.record(&outcome.notes, &pc.object_ref(&())).await;
+    if outcome.rebound {
         // Nobody listening (no Proxy controller yet) is fine: it starts with every Proxy.
-        let _ = context.rebound.send(name.clone());
+        let _ = context.rebound.send(name);
     }
-    let ready = crate::crd::condition(&status.conditions, crate::crd::conditions::READY)
-        .is_some_and(|ready| ready.status == "True");
-    operator.metrics.reconciled(
-        "providerconfig",
-        if ready { "success" } else { "error" },
-        started.elapsed(),
-    );
-    Ok(Action::requeue(next))
+    Ok(Action::requeue(outcome.next))
 }
 
-/// `None` when ProviderConfig `name` is due for a sweep (and marks it swept now), else how long
-/// until it is.
-fn sweep_wait(context: &Context, name: &str, interval: Duration) -> Option<Duration> {
-    let mut sweeps = context
-        .sweeps
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let now = Instant::now();
-    match sweeps.get(name) {
-        Some(last) if now.duration_since(*last) < interval => {
-            Some(interval - now.duration_since(*last))
-        }
-        _ => {
-            sweeps.insert(name.to_owned(), now);
-            None
-        }
-    }
-}
-
-/// Retry an API failure shortly.
+/// Count the failure by its label and retry shortly.
 pub fn error_policy(_pc: Arc<ProviderConfig>, error: &Error, context: Arc<Context>) -> Action {
     tracing::warn!(error = %error, label = error.metric_label(), "providerconfig reconcile failed");
+    context
+        .operator
+        .metrics
+        .reconcile_failed("providerconfig", error.metric_label());
     Action::requeue(super::proxy::api_retry(&context))
 }
 

@@ -201,9 +201,13 @@ pub async fn reconcile(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Actio
     .map_err(|error| Error::Finalizer(Box::new(error)))
 }
 
-/// Requeue after an error: the cleanup's own wait, the shortest retry after a stale finalizer
-/// patch, else a short retry.
+/// Count the failure by its label, then requeue: the cleanup's own wait, the shortest retry
+/// after a stale finalizer patch, else a short retry.
 pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, context: Arc<Context>) -> Action {
+    context
+        .operator
+        .metrics
+        .reconcile_failed("proxy", error.metric_label());
     if let Error::Finalizer(inner) = error
         && let finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) = inner.as_ref()
     {

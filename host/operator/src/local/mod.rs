@@ -7,6 +7,11 @@
 //! VM is deleted, then its record. A malformed manifest gets one error naming the file and the
 //! field, and its objects keep their last good version ([`manifests`]).
 //!
+//! ProviderConfigs go through the same ProviderConfig reconciler core as in a cluster
+//! ([`crate::provider_config_reconciler`]): on start, when their manifest or a Secret or
+//! ConfigMap of the folder changes, on a registry event, and when their last outcome asked (the
+//! resync, or the next orphan sweep); their status, `status.orphans` included, is stored.
+//!
 //! While it runs, a table on stdout gets a line each time a Proxy changes (like
 //! `kubectl get -w`); log lines go to stderr. `egress-operator get proxies --local DIR` prints the
 //! stored state (table, YAML or JSON).
@@ -29,11 +34,12 @@ use tokio::time::Instant;
 
 use crate::crd::{Phase, ProxyStatus, condition, conditions};
 use crate::operator::Operator;
+use crate::provider_config_reconciler::ProviderConfigState;
 use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
-use crate::{Note, Objects};
+use crate::{Note, Objects, lock};
 
 use self::manifests::Folder;
 use self::queue::Queue;
@@ -70,12 +76,13 @@ struct Local {
     folder: Mutex<Folder>,
     /// A snapshot of it for readers.
     snapshot: Arc<ArcSwap<Folder>>,
+    /// Proxies due for a reconcile.
     queue: Queue,
+    /// ProviderConfigs due for a reconcile (their last outcome's `next`).
+    config_queue: Queue,
     table: Option<Table>,
-    /// ProviderConfigs applied at least once since start.
+    /// ProviderConfigs reconciled at least once since start.
     applied: Mutex<HashSet<String>>,
-    /// When each ProviderConfig is next swept.
-    sweeps: Mutex<HashMap<String, Instant>>,
 }
 
 /// Run local mode over `dir` until interrupted (or, with `--exit-when-settled`, until every
@@ -105,9 +112,9 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         folder: Mutex::new(Folder::default()),
         snapshot: Arc::new(ArcSwap::from_pointee(Folder::default())),
         queue: Queue::default(),
+        config_queue: Queue::default(),
         table: (!args.no_table).then(Table::default),
         applied: Mutex::new(HashSet::new()),
-        sweeps: Mutex::new(HashMap::new()),
     });
     if let Some(table) = &local.table {
         table.header();
@@ -160,9 +167,6 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let mut registry_events = local.operator.registry().subscribe();
-    let mut resync = tokio::time::interval(local.operator.settings.timing.resync);
-    resync.tick().await;
-    let mut sweep_tick = tokio::time::interval(Duration::from_secs(1));
     let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
     // One listener for the whole run: one made anew in each turn of the loop would miss a
     // signal that arrives while a turn's work runs.
@@ -178,14 +182,16 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             event = registry_events.recv() => {
-                // A component changed, or failed to: re-apply every ProviderConfig; those whose
+                // A component changed, or failed to: reconcile every ProviderConfig; those whose
                 // binding moved bring their Proxies along, and a refused one shows `Degraded`.
                 if !matches!(event, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                    local.apply_configs(true).await;
+                    local.reconcile_configs(|_| true).await;
                 }
             }
-            _ = resync.tick() => local.apply_configs(true).await,
-            _ = sweep_tick.tick() => local.sweep_due().await,
+            Some(name) = local.config_queue.next() => {
+                local.config_queue.done(&name);
+                local.reconcile_config(&name).await;
+            }
             _ = settle_tick.tick(), if args.exit_when_settled => {
                 if let Some(code) = local.settled().await {
                     break code;
@@ -230,25 +236,39 @@ impl Local {
 
         // ProviderConfigs first, so Proxies find them.
         let declared = folder.provider_configs();
+        let mut changed_configs = HashSet::new();
         for (name, manifest) in &declared {
-            let (name, spec) = (name.clone(), manifest.spec.clone());
-            self.store
-                .run(move |store| store.declare_config(&name, &spec))
+            let (key, spec) = (name.clone(), manifest.spec.clone());
+            let (_, changed) = self
+                .store
+                .run(move |store| store.declare_config(&key, &spec))
                 .await?;
+            if changed {
+                changed_configs.insert(name.clone());
+            }
         }
         for record in self.store.run(|store| store.configs()).await? {
             if !declared.contains_key(&record.name) {
-                self.operator.providers.remove(&record.name);
+                let operator = &self.operator;
+                operator
+                    .provider_configs
+                    .forget(&operator.providers, &record.name);
                 let name = record.name.clone();
                 self.store
                     .run(move |store| store.remove_config(&name))
                     .await?;
-                self.applied_forget(&record.name);
+                lock(&self.applied).remove(&record.name);
+                self.config_queue.forget(&record.name);
                 tracing::info!(provider_config = %record.name, "ProviderConfig removed");
             }
         }
         let references_changed = !same_references(&previous, &folder);
-        self.apply_configs(references_changed).await;
+        self.reconcile_configs(|name| {
+            references_changed
+                || changed_configs.contains(name)
+                || !lock(&self.applied).contains(name)
+        })
+        .await;
 
         let proxies = folder.proxies();
         let now = Instant::now();
@@ -289,64 +309,87 @@ impl Local {
         Ok(())
     }
 
-    fn applied_forget(&self, name: &str) {
-        self.applied
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(name);
+    /// Reconcile each declared ProviderConfig `which` keeps.
+    async fn reconcile_configs(&self, which: impl Fn(&str) -> bool) {
+        let names: Vec<String> = self
+            .snapshot
+            .load()
+            .provider_configs()
+            .keys()
+            .filter(|name| which(name))
+            .cloned()
+            .collect();
+        for name in names {
+            self.reconcile_config(&name).await;
+        }
     }
 
-    /// Apply every declared ProviderConfig (`all`), or only those not applied since start;
-    /// Proxies of one whose binding moved are scheduled now.
-    async fn apply_configs(&self, all: bool) {
-        let folder = self.snapshot.load_full();
-        let objects = self.objects();
-        let records = match self.store.run(|store| store.configs()).await {
-            Ok(records) => records,
+    /// Reconcile ProviderConfig `name` with the core, store what it decided, and schedule the
+    /// next reconcile when the outcome asks; Proxies of one whose binding moved (or that is
+    /// reconciled for the first time since start) are scheduled now.
+    async fn reconcile_config(&self, name: &str) {
+        let declared = self.snapshot.load().provider_configs();
+        let Some(manifest) = declared.get(name) else {
+            return;
+        };
+        let key = name.to_owned();
+        let record = match self.store.run(move |store| store.config(&key)).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
             Err(error) => {
-                tracing::error!(%error, "reading ProviderConfigs failed");
+                tracing::error!(provider_config = %name, %error, "reading a ProviderConfig failed");
+                let retry = self.operator.reconciler.timing().backoff_base;
+                self.config_queue.schedule(name, Instant::now() + retry);
                 return;
             }
         };
-        for record in records {
-            let Some(manifest) = folder.provider_configs().get(&record.name).cloned() else {
-                continue;
-            };
-            let first = self
-                .applied
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(record.name.clone());
-            if !all && !first {
-                continue;
-            }
-            let applied = self
-                .operator
-                .providers
-                .apply(
-                    &record.name,
-                    record.generation,
-                    &manifest.spec,
-                    &record.status,
-                    &objects,
-                )
-                .await;
-            for note in &applied.notes {
-                log_note(&format!("ProviderConfig {}", record.name), note);
-            }
-            if applied.status != record.status {
-                let (name, status) = (record.name.clone(), applied.status.clone());
-                if let Err(error) = self
-                    .store
-                    .run(move |store| store.write_config_status(&name, &status))
-                    .await
-                {
-                    tracing::error!(%error, "writing a ProviderConfig status failed");
+        let state = ProviderConfigState {
+            name: name.to_owned(),
+            generation: record.generation,
+            spec: manifest.spec.clone(),
+            status: record.status,
+        };
+        let store = self.store.clone();
+        // Every stored Proxy, those being deleted too: their VMs are not orphans.
+        let live_proxy_uids = async move {
+            match store.run(|store| store.proxies()).await {
+                Ok(records) => Some(records.into_iter().map(|record| record.uid).collect()),
+                Err(error) => {
+                    tracing::error!(%error, "reading the Proxies for the orphan sweep failed");
+                    None
                 }
             }
-            if applied.rebound || first {
-                self.schedule_proxies_of(&record.name).await;
+        };
+        let operator = &self.operator;
+        let outcome = operator
+            .provider_configs
+            .reconcile(
+                &operator.providers,
+                &state,
+                &self.objects(),
+                live_proxy_uids,
+            )
+            .await;
+        for note in &outcome.notes {
+            log_note(&format!("ProviderConfig {name}"), note);
+        }
+        if outcome.status != state.status {
+            let (key, status) = (name.to_owned(), outcome.status.clone());
+            if let Err(error) = self
+                .store
+                .run(move |store| store.write_config_status(&key, &status))
+                .await
+            {
+                tracing::error!(%error, "writing a ProviderConfig status failed");
             }
+        }
+        // The outcome's time replaces any earlier one.
+        self.config_queue.forget(name);
+        self.config_queue
+            .schedule(name, Instant::now() + outcome.next);
+        let first = lock(&self.applied).insert(name.to_owned());
+        if outcome.rebound || first {
+            self.schedule_proxies_of(name).await;
         }
     }
 
@@ -432,47 +475,6 @@ impl Local {
             }
         }
         Ok(())
-    }
-
-    /// Sweep each ProviderConfig whose interval has passed.
-    async fn sweep_due(&self) {
-        let now = Instant::now();
-        let due: Vec<_> = {
-            let mut sweeps = self
-                .sweeps
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.operator
-                .providers
-                .bound()
-                .into_iter()
-                .filter(|binding| {
-                    let every = Duration::from_secs(binding.sweep.interval_seconds.max(1));
-                    let next = sweeps
-                        .entry(binding.provider_config.clone())
-                        .or_insert(now + every);
-                    if *next <= now {
-                        *next = now + every;
-                        true
-                    } else {
-                        false
-                    }
-                })
-                .collect()
-        };
-        if due.is_empty() {
-            return;
-        }
-        let Ok(records) = self.store.run(|store| store.proxies()).await else {
-            return;
-        };
-        let live: HashSet<String> = records.into_iter().map(|record| record.uid).collect();
-        for binding in due {
-            let report = self.operator.sweeper.sweep(&binding, &live).await;
-            for note in &report.notes {
-                log_note(&format!("ProviderConfig {}", binding.provider_config), note);
-            }
-        }
     }
 
     /// With `--exit-when-settled`: the exit status once every Proxy is Ready or failed and no

@@ -306,6 +306,11 @@ impl Store {
         Ok(records)
     }
 
+    /// ProviderConfig `name`, if stored.
+    pub fn config(&self, name: &str) -> Result<Option<ConfigRecord>, StoreError> {
+        transaction_free_config(&self.lock(), name)
+    }
+
     /// Write ProviderConfig `name`'s status.
     pub fn write_config_status(
         &self,
@@ -466,6 +471,7 @@ mod tests {
         let (record, changed) = store.declare_config("lab", &spec).unwrap();
         assert!(changed && record.generation == 2);
         assert_eq!(record.status.observed_generation, Some(1));
+        assert_eq!(store.config("lab").unwrap(), Some(record));
         store.remove_config("lab").unwrap();
         assert!(store.configs().unwrap().is_empty());
     }
