@@ -283,7 +283,7 @@ async fn a_failed_vm_is_replaced_by_a_new_one() {
     local.wait_until("a replacement running", LIMIT, |proxies| {
         proxies.iter().any(running) && local.log().matches("reason=VMCreated").count() == 2
     });
-    assert!(local.log().contains("VMFailed"), "{}", local.log());
+    assert!(local.log().contains("reason=VMReplaced"), "{}", local.log());
     let vms = local.vms();
     assert_eq!(vms.len(), 1, "the failed VM was deleted: {vms:?}");
     let replacement = local.sim.state().guest(vms[0].0).unwrap();
