@@ -8,7 +8,10 @@
 //! finalizers, label and field selectors, watches replayed from history (410 Gone once it is
 //! compacted), streaming lists, `CustomResourceDefinition` registration and the discovery
 //! documents. Failures are `metav1.Status` bodies, so kube reports them as `Error::Api`.
-//! The crate's README lists what is simplified.
+//! For `kubectl` it also serves what a cluster serves a user: the OpenAPI documents built from
+//! the CRD schemas (`kubectl apply` validates), `Table`s of a CRD's printer columns (`kubectl
+//! get`), and one Event store seen through both `events.k8s.io/v1` and core `v1` (`kubectl
+//! describe` lists what a `Recorder` published). The crate's README lists what is simplified.
 //!
 //! # Using it in a test
 //!
