@@ -13,6 +13,7 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Selection, Store, Target, Write};
 use crate::table::{self, Include};
+use crate::validation::{self, Directive};
 
 /// The largest body accepted, as the real server's 3 MiB limit.
 pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -66,6 +67,8 @@ pub(crate) enum Reply {
     Json(u16, Value),
     /// A plain-text body (health endpoints).
     Text(&'static str),
+    /// A binary body of this content type (OpenAPI v2 as protobuf).
+    Bytes(&'static str, Vec<u8>),
     /// A watch stream.
     Watch(Box<WatchRequest>),
 }
@@ -148,13 +151,24 @@ fn route(shared: &Shared, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
     }
 }
 
-/// `/openapi/v2` as JSON; protobuf (all kubectl asks for here) is not served: 406.
+/// The content type the real server answers `/openapi/v2` as protobuf with (the media type
+/// clients ask for has an `@`, which is no valid content type).
+const OPENAPI_V2_PROTOBUF: &str = "application/octet-stream";
+
+/// `/openapi/v2`: protobuf when the client names it first (client-go asks for nothing else),
+/// JSON when it takes JSON, 406 otherwise.
 fn openapi_v2(shared: &Shared, req: &ApiRequest<'_>) -> Result<Reply, ApiError> {
-    if let Some(accept) = req.accept
-        && !accept.contains("json")
-        && !accept.contains("*/*")
-    {
-        return Err(ApiError::not_acceptable(accept));
+    let accept = req.accept.unwrap_or("application/json");
+    let json_at = ["json", "*/*"].iter().filter_map(|m| accept.find(m)).min();
+    match (accept.find("proto-openapi.spec.v2"), json_at) {
+        (Some(pb), json) if json.is_none_or(|j| pb < j) => {
+            return Ok(Reply::Bytes(
+                OPENAPI_V2_PROTOBUF,
+                openapi::v2_protobuf(&shared.store(), &shared.kubernetes_version),
+            ));
+        }
+        (_, None) => return Err(ApiError::not_acceptable(accept)),
+        _ => {}
     }
     Ok(Reply::Json(
         200,
@@ -351,12 +365,14 @@ fn resource(
         }
         ("POST", None) if !r.rt.namespaced || r.namespace.is_some() => {
             let body = typed_body(req, &r.rt, version, false)?;
+            check_fields(shared, req, &r.rt, version, &body)?;
             let target = target(&r, version, "", &manager);
             let created = shared.mutate(|s| s.create(&target, body, Operation::Update))?;
             Ok(Reply::Json(201, created))
         }
         ("PUT", Some(name)) => {
             let body = typed_body(req, &r.rt, version, false)?;
+            check_fields(shared, req, &r.rt, version, &body)?;
             let target = target(&r, version, name, &manager);
             let (object, _) = shared.mutate(|s| s.write(&target, Write::Replace(body)))?;
             Ok(ok(req, object))
@@ -469,8 +485,10 @@ fn patch(
                 "fieldManager: Required value: is required for apply patch",
             ));
         }
+        let applied = typed_body(req, &r.rt, version, true)?;
+        check_fields(shared, req, &r.rt, version, &applied)?;
         Write::Apply {
-            applied: typed_body(req, &r.rt, version, true)?,
+            applied,
             force: req.flag("force"),
         }
     } else {
@@ -481,6 +499,9 @@ fn patch(
                 "force: Forbidden: may not be specified for non-apply patch",
             ));
         }
+        if kind != PatchKind::Json {
+            check_fields(shared, req, &r.rt, version, &patch::parse_json(req.body)?)?;
+        }
         Write::Patch(kind, req.body)
     };
     let (object, created) = shared.mutate(|s| s.write(&target, write))?;
@@ -488,6 +509,34 @@ fn patch(
         Ok(Reply::Json(201, object))
     } else {
         Ok(ok(req, object))
+    }
+}
+
+/// `fieldValidation=Strict` on a custom resource: 400 for fields its CRD version's schema does
+/// not declare (a body, or a merge patch, which has the object's shape; JSON patches are not
+/// checked). Other kinds, and the other directives, take any field.
+fn check_fields(
+    shared: &Shared,
+    req: &ApiRequest<'_>,
+    rt: &ResourceType,
+    version: &str,
+    body: &Value,
+) -> Result<(), ApiError> {
+    if Directive::parse(req.param("fieldValidation").as_deref())? != Directive::Strict {
+        return Ok(());
+    }
+    let schema = shared
+        .store()
+        .crd_version(rt, version)
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema").cloned());
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    let unknown = validation::unknown_fields(&schema, body);
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(validation::strict_error(&rt.kind, version, &unknown))
     }
 }
 
@@ -551,15 +600,9 @@ fn as_table(
         return Ok(None);
     };
     let include = Include::parse(req.param("includeObject").as_deref())?;
-    let declared = store.crd(rt).and_then(|crd| {
-        crd.pointer("/spec/versions")?
-            .as_array()?
-            .iter()
-            .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
-            .get("additionalPrinterColumns")?
-            .as_array()
-            .cloned()
-    });
+    let declared = store
+        .crd_version(rt, version)
+        .and_then(|v| v.get("additionalPrinterColumns")?.as_array().cloned());
     let columns = table::columns(declared.as_deref())?;
     Ok(Some(table::render(
         api_version,

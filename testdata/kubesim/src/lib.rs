@@ -74,6 +74,7 @@ mod status;
 mod store;
 mod table;
 mod time;
+mod validation;
 mod watch;
 
 use std::net::SocketAddr;
@@ -327,6 +328,7 @@ impl KubeSim {
                 message: status["message"].as_str().unwrap_or_default().to_string(),
             }),
             Reply::Text(text) => Ok(Value::String(text.to_string())),
+            Reply::Bytes(..) => Err(ApiError::bad_request("get reads JSON only").into()),
             Reply::Watch(_) => Err(ApiError::bad_request("get cannot watch").into()),
         }
     }
@@ -561,6 +563,14 @@ async fn respond(
     match api::handle(shared, &request) {
         Reply::Json(code, value) => json_response(code, &value),
         Reply::Text(text) => Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed()),
+        Reply::Bytes(content_type, bytes) => {
+            let mut response = Response::new(Full::new(Bytes::from(bytes)).boxed());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(content_type),
+            );
+            response
+        }
         Reply::Watch(watch) => {
             let mut response = Response::new(watch::stream(shared.clone(), *watch).boxed());
             response.headers_mut().insert(

@@ -1,14 +1,15 @@
 //! The OpenAPI documents `kubectl` reads before it writes: `/openapi/v3` (an index of one
 //! document per group version), `/openapi/v3/api/v1` and `/openapi/v3/apis/{group}/{version}`
-//! (OpenAPI 3.0), and `/openapi/v2` (Swagger 2.0, JSON only). They are built on each request
+//! (OpenAPI 3.0), and `/openapi/v2` (Swagger 2.0, as JSON or, in [`protobuf`], as the protobuf
+//! message client-go asks for). They are built on each request
 //! from what is served now: custom resources with the `openAPIV3Schema` of their CRD (converted
 //! for v2 as the real server does: no `nullable`, `oneOf`/`anyOf`/`allOf`/`not`; untyped where
 //! nullable, preserving unknown fields or int-or-string), built-in kinds with a schema of their
 //! common fields (Namespace, ConfigMap, Secret, both Event APIs) or an open one (the others).
 //!
 //! Every write operation lists the `fieldValidation` query parameter, so `kubectl` 1.27+ leaves
-//! validation to the server (kubesim does not validate) and does not need `/openapi/v2`, which
-//! it could only read as protobuf.
+//! validation to the server (kubesim does not validate) and reads `/openapi/v2` only to validate
+//! a `kind: List`; older kubectl validates every object from it.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -17,6 +18,8 @@ use serde_json::{Map, Value, json};
 
 use crate::resource::ResourceType;
 use crate::store::Store;
+
+mod protobuf;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -85,11 +88,8 @@ fn definition_name(group: &str, version: &str, kind: &str, builtin: bool) -> Str
 
 /// The `openAPIV3Schema` of a CRD's version, if the CRD exists and has one.
 fn crd_schema(store: &Store, rt: &ResourceType, version: &str) -> Option<Value> {
-    let crd = store.crd(rt)?;
-    crd.pointer("/spec/versions")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+    store
+        .crd_version(rt, version)?
         .pointer("/schema/openAPIV3Schema")
         .cloned()
 }
@@ -638,6 +638,11 @@ fn v2_operation(mut op: Value) -> Value {
         }
     }
     op
+}
+
+/// [`v2`] as protobuf (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`).
+pub(crate) fn v2_protobuf(store: &Store, version: &str) -> Vec<u8> {
+    protobuf::encode(&v2(store, version))
 }
 
 /// A schema as the real server publishes it in v2 (`ToStructuralOpenAPIV2`).

@@ -352,6 +352,15 @@ impl Store {
         self.objects.get(&key).map(|s| &s.object)
     }
 
+    /// The entry of `version` in the `spec.versions` of the CRD that declares `rt`.
+    pub(crate) fn crd_version(&self, rt: &ResourceType, version: &str) -> Option<&Value> {
+        self.crd(rt)?
+            .pointer("/spec/versions")?
+            .as_array()?
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(version))
+    }
+
     /// The objects a selection covers, in key order, as its version shows them.
     pub(crate) fn select(&self, selection: &Selection) -> Vec<Value> {
         self.objects

@@ -1,6 +1,8 @@
-//! kubesim as a kubectl user sees it: `kubectl apply` validates (through the OpenAPI v3
-//! documents) without `--validate=false`, `kubectl get` prints the CRD's printer columns,
-//! `kubectl describe` shows Events recorded through `events.k8s.io/v1`. Needs `kubectl` on PATH.
+//! kubesim as a kubectl user sees it: `kubectl apply` validates without `--validate=false`
+//! (through the OpenAPI v3 documents and `fieldValidation=Strict`, or on the client from
+//! `/openapi/v2` as protobuf, as kubectl older than 1.27 always does and newer ones for a
+//! `kind: List`), `kubectl get` prints the CRD's printer columns, `kubectl describe` shows Events
+//! recorded through `events.k8s.io/v1`. Needs `kubectl` on PATH.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +18,17 @@ use crate::common::{gizmo_crd, start};
 /// Runs kubectl against `sim` (its own cache directory), off the async threads; stdout, or a
 /// panic with stderr when it fails.
 async fn kubectl(dir: &Path, args: &[&str]) -> String {
+    let (success, stdout, stderr) = kubectl_run(dir, args).await;
+    assert!(
+        success,
+        "kubectl {} failed: {stderr}{stdout}",
+        args.join(" ")
+    );
+    stdout
+}
+
+/// Runs kubectl against `sim`: whether it succeeded, its stdout and stderr.
+async fn kubectl_run(dir: &Path, args: &[&str]) -> (bool, String, String) {
     let kubeconfig = dir.join("kubeconfig");
     let cache = dir.join("cache");
     let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
@@ -26,23 +39,19 @@ async fn kubectl(dir: &Path, args: &[&str]) -> String {
             .arg(&cache)
             .env("KUBECONFIG", &kubeconfig)
             .output()
-            .map(|output| (args, output))
     })
     .await
-    .unwrap();
-    let (args, output) = output.unwrap_or_else(|error| {
+    .unwrap()
+    .unwrap_or_else(|error| {
         panic!(
             "kubectl is needed on PATH (`just setup` installs Debian's kubernetes-client): {error}"
         )
     });
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
+    (
         output.status.success(),
-        "kubectl {} failed: {stderr}{stdout}",
-        args.join(" ")
-    );
-    stdout
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 fn write(dir: &Path, name: &str, document: &serde_json::Value) -> PathBuf {
@@ -76,8 +85,7 @@ async fn setup(sim: &KubeSim) -> tempfile::TempDir {
         .unwrap();
     let crd = write(dir.path(), "crd.json", &gizmo_crd());
     kubectl(dir.path(), &["apply", "-f", crd.to_str().unwrap()]).await;
-    // Two documents in one file, as manifests are written (a `kind: List` would be validated
-    // on the client, from `/openapi/v2` as protobuf, which kubesim does not serve).
+    // Two documents in one file, as manifests are written.
     let objects = dir.path().join("objects.yaml");
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "token", "namespace": "default"},
@@ -163,6 +171,58 @@ async fn kubectl_describe_shows_events_recorded_through_events_k8s_io() {
     kubectl(dir.path(), &["delete", "gizmo", "g1"]).await;
     assert!(
         sim.get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/g1")
+            .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_unknown_fields_on_the_server_and_in_a_list_on_the_client() {
+    let (sim, _client) = start().await;
+    let dir = setup(&sim).await;
+    let gizmo = |name: &str, spec: serde_json::Value| {
+        json!({"apiVersion": "kubesim.test/v1alpha1", "kind": "Gizmo",
+               "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    };
+    // One object: kubectl 1.27+ sends fieldValidation=Strict and kubesim refuses.
+    let one = write(
+        dir.path(),
+        "one.json",
+        &gizmo("typo", json!({"size": 1, "colour": "red"})),
+    );
+    let (applied, _, stderr) =
+        kubectl_run(dir.path(), &["apply", "-f", one.to_str().unwrap()]).await;
+    assert!(!applied, "a field the schema lacks is refused");
+    assert!(stderr.contains("unknown field \"spec.colour\""), "{stderr}");
+    // A List: validated on the client from /openapi/v2 (protobuf), the CRD's schema in it.
+    let list =
+        |items: Vec<serde_json::Value>| json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let bad = write(
+        dir.path(),
+        "bad.json",
+        &list(vec![gizmo("typo", json!({"size": 1, "colour": "red"}))]),
+    );
+    let (applied, _, stderr) =
+        kubectl_run(dir.path(), &["apply", "-f", bad.to_str().unwrap()]).await;
+    assert!(!applied, "{stderr}");
+    assert!(stderr.contains("unknown field \"colour\""), "{stderr}");
+    let requests = sim.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path == "/openapi/v2" && r.status == 200)
+    );
+    let good = write(
+        dir.path(),
+        "good.json",
+        &list(vec![gizmo("g2", json!({"size": 2}))]),
+    );
+    kubectl(dir.path(), &["apply", "-f", good.to_str().unwrap()]).await;
+    assert!(
+        sim.get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/g2")
+            .is_ok()
+    );
+    assert!(
+        sim.get("/apis/kubesim.test/v1alpha1/namespaces/default/gizmos/typo")
             .is_err()
     );
 }

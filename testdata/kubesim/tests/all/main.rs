@@ -13,4 +13,5 @@ mod lease;
 mod openapi;
 mod select;
 mod table;
+mod validation;
 mod watch;

@@ -1,5 +1,6 @@
 //! The OpenAPI documents kubectl reads before it writes: v3 by group version (with
-//! `fieldValidation` on writes, so kubectl leaves validation to the server) and v2 as JSON.
+//! `fieldValidation` on writes, so kubectl leaves validation to the server) and v2 as JSON and
+//! as protobuf (what client-go asks for).
 
 use serde_json::Value;
 
@@ -108,7 +109,7 @@ async fn openapi_v3_indexes_a_document_per_group_version_from_the_crd_schemas() 
 }
 
 #[tokio::test]
-async fn openapi_v2_is_served_as_json_and_refuses_protobuf() {
+async fn openapi_v2_is_served_as_json_and_as_protobuf() {
     let (sim, client) = start().await;
     sim.put(gizmo_crd()).unwrap();
     let (code, document) = get_as(&client, "/openapi/v2", "application/json").await;
@@ -144,8 +145,30 @@ async fn openapi_v2_is_served_as_json_and_refuses_protobuf() {
             .any(|p| p["in"] == "body")
     );
 
-    let protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-    let (code, status) = get_as(&client, "/openapi/v2", protobuf).await;
+    // What client-go sends: protobuf only. The gnostic `Document` starts with `swagger`.
+    let request = http::Request::get("/openapi/v2")
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/octet-stream"
+    );
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(body[..5], [0x0a, 3, b'2', b'.', b'0']);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("test.kubesim.v1alpha1.Gizmo"));
+    assert!(text.contains("x-kubernetes-group-version-kind"));
+
+    let (code, status) = get_as(&client, "/openapi/v2", "application/xml").await;
     assert_eq!(
         (code, status["reason"].as_str()),
         (406, Some("NotAcceptable"))
