@@ -7,7 +7,8 @@
 //! goes through the finalizer and the VM goes from the simulator.
 //!
 //! Needs `kubectl` on PATH (CI's image ships 1.32; `just setup` installs Debian's
-//! `kubernetes-client` where there is none): without it the test fails and says so. Every wait
+//! `kubernetes-client`, 1.20, where there is none; both pass): without it the test fails and
+//! says so. Every wait
 //! polls with a deadline; nothing sleeps to synchronise.
 
 mod proxmox_support;
