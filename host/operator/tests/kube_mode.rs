@@ -805,7 +805,8 @@ async fn in_report_mode_an_orphan_is_reported_and_left_alone() {
     world
         .create_provider_config("pve-report", "Report", 9001)
         .await;
-    let replica = Replica::leader(&world, "a").await;
+    // An hour's resync: only the sweep's own one-second interval brings the ProviderConfig back.
+    let replica = Replica::leader_with(&world, "a", no_resync()).await;
     let orphan = orphan(&world, "pve-report").await;
 
     eventually("the orphan is reported", || async {
