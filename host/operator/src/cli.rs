@@ -4,7 +4,10 @@
 //! - `egress-operator run`: the operator in a Kubernetes cluster (in-cluster config or kubeconfig).
 //! - `egress-operator get proxies --local DIR`: what local mode knows of its Proxies.
 //! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
-//! - `egress-operator provider inspect|call FILE`: one provider component, one operation.
+//! - `egress-operator provider inspect|call FILE`: one provider component, one operation;
+//!   `inspect REF` pulls the component from a registry first.
+//! - `egress-operator provider push FILE REF`, `provider pull REF [-o FILE]`: a provider as an OCI
+//!   artifact in a registry ([`crate::oci`]).
 //! - `egress-operator conformance FILE --config C --grants G`: the contract's rules against a
 //!   provider and its backend ([`crate::conformance`]); exit 0 when no rule fails.
 //!
@@ -24,6 +27,7 @@ use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig}
 use serde::Deserialize;
 
 use crate::grants::{Capabilities, GrantsFile};
+use crate::oci::{DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions};
 use crate::run_args::RunArgs;
 
 #[derive(Parser)]
@@ -61,7 +65,7 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
-    /// Work with one provider component file.
+    /// Work with one provider component: a file, or an artifact in an OCI registry.
     #[command(subcommand)]
     Provider(ProviderCommand),
     /// Run the contract's conformance rules against a provider component and the backend its
@@ -110,11 +114,42 @@ enum GetCommand {
 enum ProviderCommand {
     /// Print a provider's name, versions, exports, imports and requested capabilities.
     Inspect {
-        /// The provider component (`.wasm`).
-        file: PathBuf,
+        /// The provider component: a file (an existing path, or a name ending in `.wasm`), or
+        /// an artifact reference `REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`, pulled into
+        /// memory first.
+        target: String,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// The largest component layer to download, in bytes.
+        #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LAYER_BYTES)]
+        max_layer_bytes: u64,
+    },
+    /// Push a provider component to a registry as a wasm OCI artifact (config
+    /// `application/vnd.wasm.config.v0+json`, one `application/wasm` layer); print `REF@sha256:…`.
+    Push {
+        /// The provider component (`.wasm`).
+        file: PathBuf,
+        /// Where to push it: `REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a provider component from a registry, checking its media types, size and digests;
+    /// print the reference pinned by digest.
+    Pull {
+        /// `REGISTRY/REPOSITORY:TAG` or `REGISTRY/REPOSITORY@sha256:DIGEST`.
+        reference: String,
+        /// The file to write; defaults to the repository's last name with `.wasm`, here.
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// The largest component layer to download, in bytes.
+        #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LAYER_BYTES)]
+        max_layer_bytes: u64,
     },
     /// Run one operation and print its result, or its classified error, as JSON.
     Call {
@@ -204,7 +239,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::local::get_proxies(&local, &output)
         }
         Command::Crdgen { out_dir } => crdgen(out_dir.as_deref()),
-        Command::Provider(ProviderCommand::Inspect { file, json }) => inspect(&file, json).await,
+        Command::Provider(ProviderCommand::Inspect {
+            target,
+            json,
+            registry,
+            max_layer_bytes,
+        }) => inspect(&target, json, &registry, max_layer_bytes).await,
+        Command::Provider(ProviderCommand::Push {
+            file,
+            reference,
+            registry,
+        }) => push(&file, &reference, &registry).await,
+        Command::Provider(ProviderCommand::Pull {
+            reference,
+            output,
+            registry,
+            max_layer_bytes,
+        }) => pull(&reference, output.as_deref(), &registry, max_layer_bytes).await,
         Command::Conformance(args) => conformance(&args).await,
         Command::Provider(ProviderCommand::Call {
             file,
@@ -227,15 +278,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The runtime of a `provider` command.
+fn provider_runtime(capabilities: &Capabilities) -> anyhow::Result<Runtime> {
+    // One call and exit: tiering would only start a background compile the exit throws away.
+    // Cranelift's code is cached, so the next run loads it.
+    let config = capabilities.serve(RuntimeConfig::default().compilation(Compilation::Optimized));
+    Ok(Runtime::new(config)?)
+}
+
 async fn load(
     file: &Path,
     identity: Option<&str>,
     capabilities: &Capabilities,
 ) -> anyhow::Result<Arc<Provider>> {
-    // One call and exit: tiering would only start a background compile the exit throws away.
-    // Cranelift's code is cached, so the next run loads it.
-    let config = capabilities.serve(RuntimeConfig::default().compilation(Compilation::Optimized));
-    let runtime = Runtime::new(config)?;
+    let runtime = provider_runtime(capabilities)?;
     Ok(match identity {
         None => runtime.load_file(file).await?,
         Some(identity) => {
@@ -247,10 +303,112 @@ async fn load(
     })
 }
 
-async fn inspect(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// `--auth-file`, `--ca-file` and `--plain-http`: how `push`, `pull` and `inspect REF` reach
+/// the registry.
+#[derive(clap::Args, Debug)]
+struct RegistryArgs {
+    /// Registry credentials: a docker config JSON, `{"auths": {"HOST:PORT": {"auth":
+    /// base64(USER:PASSWORD)}}}` (the content of a `kubernetes.io/dockerconfigjson` Secret).
+    /// Without it the registry is asked anonymously.
+    #[arg(long, value_name = "PATH")]
+    auth_file: Option<PathBuf>,
+    /// Trust this CA (PEM) for the registry's certificate, beside the public web PKI roots.
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
+    /// Speak plain HTTP to the reference's registry (never TLS, never to another registry).
+    #[arg(long)]
+    plain_http: bool,
+}
+
+impl RegistryArgs {
+    fn client(&self, reference: &str, max_layer_bytes: u64) -> anyhow::Result<RegistryClient> {
+        let mut options = RegistryOptions {
+            max_layer_bytes,
+            ..RegistryOptions::default()
+        };
+        if let Some(path) = &self.auth_file {
+            options.credentials = DockerConfig::read(path)?;
+        }
+        if let Some(path) = &self.ca_file {
+            options = options.with_ca_file(path)?;
+        }
+        if self.plain_http {
+            options.plain_http = vec![crate::oci::registry_of(reference)?];
+        }
+        Ok(RegistryClient::new(options)?)
+    }
+}
+
+async fn push(file: &Path, reference: &str, registry: &RegistryArgs) -> anyhow::Result<ExitCode> {
+    let bytes = tokio::fs::read(file)
+        .await
+        .with_context(|| format!("reading {}", file.display()))?;
+    // Pushing what the operator would refuse helps no one: load it first, under the identity
+    // `inspect REF` gives it.
+    let identity = crate::oci::repository_name(reference)?;
+    provider_runtime(&Capabilities::new())?
+        .load_bytes(&identity, &bytes, file)
+        .await?;
+    let client = registry.client(reference, DEFAULT_MAX_LAYER_BYTES)?;
+    let digest = client.push(file, bytes, reference).await?;
+    println!("{reference}@{digest}");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn pull(
+    reference: &str,
+    output: Option<&Path>,
+    registry: &RegistryArgs,
+    max_layer_bytes: u64,
+) -> anyhow::Result<ExitCode> {
+    let client = registry.client(reference, max_layer_bytes)?;
+    let pulled = client.pull(reference).await?;
+    let output = match output {
+        Some(path) => path.to_owned(),
+        None => PathBuf::from(format!("{}.wasm", crate::oci::repository_name(reference)?)),
+    };
+    // Written beside, then renamed: a components folder being watched never sees half a file.
+    let partial = output.with_file_name(format!(
+        ".{}.part",
+        output.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    std::fs::write(&partial, &pulled.bytes)
+        .with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, &output)
+        .with_context(|| format!("renaming {} to {}", partial.display(), output.display()))?;
+    println!(
+        "{}",
+        crate::oci::pinned(reference, &pulled.manifest_digest)?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `inspect`'s argument names a file rather than an artifact reference.
+fn names_a_file(target: &str) -> bool {
+    target.ends_with(".wasm") || Path::new(target).exists()
+}
+
+async fn inspect(
+    target: &str,
+    json: bool,
+    registry: &RegistryArgs,
+    max_layer_bytes: u64,
+) -> anyhow::Result<ExitCode> {
     // No grants: a provider importing a capability loads and is described, and every use of it
     // is denied.
-    let provider = load(file, None, &Capabilities::new()).await?;
+    let provider = if names_a_file(target) {
+        load(Path::new(target), None, &Capabilities::new()).await?
+    } else {
+        let pulled = registry
+            .client(target, max_layer_bytes)?
+            .pull(target)
+            .await?;
+        // The identity a file named after the repository would have (`…/proxmox:1` → `proxmox`).
+        let identity = crate::oci::repository_name(target)?;
+        provider_runtime(&Capabilities::new())?
+            .load_bytes(&identity, &pulled.bytes, Path::new(target))
+            .await?
+    };
     let description = provider.description();
     if json {
         let report = serde_json::json!({

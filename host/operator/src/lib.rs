@@ -17,7 +17,8 @@
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
-//! prints the CRDs; [`conformance`] runs the contract's rules against a provider component.
+//! prints the CRDs; [`conformance`] runs the contract's rules against a provider component;
+//! [`oci`] pushes and pulls provider components as OCI artifacts.
 
 pub mod cli;
 pub mod conformance;
@@ -26,6 +27,7 @@ pub mod grants;
 pub mod kube_mode;
 pub mod local;
 pub mod metrics;
+pub mod oci;
 pub mod operator;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
