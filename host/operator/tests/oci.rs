@@ -288,6 +288,41 @@ fn pull_with(registry: &Registry, reference: &str, extra: &[&str]) -> std::proce
     run_against(registry, &args)
 }
 
+/// `--plain-http` speaks HTTP to the reference's registry; without it the CLI insists on TLS.
+#[test]
+fn plain_http_is_spoken_only_when_asked() {
+    let registry = Registry::start_plain_http();
+    let reference = registry.reference("providers/proxmox:1.0");
+    let proxmox = component("proxmox");
+    let auth = path_str(&registry.auth_file);
+    let push = |extra: &[&str]| {
+        let mut args = vec![
+            "provider",
+            "push",
+            path_str(&proxmox),
+            &reference,
+            "--auth-file",
+            auth,
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let over_tls = push(&[]);
+    assert_eq!(over_tls.status.code(), Some(2), "{}", stdout(&over_tls));
+    let plain = push(&["--plain-http"]);
+    assert!(
+        plain.status.success(),
+        "{}\n{}",
+        stderr(&plain),
+        registry.log()
+    );
+    assert!(
+        stdout(&plain).starts_with(&format!("{reference}@sha256:")),
+        "{}",
+        stdout(&plain)
+    );
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     hex::encode(sha2::Sha256::digest(bytes))

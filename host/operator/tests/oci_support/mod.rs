@@ -1,6 +1,6 @@
 //! A real registry for the OCI tests: Debian's `docker-registry` (the CNCF distribution registry,
-//! 2.8) on a free loopback port, over TLS with a CA made for the run, behind htpasswd basic auth.
-//! Stopped on drop.
+//! 2.8) on a free loopback port, over TLS with a CA made for the run (or plain HTTP when a test
+//! asks), behind htpasswd basic auth. Stopped on drop.
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -43,8 +43,17 @@ fn registry_binary() -> PathBuf {
 }
 
 impl Registry {
-    /// Starts a registry and waits until it accepts connections.
+    /// Starts a registry over TLS and waits until it accepts connections.
     pub fn start() -> Registry {
+        Registry::start_with(true)
+    }
+
+    /// Starts a registry speaking plain HTTP, as one on a laptop may.
+    pub fn start_plain_http() -> Registry {
+        Registry::start_with(false)
+    }
+
+    fn start_with(tls: bool) -> Registry {
         let binary = registry_binary();
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name);
@@ -74,15 +83,22 @@ impl Registry {
             .unwrap()
             .port();
         let host = format!("127.0.0.1:{port}");
+        let tls_section = if tls {
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                path("cert.pem").display(),
+                path("key.pem").display()
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
             "version: 0.1\n\
              log:\n  level: warn\n  accesslog:\n    disabled: true\n\
              storage:\n  filesystem:\n    rootdirectory: {storage}\n\
-             http:\n  addr: {host}\n  secret: egress-operator-tests\n  tls:\n    certificate: {cert}\n    key: {key}\n\
+             http:\n  addr: {host}\n  secret: egress-operator-tests\n{tls_section}\
              auth:\n  htpasswd:\n    realm: egress-operator-tests\n    path: {htpasswd}\n",
             storage = path("storage").display(),
-            cert = path("cert.pem").display(),
-            key = path("key.pem").display(),
             htpasswd = path("htpasswd").display(),
         );
         std::fs::write(path("config.yml"), config).unwrap();
