@@ -464,7 +464,7 @@ impl Reconciler {
             step.ready(false, reason, &why);
             let backoff = Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
                 .backoff;
-            let wait = self.recovery_wait(&step.status, backoff, now());
+            let wait = self.recovery_wait(&step.status.recent_recoveries, backoff, now());
             return step.finish(Next::After(wait.max(backoff)));
         };
         let mut record = Recoveries::of(&step.status);
@@ -526,11 +526,7 @@ impl Reconciler {
             RecoveryPolicy::Restart => "restarting",
             _ => "replacing",
         };
-        let wait = {
-            let mut pending = step.status.clone();
-            record.clone().write(&mut pending);
-            self.recovery_wait(&pending, recovery.backoff, now())
-        };
+        let wait = self.recovery_wait(&record.recent, recovery.backoff, now());
         if !wait.is_zero() {
             let why = format!(
                 "{id} is {}; {verb} it in {}s (recovery {} of {})",
@@ -598,12 +594,12 @@ impl Reconciler {
     }
 
     /// How long until the next recovery may run: `base × 2^(n-1)` after the last of
-    /// the `n` recoveries in `status`, capped at `backoff_max`; zero when there are none.
-    fn recovery_wait(&self, status: &ProxyStatus, base: Duration, now: Time) -> Duration {
-        let Some(last) = status.recent_recoveries.last() else {
+    /// the `n` recoveries in `recent`, capped at `backoff_max`; zero when there are none.
+    fn recovery_wait(&self, recent: &[Time], base: Duration, now: Time) -> Duration {
+        let Some(last) = recent.last() else {
             return Duration::ZERO;
         };
-        let count = status.recent_recoveries.len() as u32;
+        let count = recent.len() as u32;
         let spacing = base
             .saturating_mul(1u32 << (count - 1).min(16))
             .min(self.timing.backoff_max);
@@ -1018,23 +1014,21 @@ mod tests {
     fn each_recovery_waits_twice_as_long_as_the_last_capped() {
         let reconciler = Reconciler::new(Timing::default(), Metrics::default());
         let base = Duration::from_secs(10);
-        let mut status = ProxyStatus::default();
-        assert_eq!(reconciler.recovery_wait(&status, base, at(0)), Duration::ZERO);
-        status.recent_recoveries = vec![at(0)];
+        assert_eq!(reconciler.recovery_wait(&[], base, at(0)), Duration::ZERO);
         assert_eq!(
-            reconciler.recovery_wait(&status, base, at(4)),
+            reconciler.recovery_wait(&[at(0)], base, at(4)),
             Duration::from_secs(6)
         );
-        status.recent_recoveries = vec![at(0), at(10), at(30)];
+        let three = [at(0), at(10), at(30)];
         assert_eq!(
-            reconciler.recovery_wait(&status, base, at(40)),
+            reconciler.recovery_wait(&three, base, at(40)),
             Duration::from_secs(30),
             "40 s after the third"
         );
-        assert_eq!(reconciler.recovery_wait(&status, base, at(99)), Duration::ZERO);
-        status.recent_recoveries = (0..12).map(at).collect();
+        assert_eq!(reconciler.recovery_wait(&three, base, at(99)), Duration::ZERO);
+        let twelve: Vec<Time> = (0..12).map(at).collect();
         assert_eq!(
-            reconciler.recovery_wait(&status, base, at(11)),
+            reconciler.recovery_wait(&twelve, base, at(11)),
             Timing::default().backoff_max,
             "capped"
         );
