@@ -6,7 +6,7 @@
 //! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
 //! - `egress-operator provider inspect|call FILE`: one provider component, one operation;
 //!   `inspect REF` pulls the component from a registry first.
-//! - `egress-operator provider push FILE REF`, `provider pull REF [-o FILE]`: a provider as an OCI
+//! - `egress-operator provider push FILE REF [--sign KEY]`, `provider pull REF [-o FILE]`: a provider as an OCI
 //!   artifact in a registry ([`crate::oci`]).
 //! - `egress-operator conformance FILE --config C --grants G`: the contract's rules against a
 //!   provider and its backend ([`crate::conformance`]); exit 0 when no rule fails.
@@ -29,6 +29,7 @@ use serde::Deserialize;
 use crate::grants::{Capabilities, GrantsFile};
 use crate::oci::{DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions};
 use crate::run_args::RunArgs;
+use crate::signing::SigningKey;
 
 #[derive(Parser)]
 #[command(
@@ -134,6 +135,12 @@ enum ProviderCommand {
         file: PathBuf,
         /// Where to push it: `REGISTRY/REPOSITORY:TAG`.
         reference: String,
+        /// Sign the pushed digest with this key, as `cosign sign --key` does (the signature is
+        /// stored beside the artifact as `sha256-<hex>.sig`): an ECDSA P-256 private key, PEM
+        /// PKCS#8, unencrypted (`openssl genpkey -algorithm EC -pkeyopt
+        /// ec_paramgen_curve:P-256`).
+        #[arg(long, value_name = "KEY")]
+        sign: Option<PathBuf>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -248,8 +255,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Provider(ProviderCommand::Push {
             file,
             reference,
+            sign,
             registry,
-        }) => push(&file, &reference, &registry).await,
+        }) => push(&file, &reference, sign.as_deref(), &registry).await,
         Command::Provider(ProviderCommand::Pull {
             reference,
             output,
@@ -339,18 +347,31 @@ impl RegistryArgs {
     }
 }
 
-async fn push(file: &Path, reference: &str, registry: &RegistryArgs) -> anyhow::Result<ExitCode> {
-    let bytes = tokio::fs::read(file)
-        .await
-        .with_context(|| format!("reading {}", file.display()))?;
+async fn push(
+    file: &Path,
+    reference: &str,
+    sign: Option<&Path>,
+    registry: &RegistryArgs,
+) -> anyhow::Result<ExitCode> {
+    // A bad key is found before anything is pushed.
+    let key = match sign {
+        Some(path) => {
+            let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(SigningKey::from_pem(&pem, &path.display().to_string())?)
+        }
+        None => None,
+    };
+    let runtime = provider_runtime(&Capabilities::new())?;
+    let bytes = runtime.read_component(file).await?;
     // Pushing what the operator would refuse helps no one: load it first, under the identity
     // `inspect REF` gives it.
     let identity = crate::oci::repository_name(reference)?;
-    provider_runtime(&Capabilities::new())?
-        .load_bytes(&identity, &bytes, file)
-        .await?;
+    runtime.load_bytes(&identity, &bytes, file).await?;
     let client = registry.client(reference, DEFAULT_MAX_LAYER_BYTES)?;
     let digest = client.push(file, bytes, reference).await?;
+    if let Some(key) = &key {
+        client.sign(reference, &digest, key).await?;
+    }
     println!("{reference}@{digest}");
     Ok(ExitCode::SUCCESS)
 }
@@ -650,7 +671,10 @@ mod tests {
         let Command::Run(args) = cli.command else {
             unreachable!("parsed as run")
         };
-        Ok(args.settings(std::path::Path::new("/components")))
+        Ok(args.settings(
+            std::path::Path::new("/components"),
+            std::path::Path::new("/images"),
+        ))
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub struct HandledBy {
     category = "egress",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Component","type":"string","jsonPath":".spec.component.file"}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".status.loaded.image","priority":1}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.loaded.version"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -305,16 +306,91 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
-/// A provider component.
+/// A provider component: a file of the operator's components directory, or an OCI artifact in a
+/// registry (`image`). Exactly one of the two.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentRef {
     /// A file of the operator's components directory, such as `proxmox.wasm`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub file: String,
-    /// Serve only the component with this digest (`sha256:<hex>`): a replaced file with other
-    /// bytes is refused and the pinned one keeps serving.
+    /// Serve only the component file with this digest (`sha256:<hex>`): a replaced file with
+    /// other bytes is refused and the pinned one keeps serving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// An OCI artifact in the wasm layout: `REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST`. Kubernetes
+    /// mode requires the digest; local mode resolves a tag alone once and records the digest in
+    /// `status.loaded.image`, then serves that digest (a tag that moves is reported, not
+    /// followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// How to reach the image's registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryAccess>,
+    /// The keys allowed to sign the image (cosign-compatible keyed signatures stored beside it
+    /// in the registry). An image is refused unless one of them signed its digest, or the
+    /// operator runs with `--allow-unsigned-images`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signed_by: Vec<SigningKeyRef>,
+}
+
+/// How the operator reaches an image's registry.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryAccess {
+    /// A Secret of type `kubernetes.io/dockerconfigjson` (key `.dockerconfigjson`) holding the
+    /// registry's credentials; anonymous without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
+    /// PEM CA certificates the registry's TLS certificate is checked against, beside the public
+    /// web PKI roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_config_map_ref: Option<SecretKeyRef>,
+    /// Speak plain HTTP to this image's registry. Only for a registry on a trusted network: the
+    /// digest and the signature still hold, the credentials do not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_http: bool,
+}
+
+/// A public key allowed to sign provider images: a PEM `PUBLIC KEY` (ECDSA P-256, cosign's
+/// default, as `cosign generate-key-pair` writes to `cosign.pub`) in a ConfigMap.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SigningKeyRef {
+    /// The ConfigMap key holding the PEM public key. Its namespace is always the operator's:
+    /// whoever may write there is trusted to name signers.
+    pub config_map_ref: SecretKeyRef,
+}
+
+impl ProviderConfigSpec {
+    /// Every Secret and ConfigMap key the spec names: its grants', the registry's CA, the
+    /// signing keys.
+    pub fn references(&self) -> Vec<ObjectRef<'_>> {
+        let mut references = self.grant.references();
+        references.extend(self.component.references());
+        references
+    }
+}
+
+impl ComponentRef {
+    /// The ConfigMap keys its image needs: the registry's CA and the signing keys. (The pull
+    /// Secret is named by [`RegistryAccess::pull_secret`] alone.)
+    pub fn references(&self) -> Vec<ObjectRef<'_>> {
+        let mut references = Vec::new();
+        if let Some(ca) = self
+            .registry
+            .as_ref()
+            .and_then(|registry| registry.ca_config_map_ref.as_ref())
+        {
+            references.push(ObjectRef::ConfigMap(ca));
+        }
+        references.extend(
+            self.signed_by
+                .iter()
+                .map(|key| ObjectRef::ConfigMap(&key.config_map_ref)),
+        );
+        references
+    }
 }
 
 /// What a provider may reach: one grant per capability, each the capability's own typed
@@ -443,8 +519,12 @@ pub struct ProviderConfigStatus {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadedComponent {
-    /// The file.
+    /// The file (empty for an image).
+    #[serde(default)]
     pub file: String,
+    /// The image, pinned to the digest that serves (`REGISTRY/REPOSITORY@sha256:…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// The name it describes itself under.
     pub name: String,
     /// Its own version.

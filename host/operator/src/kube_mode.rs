@@ -56,6 +56,9 @@ pub use caches::Caches;
 
 /// The components directory in a cluster (a volume of the Deployment).
 pub const DEFAULT_COMPONENTS: &str = "/var/lib/egress-operator/components";
+/// Where pulled provider images are cached unless `--image-cache` says otherwise (the
+/// Deployment's emptyDir).
+pub const DEFAULT_IMAGE_CACHE: &str = "/var/cache/egress-operator/images";
 /// The Lease the replicas elect a leader with.
 pub const LEASE_NAME: &str = "egress-operator";
 /// The controller name on Events.
@@ -149,7 +152,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let client = Client::try_default()
         .await
         .context("connecting to the cluster (in-cluster config or kubeconfig)")?;
-    let operator = Operator::start(args.settings(Path::new(DEFAULT_COMPONENTS))).await?;
+    let operator = Operator::start(args.settings(
+        Path::new(DEFAULT_COMPONENTS),
+        Path::new(DEFAULT_IMAGE_CACHE),
+    ))
+    .await?;
     let identity = match &args.pod_name {
         Some(name) => name.clone(),
         None => host_name(),

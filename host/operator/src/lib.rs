@@ -24,6 +24,7 @@ pub mod cli;
 pub mod conformance;
 pub mod crd;
 pub mod grants;
+pub mod images;
 pub mod kube_mode;
 pub mod local;
 pub mod metrics;
@@ -35,6 +36,7 @@ pub mod providers;
 pub mod reconciler;
 pub mod run_args;
 pub mod server;
+pub mod signing;
 pub mod sweep;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -41,6 +41,8 @@ use oci_client::{Client, Reference};
 use oci_wasm::{ToConfig as _, WasmConfig};
 use sha2::Digest as _;
 
+use crate::signing::{self, SIGNATURE_ANNOTATION, SIGNATURE_MEDIA_TYPE, Signature, SigningKey};
+
 /// The media type of a wasm artifact's config.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = oci_wasm::WASM_MANIFEST_CONFIG_MEDIA_TYPE;
 /// The media type of a wasm artifact's one layer: the component.
@@ -321,7 +323,14 @@ pub struct PulledComponent {
     pub bytes: Vec<u8>,
     /// The manifest's digest (`sha256:…`): the reference to pin.
     pub manifest_digest: String,
+    /// The manifest as the registry sent it (it hashes to `manifest_digest`).
+    pub manifest: Vec<u8>,
 }
+
+/// The largest signature payload downloaded: a simple signing payload is a few hundred bytes.
+const MAX_SIGNATURE_PAYLOAD_BYTES: u64 = 64 * 1024;
+/// The most signatures of one image examined.
+const MAX_SIGNATURES: usize = 32;
 
 /// Pushes and pulls provider components. Cheap to share: one HTTP client, one token cache.
 pub struct RegistryClient {
@@ -448,7 +457,168 @@ impl RegistryClient {
         Ok(PulledComponent {
             bytes,
             manifest_digest,
+            manifest: manifest_bytes,
         })
+    }
+
+    /// The digest `reference` (a tag) points to now, asked with one `HEAD`.
+    pub async fn resolve(&self, reference: &str) -> Result<String, OciError> {
+        let parsed = parse_reference(reference)?;
+        self.client
+            .fetch_manifest_digest(&parsed, &self.auth(&parsed))
+            .await
+            .map_err(|e| self.registry_error(reference, &parsed, e))
+    }
+
+    /// The cosign signatures stored beside the manifest `manifest_digest` of `reference`'s
+    /// repository (none when there is no signature manifest). At most [`MAX_SIGNATURES`] are
+    /// read, each payload within [`MAX_SIGNATURE_PAYLOAD_BYTES`] and its digest verified.
+    pub async fn signatures(
+        &self,
+        reference: &str,
+        manifest_digest: &str,
+    ) -> Result<Vec<Signature>, OciError> {
+        let (tag_reference, manifest) = self.signature_manifest(reference, manifest_digest).await?;
+        let Some(manifest) = manifest else {
+            return Ok(Vec::new());
+        };
+        let mut signatures = Vec::new();
+        for layer in manifest
+            .layers
+            .iter()
+            .filter(|layer| layer.media_type == SIGNATURE_MEDIA_TYPE)
+            .take(MAX_SIGNATURES)
+        {
+            let Some(signature) = layer
+                .annotations
+                .as_ref()
+                .and_then(|annotations| annotations.get(SIGNATURE_ANNOTATION))
+                .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
+            else {
+                continue;
+            };
+            let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+            if declared > MAX_SIGNATURE_PAYLOAD_BYTES {
+                continue;
+            }
+            let payload = self
+                .download_layer(reference, &tag_reference, layer, declared)
+                .await?;
+            signatures.push(Signature { payload, signature });
+        }
+        Ok(signatures)
+    }
+
+    /// Signs the manifest `manifest_digest` of `reference`'s repository with `key` and stores
+    /// the signature as cosign does, beside any already there.
+    pub async fn sign(
+        &self,
+        reference: &str,
+        manifest_digest: &str,
+        key: &SigningKey,
+    ) -> Result<(), OciError> {
+        let parsed = parse_reference(reference)?;
+        let docker_reference = format!("{}/{}", parsed.resolve_registry(), parsed.repository());
+        let payload = signing::payload(&docker_reference, manifest_digest);
+        let signature = base64::engine::general_purpose::STANDARD.encode(key.sign(&payload));
+        let (tag_reference, existing) = self.signature_manifest(reference, manifest_digest).await?;
+        let mut layers: Vec<oci_client::manifest::OciDescriptor> = existing
+            .map(|manifest| manifest.layers)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|layer| layer.media_type == SIGNATURE_MEDIA_TYPE)
+            .collect();
+        layers.push(oci_client::manifest::OciDescriptor {
+            media_type: SIGNATURE_MEDIA_TYPE.to_owned(),
+            digest: sha256_digest(&payload),
+            size: payload.len() as i64,
+            annotations: Some([(SIGNATURE_ANNOTATION.to_owned(), signature)].into()),
+            ..Default::default()
+        });
+        // Cosign's config: an empty image config listing the layers.
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "",
+            "config": {},
+            "created": "0001-01-01T00:00:00Z",
+            "history": [{"created": "0001-01-01T00:00:00Z"}],
+            "os": "",
+            "rootfs": {
+                "type": "layers",
+                "diff_ids": layers.iter().map(|layer| layer.digest.clone()).collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap_or_default();
+        let manifest = OciImageManifest {
+            schema_version: 2,
+            media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_owned()),
+            config: oci_client::manifest::OciDescriptor {
+                media_type: oci_client::manifest::IMAGE_CONFIG_MEDIA_TYPE.to_owned(),
+                digest: sha256_digest(&config),
+                size: config.len() as i64,
+                ..Default::default()
+            },
+            layers,
+            ..Default::default()
+        };
+        let manifest_bytes = serde_json::to_vec(&manifest).unwrap_or_default();
+        let registry_error = |e| self.registry_error(reference, &tag_reference, e);
+        self.client
+            .push_blob(&tag_reference, &payload, &sha256_digest(&payload))
+            .await
+            .map_err(registry_error)?;
+        self.client
+            .push_blob(&tag_reference, &config, &manifest.config.digest)
+            .await
+            .map_err(registry_error)?;
+        self.client
+            .push_manifest_raw(
+                &tag_reference,
+                manifest_bytes,
+                http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
+            )
+            .await
+            .map_err(registry_error)?;
+        Ok(())
+    }
+
+    /// The signature manifest of `manifest_digest` in `reference`'s repository (its reference,
+    /// and the manifest when there is one).
+    async fn signature_manifest(
+        &self,
+        reference: &str,
+        manifest_digest: &str,
+    ) -> Result<(Reference, Option<OciImageManifest>), OciError> {
+        let parsed = parse_reference(reference)?;
+        let tag_reference = Reference::with_tag(
+            parsed.registry().to_owned(),
+            parsed.repository().to_owned(),
+            signing::signature_tag(manifest_digest),
+        );
+        let auth = self.auth(&parsed);
+        let pulled = self
+            .client
+            .pull_manifest_raw(
+                &tag_reference,
+                &auth,
+                &[
+                    OCI_IMAGE_MEDIA_TYPE,
+                    oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+                ],
+            )
+            .await;
+        let bytes = match pulled {
+            Ok((bytes, _)) => bytes,
+            Err(error) if is_not_found(&error) => return Ok((tag_reference, None)),
+            Err(error) => return Err(self.registry_error(reference, &tag_reference, error)),
+        };
+        let manifest = serde_json::from_slice(&bytes).map_err(|e| OciError::Registry {
+            reference: reference.to_owned(),
+            message: format!(
+                "the signature manifest {} is not an image manifest: {e}",
+                signing::signature_tag(manifest_digest)
+            ),
+        })?;
+        Ok((tag_reference, Some(manifest)))
     }
 
     /// The layer's bytes, never more than `declared` (already within the cap) in memory.
@@ -534,6 +704,21 @@ impl RegistryClient {
             // `{:#}`-like: the source chain (a TLS or connection failure) on one line.
             message: error_chain(&error),
         }
+    }
+}
+
+/// Whether the registry answered that the manifest does not exist.
+fn is_not_found(error: &OciDistributionError) -> bool {
+    match error {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::ManifestUnknown | OciErrorCode::NotFound
+            )
+        }),
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        _ => false,
     }
 }
 

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
 use crate::grants::Capabilities;
+use crate::images::{ImageSettings, Images};
 use crate::metrics::Metrics;
 use crate::provider_config_reconciler::ProviderConfigReconciler;
 use crate::providers::ProviderSet;
@@ -33,6 +34,8 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     /// How a component missing from the cache is compiled.
     pub compilation: Compilation,
+    /// How images (`spec.component.image`) are pulled, cached and verified.
+    pub images: ImageSettings,
     /// A memory-backed directory under which SSH keys from Secrets are written for libvirt;
     /// `None`: `$XDG_RUNTIME_DIR` or `/dev/shm`.
     pub key_dir: Option<PathBuf>,
@@ -40,7 +43,8 @@ pub struct Settings {
 
 impl Settings {
     /// Defaults for `components`: the runtime's default limits, a 256 MiB pool slot, the default
-    /// compile cache and tiered compilation, no HTTP port, the namespace `default`.
+    /// compile cache and tiered compilation, no HTTP port, the namespace `default`; images
+    /// pinned by digest and signed, cached in the system's temporary directory.
     pub fn new(components: PathBuf) -> Settings {
         Settings {
             components,
@@ -51,6 +55,12 @@ impl Settings {
             slot_memory_bytes: 256 << 20,
             cache_dir: egress_runtime::default_cache_dir(),
             compilation: Compilation::default(),
+            images: ImageSettings {
+                cache_dir: std::env::temp_dir().join("egress-operator-images"),
+                max_component_bytes: egress_runtime::DEFAULT_MAX_COMPONENT_BYTES,
+                allow_tags: false,
+                allow_unsigned: false,
+            },
             key_dir: None,
         }
     }
@@ -88,9 +98,15 @@ impl Operator {
                 .limits(settings.limits.clone())
                 .cache_dir(settings.cache_dir.clone())
                 .compilation(settings.compilation)
+                .max_component_bytes(settings.images.max_component_bytes)
                 .slot_memory_bytes(settings.slot_memory_bytes),
         );
         let runtime = Runtime::new(config).context("starting the runtime")?;
+        let images = Images::new(
+            runtime.clone(),
+            settings.images.clone(),
+            &settings.namespace,
+        );
         let registry = Registry::watch(runtime, &settings.components)
             .await
             .with_context(|| {
@@ -98,6 +114,7 @@ impl Operator {
             })?;
         let providers = ProviderSet::new(
             registry,
+            images,
             capabilities.clone(),
             &settings.namespace,
             settings.limits.clone(),

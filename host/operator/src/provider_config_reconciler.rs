@@ -34,7 +34,7 @@ use crate::crd::{
 };
 use crate::metrics::Metrics;
 use crate::provider_calls::{Metered, ProviderCalls};
-use crate::providers::{Bound, NotReady, ProviderSet};
+use crate::providers::{Bound, NotReady, ProviderSet, Source};
 use crate::sweep::{SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
 use crate::{Note, Objects, now};
 
@@ -119,7 +119,10 @@ impl ProviderConfigReconciler {
         live_proxy_uids: impl Future<Output = Option<HashSet<String>>> + Send,
     ) -> ProviderConfigOutcome {
         let started = std::time::Instant::now();
-        let validated = match providers.load(&state.spec) {
+        let loaded = providers
+            .load(&state.name, &state.spec, &state.status, objects)
+            .await;
+        let validated = match loaded {
             Ok(candidate) => self
                 .validate(&state.name, candidate.component.as_ref(), &candidate.config)
                 .await
@@ -134,9 +137,7 @@ impl ProviderConfigReconciler {
             validated,
             objects,
         );
-        let outcome = self
-            .follow(state, observe(&state.spec, &bound), live_proxy_uids)
-            .await;
+        let outcome = self.follow(state, observe(&bound), live_proxy_uids).await;
         let result = if is_ready(&outcome.status) {
             "success"
         } else {
@@ -243,10 +244,7 @@ impl ProviderConfigReconciler {
 }
 
 /// What `bound` says, as the steps see it.
-fn observe<'a>(
-    spec: &ProviderConfigSpec,
-    bound: &'a Bound,
-) -> Observed<'a, egress_runtime::Provider> {
+fn observe<'a>(bound: &'a Bound) -> Observed<'a, egress_runtime::Provider> {
     Observed {
         spec_refused: bound.spec_refused.clone(),
         fresh: bound.fresh,
@@ -256,7 +254,14 @@ fn observe<'a>(
             let description = binding.provider.description();
             ServingView {
                 component: LoadedComponent {
-                    file: spec.component.file.clone(),
+                    file: match &binding.source {
+                        Source::File(file) => file.clone(),
+                        Source::Image(_) => String::new(),
+                    },
+                    image: match &binding.source {
+                        Source::File(_) => None,
+                        Source::Image(pinned) => Some(pinned.clone()),
+                    },
                     name: description.name.clone(),
                     version: description.version.clone(),
                     contract_version: description.contract_version.clone(),
@@ -536,6 +541,7 @@ mod tests {
         ServingView {
             component: LoadedComponent {
                 file: "fake.wasm".into(),
+                image: None,
                 name: "fake".into(),
                 version: "1.0.0".into(),
                 contract_version: "0.1.0".into(),

@@ -33,6 +33,7 @@ use crate::crd::{
     Recovery,
 };
 use crate::grants::{Capabilities, ObjectsHost};
+use crate::images::Images;
 use crate::{Objects, lock};
 
 /// A ProviderConfig's provider, ready to serve Proxies.
@@ -44,6 +45,9 @@ pub struct Binding {
     pub generation: i64,
     /// The component bound under that identity with the spec's limits.
     pub provider: Arc<Provider>,
+    /// Where the component came from: a file of the components directory, or an image pinned
+    /// to its digest.
+    pub source: Source,
     /// The provider's configuration (JSON), passed to every call.
     pub config: String,
     /// The orphan sweep settings.
@@ -73,6 +77,15 @@ impl Binding {
     }
 }
 
+/// Where a binding's component came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A file of the components directory.
+    File(String),
+    /// An image, pinned to its digest (`REGISTRY/REPOSITORY[:TAG]@sha256:…`).
+    Image(String),
+}
+
 /// Why a ProviderConfig cannot serve a Proxy now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotReady {
@@ -87,6 +100,8 @@ pub struct NotReady {
 pub struct Candidate {
     /// The component as the registry serves it (not bound to an identity yet).
     pub component: Arc<Provider>,
+    /// Where it came from.
+    pub source: Source,
     /// The provider's configuration (JSON).
     pub config: String,
 }
@@ -134,6 +149,8 @@ struct Entry {
 /// Every ProviderConfig's binding, over one registry and the host's capabilities.
 pub struct ProviderSet {
     registry: Registry,
+    /// Components of ProviderConfigs that name an image.
+    images: Images,
     capabilities: Capabilities,
     /// The operator's namespace: where a Secret reference without one points.
     namespace: String,
@@ -159,6 +176,7 @@ impl ProviderSet {
     /// namespace points; `defaults` the limits of a spec that sets none.
     pub fn new(
         registry: Registry,
+        images: Images,
         capabilities: Capabilities,
         namespace: &str,
         defaults: Limits,
@@ -184,6 +202,7 @@ impl ProviderSet {
         });
         ProviderSet {
             registry,
+            images,
             capabilities,
             namespace: namespace.to_owned(),
             defaults,
@@ -225,13 +244,60 @@ impl ProviderSet {
     pub fn remove(&self, name: &str) {
         lock(&self.entries).remove(name);
         self.capabilities.remove(name);
+        self.images.forget(name);
     }
 
-    /// Find the component `spec` names and check its configuration against the JSON Schema the
-    /// component published. `validate-config` is the reconciler's to call next, then [`bind`].
+    /// Find the component the spec of ProviderConfig `name` names (a file, or an image pulled or
+    /// read from the cache; `previous` is its last status, which records a tag's digest) and
+    /// check its configuration against the JSON Schema the component published.
+    /// `validate-config` is the reconciler's to call next, then [`bind`].
     ///
     /// [`bind`]: ProviderSet::bind
-    pub fn load(&self, spec: &ProviderConfigSpec) -> Result<Candidate, NotReady> {
+    pub async fn load(
+        &self,
+        name: &str,
+        spec: &ProviderConfigSpec,
+        previous: &ProviderConfigStatus,
+        objects: &dyn Objects,
+    ) -> Result<Candidate, NotReady> {
+        let component = &spec.component;
+        match (&component.image, component.file.is_empty()) {
+            (Some(_), true) => {}
+            (None, false) => return self.load_file(spec),
+            (Some(_), false) | (None, true) => {
+                return Err(NotReady {
+                    reason: "InvalidComponent",
+                    message: "spec.component names exactly one of file and image".into(),
+                });
+            }
+        }
+        if component.digest.is_some() {
+            return Err(NotReady {
+                reason: "InvalidComponent",
+                message: "spec.component.digest pins a file; an image pins its digest in the reference (IMAGE@sha256:…)".into(),
+            });
+        }
+        let serving = lock(&self.entries)
+            .get(name)
+            .is_some_and(|entry| entry.binding.is_some());
+        let recorded = previous
+            .loaded
+            .as_ref()
+            .and_then(|loaded| loaded.image.as_deref());
+        let fetched = self
+            .images
+            .fetch(name, component, recorded, serving, objects)
+            .await?;
+        check_schema(&fetched.provider.description().config_schema, &spec.config)?;
+        Ok(Candidate {
+            component: fetched.provider,
+            source: Source::Image(fetched.pinned),
+            config: config_json(&spec.config),
+        })
+    }
+
+    /// [`ProviderSet::load`] of a file of the components directory.
+    fn load_file(&self, spec: &ProviderConfigSpec) -> Result<Candidate, NotReady> {
         let file = component_file(&spec.component.file)?;
         let identity = file.trim_end_matches(".wasm");
         let path = self.registry.dir().join(&file);
@@ -270,8 +336,11 @@ impl ProviderSet {
             }
         }
         check_schema(&component.description().config_schema, &spec.config)?;
-        let config = serde_json::to_string(&spec.config).unwrap_or_else(|_| "{}".into());
-        Ok(Candidate { component, config })
+        Ok(Candidate {
+            component,
+            source: Source::File(file),
+            config: config_json(&spec.config),
+        })
     }
 
     /// Bind ProviderConfig `name` (at `generation`) to `validated`, the candidate of its spec
@@ -387,6 +456,7 @@ impl ProviderSet {
                     provider_config: name.to_owned(),
                     generation,
                     provider: Arc::clone(&fresh.provider),
+                    source: fresh.source.clone(),
                     config: fresh.config.clone(),
                     sweep: spec.orphan_sweep.clone(),
                     recovery: spec.recovery.clone(),
@@ -454,6 +524,7 @@ impl ProviderSet {
             })?;
         Ok(Fresh {
             provider,
+            source: candidate.source,
             config: candidate.config,
         })
     }
@@ -473,11 +544,12 @@ impl ProviderSet {
         if let Ok(fresh) = attempt {
             hasher.update(fresh.provider.generation().to_le_bytes());
         }
+        // The signing keys and the registry's CA count too: a rotated key is a new binding.
         let host = ObjectsHost {
             objects,
             namespace: &self.namespace,
         };
-        for reference in spec.grant.references() {
+        for reference in spec.references() {
             use egress_runtime::grant::GrantHost as _;
             let value = match reference {
                 ObjectRef::Secret(reference) => host.secret(reference).map(|value| value.to_vec()),
@@ -506,7 +578,12 @@ struct NextBinding {
 /// A binding of the current spec, before it is published.
 struct Fresh {
     provider: Arc<Provider>,
+    source: Source,
     config: String,
+}
+
+fn config_json(config: &serde_json::Value) -> String {
+    serde_json::to_string(config).unwrap_or_else(|_| "{}".into())
 }
 
 /// A component file name: `<identity>.wasm`, no directory.

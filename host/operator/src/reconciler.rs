@@ -412,13 +412,29 @@ impl Reconciler {
             }
             InstanceState::Stopped => {
                 let recovery = self.recovery(proxy, binding, just_made);
-                self.recover(proxy, step, binding, vm, user_data, Trouble::Stopped, recovery)
-                    .await
+                self.recover(
+                    proxy,
+                    step,
+                    binding,
+                    vm,
+                    user_data,
+                    Trouble::Stopped,
+                    recovery,
+                )
+                .await
             }
             InstanceState::Failed => {
                 let recovery = self.recovery(proxy, binding, just_made);
-                self.recover(proxy, step, binding, vm, user_data, Trouble::Failed, recovery)
-                    .await
+                self.recover(
+                    proxy,
+                    step,
+                    binding,
+                    vm,
+                    user_data,
+                    Trouble::Failed,
+                    recovery,
+                )
+                .await
             }
         }
     }
@@ -431,9 +447,8 @@ impl Reconciler {
         binding: &Binding,
         just_made: bool,
     ) -> Option<EffectiveRecovery> {
-        (!just_made).then(|| {
-            Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
-        })
+        (!just_made)
+            .then(|| Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref()))
     }
 
     /// A VM found stopped or failed: restart it, replace it, or report it, as its recovery
@@ -462,8 +477,9 @@ impl Reconciler {
             step.status.phase = Some(Phase::Stopped);
             step.provisioned(false, reason, &why);
             step.ready(false, reason, &why);
-            let backoff = Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
-                .backoff;
+            let backoff =
+                Recovery::effective(proxy.spec.recovery.as_ref(), binding.recovery.as_ref())
+                    .backoff;
             let wait = self.recovery_wait(&step.status.recent_recoveries, backoff, now());
             return step.finish(Next::After(wait.max(backoff)));
         };
@@ -572,8 +588,7 @@ impl Reconciler {
                 Ok(Response::Create(started)) => {
                     step.status.provider_id = Some(started.provider_id.clone());
                     // Boxed: observing the VM is what led here.
-                    Box::pin(self.vm_observed(proxy, step, binding, started, user_data, true))
-                        .await
+                    Box::pin(self.vm_observed(proxy, step, binding, started, user_data, true)).await
                 }
                 Ok(other) => self.unexpected(proxy, step, &other),
                 Err(error) => self.failed(proxy, step, &error),
@@ -585,10 +600,16 @@ impl Reconciler {
             provider_id: id.clone(),
         };
         match self.call(binding, proxy, request).await {
-            Ok(_) => self.gone(proxy, step, format!("{id} was {} and was deleted", trouble.word())),
-            Err(error) if error.class() == ErrorClass::NotFound => {
-                self.gone(proxy, step, format!("{id} was {} and is gone", trouble.word()))
-            }
+            Ok(_) => self.gone(
+                proxy,
+                step,
+                format!("{id} was {} and was deleted", trouble.word()),
+            ),
+            Err(error) if error.class() == ErrorClass::NotFound => self.gone(
+                proxy,
+                step,
+                format!("{id} was {} and is gone", trouble.word()),
+            ),
             Err(error) => self.failed(proxy, step, &error),
         }
     }
@@ -1004,7 +1025,11 @@ mod tests {
             ..Recovery::default()
         };
         let effective = Recovery::effective(Some(&proxy), Some(&provider));
-        assert_eq!(effective.policy, RecoveryPolicy::Replace, "from the ProviderConfig");
+        assert_eq!(
+            effective.policy,
+            RecoveryPolicy::Replace,
+            "from the ProviderConfig"
+        );
         assert_eq!(effective.max_restarts, 1, "the Proxy's own");
         assert_eq!(effective.backoff, Duration::from_secs(2));
         assert_eq!(effective.window, Duration::from_secs(900), "the default");
@@ -1025,7 +1050,10 @@ mod tests {
             Duration::from_secs(30),
             "40 s after the third"
         );
-        assert_eq!(reconciler.recovery_wait(&three, base, at(99)), Duration::ZERO);
+        assert_eq!(
+            reconciler.recovery_wait(&three, base, at(99)),
+            Duration::ZERO
+        );
         let twelve: Vec<Time> = (0..12).map(at).collect();
         assert_eq!(
             reconciler.recovery_wait(&twelve, base, at(11)),
@@ -1047,7 +1075,10 @@ mod tests {
             &at(0),
         );
         assert!(degraded_since_change(&status, 4));
-        assert!(!degraded_since_change(&status, 5), "a new spec starts afresh");
+        assert!(
+            !degraded_since_change(&status, 5),
+            "a new spec starts afresh"
+        );
         set_condition(
             &mut status.conditions,
             conditions::READY,

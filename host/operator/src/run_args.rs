@@ -50,6 +50,19 @@ pub struct RunArgs {
     /// else the host name.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// Where pulled provider images are cached by digest (served from there across restarts and
+    /// registry outages). Defaults to DIR/.egress-operator/images in local mode,
+    /// /var/cache/egress-operator/images in a cluster.
+    #[arg(long, value_name = "DIR")]
+    pub image_cache: Option<PathBuf>,
+    /// The largest provider component the operator reads, from a file or pulled from a registry
+    /// (bytes). A larger one is refused before it is read.
+    #[arg(long, value_name = "BYTES", default_value_t = egress_runtime::DEFAULT_MAX_COMPONENT_BYTES)]
+    pub max_component_bytes: u64,
+    /// Serve images whose ProviderConfig names no signing key (`spec.component.signedBy`).
+    /// Without it, every image must be signed by a key its ProviderConfig trusts.
+    #[arg(long)]
+    pub allow_unsigned_images: bool,
     /// A directory on a memory-backed filesystem (tmpfs) where SSH keys from Secrets are written
     /// for libvirt, 0600 in a private folder removed at exit. Defaults to $XDG_RUNTIME_DIR, else
     /// /dev/shm.
@@ -58,9 +71,9 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The settings the operator starts with, in either mode; `components` is the mode's
-    /// default components directory.
-    pub fn settings(&self, components: &Path) -> Settings {
+    /// The settings the operator starts with, in either mode; `components` and `image_cache`
+    /// are the mode's default directories.
+    pub fn settings(&self, components: &Path, image_cache: &Path) -> Settings {
         let mut settings = Settings::new(
             self.components
                 .clone()
@@ -79,6 +92,12 @@ impl RunArgs {
         }
         settings.compilation = self.compilation.into();
         settings.key_dir = self.key_dir.clone();
+        settings.images.cache_dir = self
+            .image_cache
+            .clone()
+            .unwrap_or_else(|| image_cache.to_owned());
+        settings.images.max_component_bytes = self.max_component_bytes;
+        settings.images.allow_unsigned = self.allow_unsigned_images;
         settings
     }
 }

@@ -60,7 +60,8 @@ fn kustomize_renders_every_part_of_the_installation() {
         ("ClusterRoleBinding", 1),
         ("Role", 1),
         ("RoleBinding", 1),
-        ("PersistentVolumeClaim", 1),
+        // Providers come as images: no volume to fill (deploy/components-volume/ adds one).
+        ("PersistentVolumeClaim", 0),
         ("Deployment", 1),
         ("Service", 1),
         ("ServiceMonitor", 1),
@@ -117,6 +118,81 @@ fn kustomize_renders_every_part_of_the_installation() {
         one(&kvm, "Proxy")["spec"]["providerConfigRef"],
         pc["metadata"]["name"]
     );
+
+    // The example by image: pinned by digest (a cluster requires it), its pull Secret a
+    // dockerconfigjson one, its CA and signing key present; and it is a valid spec.
+    let by_image = kustomize(&repo().join("deploy/examples/proxmox-image"));
+    let pc = one(&by_image, "ProviderConfig");
+    let component = &pc["spec"]["component"];
+    assert!(component["image"].as_str().unwrap().contains("@sha256:"));
+    let secret = one(&by_image, "Secret");
+    assert_eq!(
+        secret["metadata"]["name"],
+        component["registry"]["pullSecret"]
+    );
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+    let docker_config: Value =
+        serde_json::from_str(secret["stringData"][".dockerconfigjson"].as_str().unwrap()).unwrap();
+    assert!(docker_config["auths"].is_object());
+    let config_map = |reference: &Value| {
+        of_kind(&by_image, "ConfigMap").iter().any(|object| {
+            object["metadata"]["name"] == reference["name"]
+                && object["data"][reference["key"].as_str().unwrap()].is_string()
+        })
+    };
+    assert!(config_map(&component["registry"]["caConfigMapRef"]));
+    for key in component["signedBy"].as_array().unwrap() {
+        assert!(config_map(&key["configMapRef"]), "{key}");
+    }
+    let spec: egress_operator::crd::ProviderConfigSpec =
+        serde_json::from_value(pc["spec"].clone()).expect("a valid ProviderConfig spec");
+    assert!(spec.component.file.is_empty());
+}
+
+/// `deploy/components-volume/`: its PVC, and its patch making it the Deployment's read-only
+/// components volume, applied as `kubectl patch` applies it (offline, `--local`).
+#[test]
+fn the_components_volume_patch_puts_the_pvc_in_place_of_the_empty_folder() {
+    let extra = kustomize(&repo().join("deploy/components-volume"));
+    let claim = one(&extra, "PersistentVolumeClaim");
+    let rendered = kustomize(&repo().join("deploy"));
+    let deployment = one(&rendered, "Deployment");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("deployment.json");
+    std::fs::write(&file, deployment.to_string()).unwrap();
+    let patch =
+        std::fs::read_to_string(repo().join("deploy/components-volume/components-pvc.yaml"))
+            .unwrap();
+    let output = Command::new("kubectl")
+        .args([
+            "patch",
+            "--local",
+            "--type",
+            "strategic",
+            "-o",
+            "json",
+            "-f",
+        ])
+        .arg(&file)
+        .args(["-p", &patch])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let patched: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let volumes = patched["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let components = volumes.iter().find(|v| v["name"] == "components").unwrap();
+    assert_eq!(
+        components["persistentVolumeClaim"]["claimName"],
+        claim["metadata"]["name"]
+    );
+    assert_eq!(components["persistentVolumeClaim"]["readOnly"], true);
+    assert!(components.get("emptyDir").is_none(), "{components}");
 }
 
 /// The rules of a structural schema that a generator could break.
@@ -334,6 +410,18 @@ fn the_deployment_runs_locked_down_with_probes_and_its_identity() {
         args.iter()
             .any(|a| a.starts_with("--cache-dir=/var/cache/egress-operator/"))
     );
+    // Pulled images are cached in the same emptyDir; the components folder is an empty one.
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--image-cache=/var/cache/egress-operator/"))
+    );
+    let components = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount("/var/lib/egress-operator/components")["name"])
+        .unwrap();
+    assert!(components["emptyDir"].is_object(), "{components}");
     // SSH keys from Secrets go to a tmpfs, never a disk: the operator's --key-dir is a
     // memory-backed emptyDir.
     let keys = mount("/run/egress-operator");

@@ -1014,18 +1014,25 @@ fn clones(world: &World) -> usize {
 
 /// Waits until Proxy `name` has been brought back `restarts` times and runs again; returns its
 /// status.
-async fn until_recovered(world: &World, name: &str, restarts: u32) -> egress_operator::crd::ProxyStatus {
-    eventually(&format!("{name} recovered {restarts} time(s) and running"), || async {
-        world
-            .proxy(name)
-            .await
-            .and_then(|proxy| proxy.status)
-            .is_some_and(|status| {
-                status.restarts == restarts
-                    && status.phase == Some(Phase::Running)
-                    && !status.addresses.is_empty()
-            })
-    })
+async fn until_recovered(
+    world: &World,
+    name: &str,
+    restarts: u32,
+) -> egress_operator::crd::ProxyStatus {
+    eventually(
+        &format!("{name} recovered {restarts} time(s) and running"),
+        || async {
+            world
+                .proxy(name)
+                .await
+                .and_then(|proxy| proxy.status)
+                .is_some_and(|status| {
+                    status.restarts == restarts
+                        && status.phase == Some(Phase::Running)
+                        && !status.addresses.is_empty()
+                })
+        },
+    )
     .await;
     world.proxy(name).await.unwrap().status.unwrap()
 }
@@ -1051,9 +1058,16 @@ async fn after_a_node_reboot_that_starts_nothing_every_proxy_vm_is_started_again
     assert_eq!(reboot.stopped.len(), 3, "{reboot:?}");
     for name in names {
         let status = until_recovered(&world, name, 1).await;
-        assert_eq!(status.provider_id.as_ref(), Some(&before[name]), "the same VM");
+        assert_eq!(
+            status.provider_id.as_ref(),
+            Some(&before[name]),
+            "the same VM"
+        );
         let last = status.last_recovery.expect("the recovery is recorded");
-        assert_eq!((last.action, last.reason.as_str()), (RecoveryPolicy::Restart, "stopped"));
+        assert_eq!(
+            (last.action, last.reason.as_str()),
+            (RecoveryPolicy::Restart, "stopped")
+        );
         assert!(
             world
                 .event_reasons(name)
@@ -1063,10 +1077,17 @@ async fn after_a_node_reboot_that_starts_nothing_every_proxy_vm_is_started_again
             world.event_reasons(name).await
         );
     }
-    assert_eq!(world.pve.state().vmids(), vms, "nothing made, nothing left behind");
+    assert_eq!(
+        world.pve.state().vmids(),
+        vms,
+        "nothing made, nothing left behind"
+    );
     assert_eq!(clones(&world), made, "restarted, not cloned again");
     assert_eq!(
-        replica.operator.metrics.recoveries(PC, "restart", "stopped"),
+        replica
+            .operator
+            .metrics
+            .recoveries(PC, "restart", "stopped"),
         3
     );
     replica.stop().await;
@@ -1078,7 +1099,13 @@ async fn a_vm_stopped_by_hand_is_started_again_and_only_that_one() {
     let replica = Replica::leader(&world, "a").await;
     world.create_proxy("web", PC).await;
     world.create_proxy("api", PC).await;
-    let web = world.until_running("web").await.status.unwrap().provider_id.unwrap();
+    let web = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
     world.until_running("api").await;
 
     world.pve.stop_vm(vmid(&web)).unwrap();
@@ -1108,7 +1135,13 @@ async fn a_provider_configs_resync_seconds_bounds_how_soon_a_stop_is_noticed() {
         .unwrap();
     let replica = Replica::leader_with(&world, "a", no_resync()).await;
     world.create_proxy("web", PC).await;
-    let web = world.until_running("web").await.status.unwrap().provider_id.unwrap();
+    let web = world
+        .until_running("web")
+        .await
+        .status
+        .unwrap()
+        .provider_id
+        .unwrap();
     world.pve.stop_vm(vmid(&web)).unwrap();
     until_recovered(&world, "web", 1).await;
     replica.stop().await;

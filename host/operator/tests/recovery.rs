@@ -83,7 +83,12 @@ async fn a_node_reboot_that_starts_nothing_is_healed_by_restarting_the_same_vms(
     after.sort();
     assert_eq!(after, before, "the same VMs");
     assert_eq!(tasks(&local.sim, "qmclone"), clones, "nothing cloned again");
-    assert_eq!(local.vms().len(), 3, "nothing duplicated: {:?}", local.vms());
+    assert_eq!(
+        local.vms().len(),
+        3,
+        "nothing duplicated: {:?}",
+        local.vms()
+    );
     assert_eq!(local.log().matches("reason=VMRestarted").count(), 3);
 }
 
@@ -105,8 +110,17 @@ async fn with_replace_a_node_reboot_gives_each_proxy_a_new_vm_and_leaves_no_old_
         assert_eq!(last.action, RecoveryPolicy::Replace, "{record:?}");
     }
     assert_eq!(tasks(&local.sim, "qmclone"), clones + 3, "three new VMs");
-    assert_eq!(tasks(&local.sim, "qmdestroy"), 3, "the stopped ones deleted");
-    assert_eq!(local.vms().len(), 3, "nothing left behind: {:?}", local.vms());
+    assert_eq!(
+        tasks(&local.sim, "qmdestroy"),
+        3,
+        "the stopped ones deleted"
+    );
+    assert_eq!(
+        local.vms().len(),
+        3,
+        "nothing left behind: {:?}",
+        local.vms()
+    );
     assert_eq!(local.log().matches("reason=VMReplaced").count(), 3);
 }
 
@@ -118,9 +132,9 @@ async fn a_vm_stopped_by_hand_is_started_again_and_the_others_are_left_alone() {
 
     local.sim.stop_vm(vmid(&stopped_id)).unwrap();
     local.wait_until("the stopped one restarted", LIMIT, |proxies| {
-        proxies
-            .iter()
-            .any(|record| record.key() == stopped_key && running(record) && record.status.restarts == 1)
+        proxies.iter().any(|record| {
+            record.key() == stopped_key && running(record) && record.status.restarts == 1
+        })
     });
     for record in local.proxies() {
         let expected = u32::from(record.key() == stopped_key);
@@ -158,7 +172,10 @@ async fn with_policy_none_a_stopped_vm_is_reported_and_left_stopped() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vm_that_stops_after_every_start_ends_degraded_and_is_not_restarted_again() {
     let mut local = Local::new().await;
-    local.write("providerconfig.yaml", &provider_config(&local.sim, "Delete"));
+    local.write(
+        "providerconfig.yaml",
+        &provider_config(&local.sim, "Delete"),
+    );
     local.write(
         "proxy-flaky.yaml",
         &format!(

@@ -18,6 +18,19 @@ pub enum LoadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The component is larger than the runtime reads ([`RuntimeConfig::max_component_bytes`]);
+    /// it was not read whole.
+    ///
+    /// [`RuntimeConfig::max_component_bytes`]: crate::RuntimeConfig#structfield.max_component_bytes
+    #[error("{}: {size} bytes, over the {cap}-byte cap on a component", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size, or "more than CAP" when it grew while read.
+        size: String,
+        /// The cap.
+        cap: u64,
+    },
     /// The identity the component would serve under is not a valid provider name.
     #[error("{}: {problem}", path.display())]
     InvalidIdentity {
@@ -126,6 +139,7 @@ impl LoadError {
     pub fn path(&self) -> &std::path::Path {
         match self {
             LoadError::Read { path, .. }
+            | LoadError::TooLarge { path, .. }
             | LoadError::InvalidIdentity { path, .. }
             | LoadError::Empty { path }
             | LoadError::NotWasm { path, .. }

@@ -97,7 +97,7 @@ pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};
 pub use limits::Limits;
 pub use provider::{CallContext, Provider};
 pub use registry::{Registry, RegistryEvent};
-pub use runtime::{Runtime, RuntimeConfig};
+pub use runtime::{DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig};
 pub use state::HostState;
 pub use types::{
     CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Instance, InstanceState,

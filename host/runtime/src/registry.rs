@@ -22,7 +22,7 @@ use notify::Watcher;
 use tokio::sync::{Mutex, broadcast, mpsc};
 
 use crate::cache::sha256_hex;
-use crate::error::{CallError, RegistryError};
+use crate::error::{CallError, LoadError, RegistryError};
 use crate::identity::identity_of;
 use crate::provider::{CallContext, Provider};
 use crate::runtime::Runtime;
@@ -297,13 +297,22 @@ impl RegistryInner {
         }
 
         for path in &listing {
-            let bytes = match tokio::fs::read(path).await {
+            let bytes = match self.runtime.read_component(path).await {
                 Ok(bytes) => bytes,
                 // Gone between listing and reading: the next event's rescan removes it.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(LoadError::Read { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    continue;
+                }
                 Err(error) => {
-                    let error = format!("{}: cannot read: {error}", path.display());
-                    events.push(self.rejected(path, error));
+                    // Reported once per size, not on every rescan.
+                    let seen = format!("unread:{error}");
+                    if files.get(path).is_some_and(|state| state.digest == seen) {
+                        continue;
+                    }
+                    files.insert(path.clone(), FileState { digest: seen });
+                    events.push(self.rejected(path, error.to_string()));
                     continue;
                 }
             };

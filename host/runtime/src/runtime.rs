@@ -56,7 +56,14 @@ pub struct RuntimeConfig {
     /// How a component missing from the compile cache is compiled. Defaults to
     /// [`Compilation::Tiered`]: Winch first, Cranelift in the background.
     pub compilation: Compilation,
+    /// The largest component loaded, in bytes: a larger file is refused from its size, before it
+    /// is read. Defaults to [`DEFAULT_MAX_COMPONENT_BYTES`].
+    pub max_component_bytes: u64,
 }
+
+/// The largest component a runtime loads unless told otherwise: 64 MiB, several times the
+/// largest provider built here (the Python one).
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 64 * 1024 * 1024;
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -67,6 +74,7 @@ impl Default for RuntimeConfig {
             slot_memory_bytes: None,
             capabilities: Vec::new(),
             compilation: Compilation::default(),
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
         }
     }
 }
@@ -84,6 +92,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("slot_memory_bytes", &self.slot_memory_bytes)
             .field("capabilities", &capabilities)
             .field("compilation", &self.compilation)
+            .field("max_component_bytes", &self.max_component_bytes)
             .finish()
     }
 }
@@ -120,6 +129,12 @@ impl RuntimeConfig {
         self
     }
 
+    /// Load no component larger than `bytes`.
+    pub fn max_component_bytes(mut self, bytes: u64) -> Self {
+        self.max_component_bytes = bytes;
+        self
+    }
+
     /// Add a host capability (see [`Capability`]): its interfaces are linked once, and each call
     /// of a provider that imports them gets the capability's per-call state. Names must be
     /// unique. The host keeps its own handle to set grants through.
@@ -149,6 +164,8 @@ struct RuntimeInner {
     /// Limits for every call.
     limits: Limits,
     cache: Option<CompileCache>,
+    /// The largest component loaded.
+    max_component_bytes: u64,
 }
 
 /// The provider host: one wasmtime engine, its linker, limits, compile cache and egress.
@@ -275,6 +292,7 @@ impl Runtime {
                 baseline,
                 capabilities,
                 limits: config.limits,
+                max_component_bytes: config.max_component_bytes,
                 cache,
             }),
         })
@@ -295,6 +313,40 @@ impl Runtime {
         &self.inner.limits
     }
 
+    /// The bytes of the component file at `path`, refused from its size when over
+    /// [`RuntimeConfig::max_component_bytes`](RuntimeConfig#structfield.max_component_bytes),
+    /// and never read past the cap (a file that grows while read is refused too).
+    pub async fn read_component(&self, path: &Path) -> Result<Vec<u8>, LoadError> {
+        use tokio::io::AsyncReadExt as _;
+        let cap = self.inner.max_component_bytes;
+        let read_error = |source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let file = tokio::fs::File::open(path).await.map_err(read_error)?;
+        let size = file.metadata().await.map_err(read_error)?.len();
+        if size > cap {
+            return Err(LoadError::TooLarge {
+                path: path.to_owned(),
+                size: size.to_string(),
+                cap,
+            });
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(cap + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(read_error)?;
+        if bytes.len() as u64 > cap {
+            return Err(LoadError::TooLarge {
+                path: path.to_owned(),
+                size: format!("more than {cap}"),
+                cap,
+            });
+        }
+        Ok(bytes)
+    }
+
     /// The most linear memory one call can be given (the instance pool's slot size).
     pub fn slot_memory_bytes(&self) -> usize {
         self.inner.env.slot_memory_bytes
@@ -303,12 +355,7 @@ impl Runtime {
     /// Read, validate, compile and describe the component at `path`, under the identity its file
     /// name gives (`providers/proxmox.wasm` serves as `proxmox`).
     pub async fn load_file(&self, path: &Path) -> Result<Arc<Provider>, LoadError> {
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|source| LoadError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
+        let bytes = self.read_component(path).await?;
         // What the file is matters more than what it is called: say "a text file" first.
         check_header(&bytes, path)?;
         let identity = identity_of(path)?;
@@ -336,6 +383,13 @@ impl Runtime {
         origin: &Path,
     ) -> Result<Arc<Provider>, LoadError> {
         let path = origin.to_owned();
+        if bytes.len() as u64 > self.inner.max_component_bytes {
+            return Err(LoadError::TooLarge {
+                path,
+                size: bytes.len().to_string(),
+                cap: self.inner.max_component_bytes,
+            });
+        }
         if let Some(problem) = name_problem(identity) {
             return Err(LoadError::InvalidIdentity { path, problem });
         }

@@ -109,7 +109,11 @@ pub(crate) async fn create_starts_stopped(session: &Session) -> Outcome {
 }
 
 async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> RuleResult {
-    let (name, uid, tag) = (session.name("restart"), session.uid(), session.tag("restart"));
+    let (name, uid, tag) = (
+        session.name("restart"),
+        session.uid(),
+        session.tag("restart"),
+    );
     let created = session.create(&name, &uid, &tag).await?;
     let id = created.provider_id.clone();
     session.wait_running(&id).await?;
@@ -131,9 +135,10 @@ async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> 
             again.provider_id
         ));
     }
-    session.wait_running(&id).await.map_err(|error| {
-        format!("create of the stopped VM {id} did not start it: {error}")
-    })?;
+    session
+        .wait_running(&id)
+        .await
+        .map_err(|error| format!("create of the stopped VM {id} did not start it: {error}"))?;
     session.delete(&id).await
 }
 

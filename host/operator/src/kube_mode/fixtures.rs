@@ -272,7 +272,7 @@ impl TestContext {
             ProviderConfigSpec {
                 component: ComponentRef {
                     file: "reference.wasm".into(),
-                    digest: None,
+                    ..ComponentRef::default()
                 },
                 config: json!({}),
                 // The reference imports wasi:http: a ProviderConfig that does not grant it

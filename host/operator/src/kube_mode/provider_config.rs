@@ -186,11 +186,19 @@ pub fn references(spec: &ProviderConfigSpec, namespace: &str) -> References {
             reference.name.clone(),
         )
     };
-    for reference in spec.grant.references() {
+    for reference in spec.references() {
         match reference {
             Named::Secret(reference) => found.secrets.insert(key(reference)),
             Named::ConfigMap(reference) => found.config_maps.insert(key(reference)),
         };
+    }
+    if let Some(secret) = spec
+        .component
+        .registry
+        .as_ref()
+        .and_then(|registry| registry.pull_secret.clone())
+    {
+        found.secrets.insert((namespace.to_owned(), secret));
     }
     found
 }

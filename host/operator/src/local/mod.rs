@@ -92,7 +92,9 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .canonicalize()
         .with_context(|| format!("local folder {}", dir.display()))?;
     let store = Store::open(&dir.join(STATE_DIR).join("state.db"))?;
-    let settings = args.settings(&dir.join("components"));
+    let mut settings = args.settings(&dir.join("components"), &dir.join(STATE_DIR).join("images"));
+    // Local mode resolves a tag once and records its digest in the status.
+    settings.images.allow_tags = true;
     // Bound before anything starts: a port in use is an error now, not a log line later.
     let listener = match args.listen {
         Some(addr) => Some(

@@ -2,6 +2,9 @@
 //! 2.8) on a free loopback port, over TLS with a CA made for the run (or plain HTTP when a test
 //! asks), behind htpasswd basic auth. Stopped on drop.
 
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,475 @@
+//! Provider components from OCI registries: [`Images`], what a ProviderConfig's
+//! `spec.component.image` loads through.
+//!
+//! One fetch of an image, for one ProviderConfig:
+//!
+//! 1. The digest: the one the reference pins. Where a tag alone is allowed (local mode), the
+//!    digest recorded in the status when the tag was first resolved; a tag seen for the first
+//!    time is resolved once. Once recorded, a tag that points elsewhere is reported
+//!    (`TagMoved`), never followed.
+//! 2. The bytes: the component already loaded for that digest, else the content-addressed cache
+//!    (`<cache>/sha256/<hex>/`: the manifest, the component, its signatures, each checked
+//!    against its digest when read), else the registry (digest-verified, within the size cap),
+//!    then written to the cache. A restart, or a registry that is down, serves from the cache.
+//! 3. The signatures: one by a key `spec.component.signedBy` names, over this digest, before the
+//!    component is compiled; cached signatures that no longer verify (a rotated key) are fetched
+//!    again.
+//! 4. The component is compiled and described by the runtime, under the ProviderConfig's name.
+//!
+//! Each refusal is a [`NotReady`] with its own reason; the ProviderConfig reconciler keeps the
+//! last good binding serving.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use egress_runtime::{Provider, Runtime};
+use oci_client::Reference;
+use sha2::Digest as _;
+
+use crate::crd::ComponentRef;
+use crate::oci::{OciError, RegistryClient, RegistryOptions};
+use crate::providers::NotReady;
+use crate::signing::{self, Signature, TrustedKey};
+use crate::{Objects, lock};
+
+/// The key of a `kubernetes.io/dockerconfigjson` Secret holding the credentials.
+pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+
+/// How images are fetched.
+#[derive(Clone, Debug)]
+pub struct ImageSettings {
+    /// The content-addressed cache of pulled artifacts.
+    pub cache_dir: PathBuf,
+    /// The largest component pulled (and cached).
+    pub max_component_bytes: u64,
+    /// Whether an image may name a tag without a digest (resolved once, recorded in status).
+    pub allow_tags: bool,
+    /// Whether an image without `signedBy` may serve.
+    pub allow_unsigned: bool,
+}
+
+/// An image's component, ready to be validated and bound.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The component, loaded under the ProviderConfig's name.
+    pub provider: Arc<Provider>,
+    /// The image pinned to the digest that serves (`REGISTRY/REPOSITORY[:TAG]@sha256:…`).
+    pub pinned: String,
+}
+
+/// Provider components from registries, cached by digest.
+pub struct Images {
+    runtime: Runtime,
+    settings: ImageSettings,
+    /// The operator's namespace: where the pull Secret and the keys' ConfigMaps are.
+    namespace: String,
+    /// Per ProviderConfig: the image last loaded, so a reconcile of an unchanged spec neither
+    /// reads the cache nor compiles again.
+    /// Never held across an await: a ProviderConfig is reconciled by one task at a time.
+    loaded: std::sync::Mutex<HashMap<String, Loaded>>,
+}
+
+impl std::fmt::Debug for Images {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Images")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The image a ProviderConfig loaded last.
+struct Loaded {
+    digest: String,
+    provider: Arc<Provider>,
+    /// Its signatures, checked again on every fetch.
+    signatures: Vec<Signature>,
+}
+
+/// An image's component before its signatures are checked.
+enum Component {
+    /// Loaded by an earlier fetch.
+    Loaded(Arc<Provider>),
+    /// Read from the cache or the registry, not compiled yet.
+    Bytes(Vec<u8>),
+}
+
+/// What a cache entry holds, besides the component itself.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CachedSignatures {
+    signatures: Vec<Signature>,
+}
+
+impl Images {
+    /// Images loaded into `runtime`, with the pull Secret and keys read in `namespace`.
+    pub fn new(runtime: Runtime, settings: ImageSettings, namespace: &str) -> Images {
+        Images {
+            runtime,
+            settings,
+            namespace: namespace.to_owned(),
+            loaded: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The component of ProviderConfig `name`'s image. `recorded` is the pinned image its status
+    /// records; `serving` whether a binding of it serves now (a moved tag is then reported;
+    /// before anything serves, the recorded digest serves first).
+    pub async fn fetch(
+        &self,
+        name: &str,
+        component: &ComponentRef,
+        recorded: Option<&str>,
+        serving: bool,
+        objects: &dyn Objects,
+    ) -> Result<Fetched, NotReady> {
+        let image = component.image.as_deref().unwrap_or_default();
+        let reference = parse(image)?;
+        let client = || self.client(component, objects);
+        let digest = match reference.digest() {
+            Some(digest) => digest.to_owned(),
+            None if !self.settings.allow_tags => {
+                return Err(NotReady {
+                    reason: "InvalidImage",
+                    message: format!(
+                        "image {image} names no digest; in a cluster pin one: {image}@sha256:<digest> (provider push prints it)"
+                    ),
+                });
+            }
+            None => self.tag_digest(image, recorded, serving, client).await?,
+        };
+        let pinned = crate::oci::pinned(image, &digest).map_err(|e| oci_refusal(&e))?;
+        let keys = self.trusted_keys(component, objects)?;
+
+        let entry = self.entry(&digest)?;
+        // What is loaded already is not read again, but its signatures are checked again: the
+        // trust policy may have changed since.
+        let known = lock(&self.loaded)
+            .get(name)
+            .filter(|loaded| loaded.digest == digest)
+            .map(|loaded| (Arc::clone(&loaded.provider), loaded.signatures.clone()));
+        let (component, mut signatures) = match known {
+            Some((provider, signatures)) => (Component::Loaded(provider), signatures),
+            None => match read_entry(&entry, &digest) {
+                Some((bytes, signatures)) => (Component::Bytes(bytes), signatures),
+                None => {
+                    let client = client()?;
+                    let pulled = client.pull(&pinned).await.map_err(|e| oci_refusal(&e))?;
+                    let signatures = if keys.is_empty() {
+                        Vec::new()
+                    } else {
+                        client
+                            .signatures(&pinned, &digest)
+                            .await
+                            .map_err(|e| oci_refusal(&e))?
+                    };
+                    write_entry(&entry, &pulled.manifest, &pulled.bytes, &signatures);
+                    (Component::Bytes(pulled.bytes), signatures)
+                }
+            },
+        };
+        if !keys.is_empty() && signing::verify(&digest, &signatures, &keys).is_err() {
+            // Cached signatures may predate a rotated key: ask the registry once more.
+            if let Ok(fresh) = match client() {
+                Ok(client) => client
+                    .signatures(&pinned, &digest)
+                    .await
+                    .map_err(|e| oci_refusal(&e)),
+                Err(refused) => Err(refused),
+            } {
+                write_signatures(&entry, &fresh);
+                signatures = fresh;
+            }
+        }
+        // Before anything is compiled.
+        self.check_signed(&digest, &signatures, &keys, image)?;
+        let provider = match component {
+            Component::Loaded(provider) => provider,
+            Component::Bytes(bytes) => self
+                .runtime
+                .load_bytes(name, &bytes, &entry.join("component.wasm"))
+                .await
+                .map_err(|error| NotReady {
+                    reason: "ComponentNotLoaded",
+                    message: format!("image {pinned} does not load: {error}"),
+                })?,
+        };
+        lock(&self.loaded).insert(
+            name.to_owned(),
+            Loaded {
+                digest,
+                provider: Arc::clone(&provider),
+                signatures,
+            },
+        );
+        Ok(Fetched { provider, pinned })
+    }
+
+    /// Forget what ProviderConfig `name` loaded (it is deleted). The cache keeps the bytes.
+    pub fn forget(&self, name: &str) {
+        lock(&self.loaded).remove(name);
+    }
+
+    /// The digest a tag-only `image` serves: the one recorded for it, else resolved now. A
+    /// recorded tag is looked up again once something serves, to report a move.
+    async fn tag_digest(
+        &self,
+        image: &str,
+        recorded: Option<&str>,
+        serving: bool,
+        client: impl Fn() -> Result<RegistryClient, NotReady>,
+    ) -> Result<String, NotReady> {
+        let recorded = recorded
+            .and_then(|pinned| pinned.strip_prefix(image))
+            .and_then(|rest| rest.strip_prefix('@'));
+        match recorded {
+            Some(digest) if !serving => Ok(digest.to_owned()),
+            Some(digest) => {
+                let now = client()?
+                    .resolve(image)
+                    .await
+                    .map_err(|e| oci_refusal(&e))?;
+                if now == digest {
+                    Ok(now)
+                } else {
+                    Err(NotReady {
+                        reason: "TagMoved",
+                        message: format!(
+                            "the tag of {image} moved from {digest} to {now}; {digest} keeps serving: to move, pin image {image}@{now}"
+                        ),
+                    })
+                }
+            }
+            None => client()?.resolve(image).await.map_err(|e| oci_refusal(&e)),
+        }
+    }
+
+    /// A registry client as `component.registry` asks: its pull Secret, its CA, plain HTTP.
+    fn client(
+        &self,
+        component: &ComponentRef,
+        objects: &dyn Objects,
+    ) -> Result<RegistryClient, NotReady> {
+        let image = component.image.as_deref().unwrap_or_default();
+        let invalid = |message: String| NotReady {
+            reason: "InvalidImage",
+            message,
+        };
+        let mut options = RegistryOptions {
+            max_layer_bytes: self.settings.max_component_bytes,
+            ..RegistryOptions::default()
+        };
+        let Some(access) = &component.registry else {
+            return RegistryClient::new(options).map_err(|e| oci_refusal(&e));
+        };
+        if let Some(secret) = &access.pull_secret {
+            let json = objects
+                .secret_value(&self.namespace, secret, DOCKER_CONFIG_KEY)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "the pull Secret {}/{secret} has no key {DOCKER_CONFIG_KEY} (a Secret of type kubernetes.io/dockerconfigjson)",
+                        self.namespace
+                    ))
+                })?;
+            options.credentials = crate::oci::DockerConfig::parse(&json).map_err(|problem| {
+                invalid(format!(
+                    "the pull Secret {}/{secret}: {problem}",
+                    self.namespace
+                ))
+            })?;
+        }
+        if let Some(ca) = &access.ca_config_map_ref {
+            let namespace = ca.namespace.as_deref().unwrap_or(&self.namespace);
+            let pem = objects
+                .config_map_value(namespace, &ca.name, &ca.key)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "ConfigMap {namespace}/{} has no key {} (the registry's CA)",
+                        ca.name, ca.key
+                    ))
+                })?;
+            if !pem.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(invalid(format!(
+                    "ConfigMap {namespace}/{} key {} holds no PEM certificate",
+                    ca.name, ca.key
+                )));
+            }
+            options.ca_pem = Some(pem.into_bytes());
+        }
+        if access.plain_http {
+            options.plain_http = vec![crate::oci::registry_of(image).map_err(|e| oci_refusal(&e))?];
+        }
+        RegistryClient::new(options).map_err(|e| oci_refusal(&e))
+    }
+
+    /// The keys `signedBy` names, read from ConfigMaps of the operator's namespace.
+    fn trusted_keys(
+        &self,
+        component: &ComponentRef,
+        objects: &dyn Objects,
+    ) -> Result<Vec<TrustedKey>, NotReady> {
+        let invalid = |message: String| NotReady {
+            reason: "InvalidTrustPolicy",
+            message,
+        };
+        component
+            .signed_by
+            .iter()
+            .map(|key| {
+                let reference = &key.config_map_ref;
+                if reference
+                    .namespace
+                    .as_deref()
+                    .is_some_and(|namespace| namespace != self.namespace)
+                {
+                    return Err(invalid(format!(
+                        "signedBy ConfigMap {}/{}: signing keys are read only from the operator's namespace {}",
+                        reference.namespace.as_deref().unwrap_or_default(),
+                        reference.name,
+                        self.namespace
+                    )));
+                }
+                let name = format!("{}/{}", reference.name, reference.key);
+                let pem = objects
+                    .config_map_value(&self.namespace, &reference.name, &reference.key)
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "ConfigMap {}/{} has no key {} (a signing key)",
+                            self.namespace, reference.name, reference.key
+                        ))
+                    })?;
+                TrustedKey::from_pem(&name, pem.as_bytes())
+                    .map_err(|error| invalid(format!("ConfigMap {}/{error}", self.namespace)))
+            })
+            .collect()
+    }
+
+    /// Refuses an image no trusted key signed (or any image without keys, unless allowed).
+    fn check_signed(
+        &self,
+        digest: &str,
+        signatures: &[Signature],
+        keys: &[TrustedKey],
+        image: &str,
+    ) -> Result<(), NotReady> {
+        if keys.is_empty() {
+            if self.settings.allow_unsigned {
+                return Ok(());
+            }
+            return Err(NotReady {
+                reason: "Unsigned",
+                message: format!(
+                    "image {image}: spec.component.signedBy names no key, and this operator serves only images signed by a trusted key (--allow-unsigned-images lifts this)"
+                ),
+            });
+        }
+        match signing::verify(digest, signatures, keys) {
+            Ok(_) => Ok(()),
+            Err(refusal @ signing::SignatureRefusal::Unsigned { .. }) => Err(NotReady {
+                reason: "Unsigned",
+                message: format!("image {image}: {refusal}"),
+            }),
+            Err(refusal) => Err(NotReady {
+                reason: "UntrustedSignature",
+                message: format!("image {image}: {refusal}"),
+            }),
+        }
+    }
+
+    /// The cache folder of `digest`, created.
+    fn entry(&self, digest: &str) -> Result<PathBuf, NotReady> {
+        let hex = egress_runtime::grant::digest_hex(digest).ok_or_else(|| NotReady {
+            reason: "InvalidImage",
+            message: format!("{digest} is not sha256:<64 hex digits>"),
+        })?;
+        let entry = self.settings.cache_dir.join("sha256").join(hex);
+        std::fs::create_dir_all(&entry).map_err(|error| NotReady {
+            reason: "ImageCacheUnavailable",
+            message: format!("cannot create {}: {error}", entry.display()),
+        })?;
+        Ok(entry)
+    }
+}
+
+fn parse(image: &str) -> Result<Reference, NotReady> {
+    image.parse::<Reference>().map_err(|error| NotReady {
+        reason: "InvalidImage",
+        message: format!(
+            "{image:?} is not an image reference (REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST): {error}"
+        ),
+    })
+}
+
+/// A refusal for a registry error, with its own reason.
+fn oci_refusal(error: &OciError) -> NotReady {
+    let reason = match error {
+        OciError::InvalidReference { .. } | OciError::CaFile { .. } | OciError::AuthFile { .. } => {
+            "InvalidImage"
+        }
+        OciError::Unauthorized { .. } => "RegistryUnauthorized",
+        OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } => "DigestMismatch",
+        OciError::NotWasmComponent { .. } | OciError::NotAComponent { .. } => "NotAWasmComponent",
+        OciError::LayerOverCap { .. } => "ComponentTooLarge",
+        OciError::Registry { .. } | OciError::ClientSetup(_) | OciError::PushToDigest { .. } => {
+            "RegistryUnavailable"
+        }
+    };
+    NotReady {
+        reason,
+        message: error.to_string(),
+    }
+}
+
+/// The bytes and signatures cached for `digest`, if the entry is whole: the manifest hashes to
+/// `digest` and the component to the manifest's layer digest. Anything else is a miss.
+fn read_entry(entry: &Path, digest: &str) -> Option<(Vec<u8>, Vec<Signature>)> {
+    let manifest = std::fs::read(entry.join("manifest.json")).ok()?;
+    if sha256(&manifest) != digest {
+        return None;
+    }
+    let manifest: oci_client::manifest::OciImageManifest =
+        serde_json::from_slice(&manifest).ok()?;
+    let layer = manifest.layers.first()?;
+    let bytes = std::fs::read(entry.join("component.wasm")).ok()?;
+    if sha256(&bytes) != layer.digest {
+        return None;
+    }
+    let signatures = std::fs::read(entry.join("signatures.json"))
+        .ok()
+        .and_then(|json| serde_json::from_slice::<CachedSignatures>(&json).ok())
+        .map(|cached| cached.signatures)
+        .unwrap_or_default();
+    Some((bytes, signatures))
+}
+
+/// Stores a pulled artifact; a failure only costs a pull next time, so it is logged.
+fn write_entry(entry: &Path, manifest: &[u8], component: &[u8], signatures: &[Signature]) {
+    let written = write_atomically(&entry.join("component.wasm"), component)
+        // The manifest last: an entry is read only when it is there.
+        .and_then(|()| write_atomically(&entry.join("manifest.json"), manifest));
+    if let Err(error) = written {
+        tracing::warn!(entry = %entry.display(), error = %error, "cannot cache the pulled image");
+    }
+    write_signatures(entry, signatures);
+}
+
+fn write_signatures(entry: &Path, signatures: &[Signature]) {
+    let json = serde_json::to_vec(&CachedSignatures {
+        signatures: signatures.to_vec(),
+    })
+    .unwrap_or_default();
+    if let Err(error) = write_atomically(&entry.join("signatures.json"), &json) {
+        tracing::warn!(entry = %entry.display(), error = %error, "cannot cache the image's signatures");
+    }
+}
+
+/// Writes `bytes` beside `path` and renames them into place.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    // Per process: two operators sharing a cache never write one partial file.
+    let partial = path.with_extension(format!("partial.{}", std::process::id()));
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, path)
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
