@@ -473,3 +473,50 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest_for(component: &[u8]) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"mediaType": crate::oci::WASM_CONFIG_MEDIA_TYPE, "digest": sha256(b"{}"), "size": 2},
+            "layers": [{"mediaType": crate::oci::WASM_LAYER_MEDIA_TYPE, "digest": sha256(component), "size": component.len()}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cache_entry_is_read_only_when_every_part_matches_its_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let component = b"\0asm component bytes".to_vec();
+        let manifest = manifest_for(&component);
+        let digest = sha256(&manifest);
+        let signature = Signature {
+            payload: b"{}".to_vec(),
+            signature: vec![1, 2, 3],
+        };
+        write_entry(
+            dir.path(),
+            &manifest,
+            &component,
+            std::slice::from_ref(&signature),
+        );
+        assert_eq!(
+            read_entry(dir.path(), &digest),
+            Some((component.clone(), vec![signature]))
+        );
+        // Another digest asked of the same entry: a miss.
+        assert_eq!(read_entry(dir.path(), &sha256(b"other")), None);
+        // The component altered on disk: a miss, never the altered bytes.
+        let mut altered = component.clone();
+        altered[0] ^= 0xff;
+        std::fs::write(dir.path().join("component.wasm"), &altered).unwrap();
+        assert_eq!(read_entry(dir.path(), &digest), None);
+        // The manifest altered: a miss.
+        std::fs::write(dir.path().join("component.wasm"), &component).unwrap();
+        std::fs::write(dir.path().join("manifest.json"), manifest_for(&altered)).unwrap();
+        assert_eq!(read_entry(dir.path(), &digest), None);
+    }
+}

@@ -323,6 +323,26 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
         ),
         (spec(&down, "regcred"), "RegistryUnavailable", "127.0.0.1"),
         (
+            {
+                let pinned = push(
+                    &registry,
+                    "reference",
+                    "providers/reference:7",
+                    Some(&release),
+                );
+                let mut without_ca = spec(&pinned, "regcred");
+                without_ca
+                    .component
+                    .registry
+                    .as_mut()
+                    .unwrap()
+                    .ca_config_map_ref = None;
+                without_ca
+            },
+            "RegistryUnavailable",
+            "certificate",
+        ),
+        (
             spec(&not_wasm, "regcred"),
             "NotAWasmComponent",
             "application/vnd.oci.image.layer.v1.tar+gzip",
@@ -827,4 +847,50 @@ async fn a_signed_image_serves_three_proxies_and_serves_from_the_cache_with_the_
     );
     assert_eq!(local.vms(), vms);
     assert!(local.proxies().iter().all(local_support::running));
+}
+
+/// Plain HTTP is spoken to an image's registry only when its ProviderConfig says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_is_spoken_to_a_registry_only_when_the_provider_config_says_so() {
+    let registry = Registry::start_plain_http();
+    let keys = Keys::new();
+    let reference = registry.reference("providers/reference:1");
+    let file = component("reference");
+    let output = oci_support::run(&[
+        "provider",
+        "push",
+        path_str(&file),
+        &reference,
+        "--auth-file",
+        path_str(&registry.auth_file),
+        "--plain-http",
+        "--sign",
+        path_str(&keys.private("release")),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pinned = stdout(&output).trim().to_owned();
+    let mut harness = Harness::start(&registry, &keys).await;
+
+    let mut over_tls = spec(&pinned, "regcred");
+    over_tls
+        .component
+        .registry
+        .as_mut()
+        .unwrap()
+        .ca_config_map_ref = None;
+    let outcome = harness.reconcile(&over_tls).await;
+    assert_eq!(
+        state_of(&outcome, conditions::READY),
+        ("False".into(), "RegistryUnavailable".into()),
+        "{outcome:?}"
+    );
+    let mut plain = over_tls.clone();
+    plain.component.registry.as_mut().unwrap().plain_http = true;
+    let outcome = harness.reconcile(&plain).await;
+    assert_eq!(
+        state_of(&outcome, conditions::READY).0,
+        "True",
+        "{outcome:?}"
+    );
+    harness.call().await.unwrap();
 }

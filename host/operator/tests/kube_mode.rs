@@ -4,6 +4,7 @@
 //! to `pvesim` over TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
 
 mod metrics_support;
+mod oci_support;
 mod proxmox_support;
 
 use std::collections::BTreeMap;
@@ -268,6 +269,27 @@ impl World {
             ca_file: self.pve.ca_file().to_path_buf(),
         })
         .await
+    }
+
+    /// The spec of the simulator's ProviderConfig, as created.
+    fn provider_config_spec(&self) -> egress_operator::crd::ProviderConfigSpec {
+        let mut config = proxmox_support::provider_config(&self.pve);
+        config["templateVmid"] = json!(9001);
+        serde_json::from_value(json!({
+            "component": {"file": "proxmox.wasm"},
+            "config": config,
+            "grant": {"http": {
+                "origins": [self.pve.url()],
+                "credential": {
+                    "header": "Authorization",
+                    "format": "PVEAPIToken={secret}",
+                    "secretRef": {"name": "pve-token", "key": "token"},
+                },
+                "tls": {"caConfigMapRef": {"name": "pve-ca", "key": "ca.pem"}, "http1Only": true},
+            }},
+            "orphanSweep": {"mode": "Off"},
+        }))
+        .unwrap()
     }
 
     fn config_text(&self) -> String {
@@ -1144,5 +1166,110 @@ async fn a_provider_configs_resync_seconds_bounds_how_soon_a_stop_is_noticed() {
         .unwrap();
     world.pve.stop_vm(vmid(&web)).unwrap();
     until_recovered(&world, "web", 1).await;
+    replica.stop().await;
+}
+
+/// Kubernetes mode by image: the pull credentials from a Secret of type
+/// `kubernetes.io/dockerconfigjson` in the cluster, the registry's CA and the signing key from
+/// ConfigMaps; a ProviderConfig pinned by digest serves a Proxy, and one naming a tag alone is
+/// refused (a cluster requires the digest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_cluster() {
+    let world = World::start().await;
+    let registry = oci_support::Registry::start();
+    let keys = tempfile::tempdir().unwrap();
+    let pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let key_file = keys.path().join("release.key");
+    std::fs::write(&key_file, pair.serialize_pem()).unwrap();
+    let reference = registry.reference("providers/proxmox:1.0");
+    let file = proxmox_support::component();
+    let output = oci_support::run_against(
+        &registry,
+        &[
+            "provider",
+            "push",
+            oci_support::path_str(&file),
+            &reference,
+            "--sign",
+            oci_support::path_str(&key_file),
+        ],
+    );
+    assert!(output.status.success(), "{}", oci_support::stderr(&output));
+    let pinned = oci_support::stdout(&output).trim().to_owned();
+
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "regcred", "namespace": NAMESPACE},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": std::fs::read_to_string(&registry.auth_file).unwrap()},
+    });
+    world
+        .secrets()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .await
+        .unwrap();
+    let maps = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "registry", "namespace": NAMESPACE},
+        "data": {
+            "ca.crt": std::fs::read_to_string(&registry.ca_file).unwrap(),
+            "release.pub": pair.public_key_pem(),
+        },
+    });
+    world
+        .configmaps()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(maps).unwrap(),
+        )
+        .await
+        .unwrap();
+    let by_image = |name: &str, image: &str| {
+        let mut pc = serde_json::to_value(world.provider_config_spec()).unwrap();
+        pc["component"] = json!({
+            "image": image,
+            "registry": {
+                "pullSecret": "regcred",
+                "caConfigMapRef": {"name": "registry", "key": "ca.crt"},
+            },
+            "signedBy": [{"configMapRef": {"name": "registry", "key": "release.pub"}}],
+        });
+        serde_json::from_value::<ProviderConfig>(json!({
+            "apiVersion": "egress-operator.io/v1alpha1", "kind": "ProviderConfig",
+            "metadata": {"name": name},
+            "spec": pc,
+        }))
+        .unwrap()
+    };
+    let replica = Replica::leader(&world, "a").await;
+    for (name, image) in [
+        ("by-image", pinned.as_str()),
+        ("by-tag", reference.as_str()),
+    ] {
+        world
+            .provider_configs()
+            .create(&PostParams::default(), &by_image(name, image))
+            .await
+            .unwrap();
+    }
+    world.create_proxy("web", "by-image").await;
+    world.until_running("web").await;
+    let status = world.provider_config("by-image").await.status.unwrap();
+    assert_eq!(
+        status.loaded.unwrap().image.as_deref(),
+        Some(pinned.as_str())
+    );
+    eventually("the tag alone is refused", || async {
+        let status = world
+            .provider_config("by-tag")
+            .await
+            .status
+            .unwrap_or_default();
+        condition(&status.conditions, conditions::READY) == ("False".into(), "InvalidImage".into())
+    })
+    .await;
     replica.stop().await;
 }

@@ -319,4 +319,24 @@ mod tests {
             HashSet::from([pair("pki", "ca"), pair("ops", "hosts")])
         );
     }
+
+    /// A rotated pull Secret, registry CA or signing key reconciles a ProviderConfig by image.
+    #[test]
+    fn an_images_pull_secret_ca_and_signing_keys_are_watched() {
+        let spec: ProviderConfigSpec = serde_json::from_value(serde_json::json!({
+            "component": {
+                "image": "r.example/p@sha256:00",
+                "registry": {"pullSecret": "regcred", "caConfigMapRef": {"name": "registry-ca", "key": "ca.crt"}},
+                "signedBy": [{"configMapRef": {"name": "signers", "key": "release.pub"}}],
+            },
+        }))
+        .unwrap();
+        let found = references(&spec, "ops");
+        let pair = |namespace: &str, name: &str| (namespace.to_owned(), name.to_owned());
+        assert_eq!(found.secrets, HashSet::from([pair("ops", "regcred")]));
+        assert_eq!(
+            found.config_maps,
+            HashSet::from([pair("ops", "registry-ca"), pair("ops", "signers")])
+        );
+    }
 }
