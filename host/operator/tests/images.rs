@@ -256,6 +256,10 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
     assert_eq!(loaded.image.as_deref(), Some(good.as_str()));
     assert_eq!(harness.serving_digest(), loaded.digest);
     let serving = harness.serving_digest();
+    // Reconciled again unchanged: nothing is read or compiled again, nothing rebinds.
+    let again = harness.reconcile(&spec(&good, "regcred")).await;
+    assert!(!again.rebound, "{again:?}");
+    assert_eq!(again.status.loaded.as_ref(), Some(&loaded));
 
     // Each case: a spec naming a bad image, and the reason it must be refused with.
     let not_wasm = {
@@ -434,13 +438,14 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
     assert_eq!(harness.serving_digest(), serving);
     harness.call().await.unwrap();
 
-    // The good spec again: not Degraded, served from what is loaded.
+    // The good spec again: not Degraded, served from what is loaded (not compiled again).
     let outcome = harness.reconcile(&spec(&good, "regcred")).await;
     assert_eq!(
         state_of(&outcome, conditions::DEGRADED).0,
         "False",
         "{outcome:?}"
     );
+    assert_eq!(outcome.status.loaded.unwrap().generation, loaded.generation);
 }
 
 #[tokio::test(flavor = "multi_thread")]
