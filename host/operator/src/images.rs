@@ -28,6 +28,7 @@ use oci_client::Reference;
 use sha2::Digest as _;
 
 use crate::crd::ComponentRef;
+use crate::metrics::Metrics;
 use crate::oci::{OciError, RegistryClient, RegistryOptions};
 use crate::providers::NotReady;
 use crate::signing::{self, Signature, TrustedKey};
@@ -61,6 +62,7 @@ pub struct Fetched {
 /// Provider components from registries, cached by digest.
 pub struct Images {
     runtime: Runtime,
+    metrics: Metrics,
     settings: ImageSettings,
     /// The operator's namespace: where the pull Secret and the keys' ConfigMaps are.
     namespace: String,
@@ -101,10 +103,17 @@ struct CachedSignatures {
 }
 
 impl Images {
-    /// Images loaded into `runtime`, with the pull Secret and keys read in `namespace`.
-    pub fn new(runtime: Runtime, settings: ImageSettings, namespace: &str) -> Images {
+    /// Images loaded into `runtime`, with the pull Secret and keys read in `namespace`, each
+    /// fetch counted in `metrics`.
+    pub fn new(
+        runtime: Runtime,
+        settings: ImageSettings,
+        namespace: &str,
+        metrics: Metrics,
+    ) -> Images {
         Images {
             runtime,
+            metrics,
             settings,
             namespace: namespace.to_owned(),
             loaded: std::sync::Mutex::new(HashMap::new()),
@@ -121,6 +130,28 @@ impl Images {
         recorded: Option<&str>,
         serving: bool,
         objects: &dyn Objects,
+    ) -> Result<Fetched, NotReady> {
+        let mut source = "none";
+        let fetched = self
+            .fetch_from(name, component, recorded, serving, objects, &mut source)
+            .await;
+        let outcome = match &fetched {
+            Ok(_) => "ok",
+            Err(refused) => refused.reason,
+        };
+        self.metrics.image_loaded(name, source, outcome);
+        fetched
+    }
+
+    /// [`Images::fetch`], saying in `source` where the component came from.
+    async fn fetch_from(
+        &self,
+        name: &str,
+        component: &ComponentRef,
+        recorded: Option<&str>,
+        serving: bool,
+        objects: &dyn Objects,
+        source: &mut &'static str,
     ) -> Result<Fetched, NotReady> {
         let image = component.image.as_deref().unwrap_or_default();
         let reference = parse(image)?;
@@ -148,10 +179,17 @@ impl Images {
             .filter(|loaded| loaded.digest == digest)
             .map(|loaded| (Arc::clone(&loaded.provider), loaded.signatures.clone()));
         let (component, mut signatures) = match known {
-            Some((provider, signatures)) => (Component::Loaded(provider), signatures),
+            Some((provider, signatures)) => {
+                *source = "loaded";
+                (Component::Loaded(provider), signatures)
+            }
             None => match read_entry(&entry, &digest) {
-                Some((bytes, signatures)) => (Component::Bytes(bytes), signatures),
+                Some((bytes, signatures)) => {
+                    *source = "cache";
+                    (Component::Bytes(bytes), signatures)
+                }
                 None => {
+                    *source = "registry";
                     let client = client()?;
                     let pulled = client.pull(&pinned).await.map_err(|e| oci_refusal(&e))?;
                     let signatures = if keys.is_empty() {

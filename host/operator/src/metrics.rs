@@ -10,7 +10,8 @@
 //! counts reconciles that end not Ready. Provider calls are counted by
 //! provider (the ProviderConfig), operation and outcome (`ok` or an error class) in
 //! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. VMs
-//! brought back are counted in `egress_proxy_recoveries_total{provider,action,reason}`. The egress
+//! brought back are counted in `egress_proxy_recoveries_total{provider,action,reason}`, image
+//! fetches in `egress_provider_image_loads_total{provider,source,outcome}`. The egress
 //! broker's own series (`egress_http_requests_total`, …) are registered beside them.
 
 use std::sync::Arc;
@@ -54,6 +55,13 @@ struct RecoveryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ImageLabels {
+    provider: String,
+    source: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     provider: String,
     operation: String,
@@ -69,6 +77,7 @@ pub struct Metrics {
     calls: Family<CallLabels, Counter>,
     call_time: Family<LatencyLabels, Histogram>,
     recoveries: Family<RecoveryLabels, Counter>,
+    image_loads: Family<ImageLabels, Counter>,
     registry: Arc<std::sync::Mutex<Registry>>,
 }
 
@@ -86,6 +95,7 @@ impl Default for Metrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
             }),
             recoveries: Family::default(),
+            image_loads: Family::default(),
             registry: Arc::new(std::sync::Mutex::new(Registry::default())),
         };
         {
@@ -126,6 +136,12 @@ impl Default for Metrics {
                  degraded when the limit stopped them) and reason (stopped, failed)",
                 metrics.recoveries.clone(),
             );
+            registry.register(
+                "egress_provider_image_loads",
+                "ProviderConfig images fetched, by provider, source (loaded, cache, registry, or \
+                 none when refused before) and outcome (ok or the refusal's reason)",
+                metrics.image_loads.clone(),
+            );
         }
         metrics
     }
@@ -141,6 +157,28 @@ impl Metrics {
     /// Register more series (the broker's) in the same registry.
     pub fn register_with(&self, register: impl FnOnce(&mut Registry)) {
         register(&mut self.lock());
+    }
+
+    /// Count one fetch of ProviderConfig `provider`'s image from `source` ending in `outcome`.
+    pub fn image_loaded(&self, provider: &str, source: &str, outcome: &str) {
+        self.image_loads
+            .get_or_create(&ImageLabels {
+                provider: provider.into(),
+                source: source.into(),
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
+    /// The number of image fetches counted with these labels (tests).
+    pub fn image_loads(&self, provider: &str, source: &str, outcome: &str) -> u64 {
+        self.image_loads
+            .get_or_create(&ImageLabels {
+                provider: provider.into(),
+                source: source.into(),
+                outcome: outcome.into(),
+            })
+            .get()
     }
 
     /// Count one reconcile of `controller` (`proxy`, `providerconfig`) ending in `result`.

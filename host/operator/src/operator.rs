@@ -106,6 +106,7 @@ impl Operator {
             runtime.clone(),
             settings.images.clone(),
             &settings.namespace,
+            metrics.clone(),
         );
         let registry = Registry::watch(runtime, &settings.components)
             .await

@@ -438,6 +438,17 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
     assert_eq!(harness.serving_digest(), serving);
     harness.call().await.unwrap();
 
+    // Every fetch is counted by where it came from and how it ended.
+    let metrics = &harness.operator.metrics;
+    assert_eq!(metrics.image_loads(PC, "registry", "ok"), 1);
+    assert_eq!(metrics.image_loads(PC, "loaded", "ok"), 1);
+    assert_eq!(
+        metrics.image_loads(PC, "registry", "RegistryUnauthorized"),
+        1
+    );
+    assert_eq!(metrics.image_loads(PC, "registry", "Unsigned"), 1);
+    assert_eq!(metrics.image_loads(PC, "loaded", "Unsigned"), 1);
+
     // The good spec again: not Degraded, served from what is loaded (not compiled again).
     let outcome = harness.reconcile(&spec(&good, "regcred")).await;
     assert_eq!(
