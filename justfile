@@ -19,7 +19,7 @@ setup:
     # libvirt and qemu: the KVM lab of the demo and the tests; mtools, syslinux, cpio: its guest
     # image (testdata/guest-image/build.sh). docker-registry: the CNCF distribution registry the
     # OCI tests push providers to and pull them from.
-    packages="pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv mtools syslinux cpio docker-registry"
+    packages="pkg-config libvirt-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils iproute2 dnsmasq-base openssh-server openssh-client xorriso genisoimage curl jq libsqlite3-dev python3-venv mtools syslinux cpio docker-registry openssl"
     install() { $sudo apt-get install -y -qq --no-install-recommends "$@" ca-certificates; }
     if ! dpkg -s $packages >/dev/null 2>&1; then
         $sudo apt-get update -qq
