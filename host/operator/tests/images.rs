@@ -262,29 +262,7 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
     assert_eq!(again.status.loaded.as_ref(), Some(&loaded));
 
     // Each case: a spec naming a bad image, and the reason it must be refused with.
-    let not_wasm = {
-        let reference = registry.reference("images/busybox:1");
-        let (client, auth) = registry.oci_client();
-        let layer = oci_client::client::ImageLayer::new(
-            b"not a tarball, but labelled as one".to_vec(),
-            "application/vnd.oci.image.layer.v1.tar+gzip".to_owned(),
-            None,
-        );
-        let config = oci_client::client::Config::new(
-            br#"{"architecture":"amd64","os":"linux"}"#.to_vec(),
-            "application/vnd.oci.image.config.v1+json".to_owned(),
-            None,
-        );
-        client
-            .push(&reference.parse().unwrap(), &[layer], config, &auth, None)
-            .await
-            .unwrap();
-        let digest = client
-            .fetch_manifest_digest(&reference.parse().unwrap(), &auth)
-            .await
-            .unwrap();
-        format!("{reference}@{digest}")
-    };
+    let not_wasm = registry.push_not_wasm("images/busybox:1").await;
     let tampered = {
         let pinned = push(
             &registry,

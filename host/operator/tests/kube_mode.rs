@@ -158,26 +158,10 @@ impl World {
     }
 
     async fn create_provider_config(&self, name: &str, sweep: &str, template: u32) {
-        let mut config = proxmox_support::provider_config(&self.pve);
-        config["templateVmid"] = json!(template);
         let pc = json!({
             "apiVersion": "egress-operator.io/v1alpha1", "kind": "ProviderConfig",
             "metadata": {"name": name},
-            "spec": {
-                "component": {"file": "proxmox.wasm"},
-                "config": config,
-                "grant": {"http": {
-                    "origins": [self.pve.url()],
-                    "credential": {
-                        "header": "Authorization",
-                        "format": "PVEAPIToken={secret}",
-                        "secretRef": {"name": "pve-token", "key": "token"},
-                    },
-                    "tls": {"caConfigMapRef": {"name": "pve-ca", "key": "ca.pem"}, "http1Only": true},
-                    "timeouts": {"connectMs": 2000, "firstByteMs": 5000, "totalMs": 10000},
-                }},
-                "orphanSweep": {"mode": sweep, "intervalSeconds": 1},
-            },
+            "spec": self.provider_config_spec(sweep, template),
         });
         self.provider_configs()
             .create(&PostParams::default(), &serde_json::from_value(pc).unwrap())
@@ -271,11 +255,12 @@ impl World {
         .await
     }
 
-    /// The spec of the simulator's ProviderConfig, as created.
-    fn provider_config_spec(&self) -> egress_operator::crd::ProviderConfigSpec {
+    /// The spec of a ProviderConfig of the simulator (JSON): proxmox.wasm with the token Secret
+    /// and CA ConfigMap, cloning `template`, its orphan sweep in `sweep` mode every second.
+    fn provider_config_spec(&self, sweep: &str, template: u32) -> Value {
         let mut config = proxmox_support::provider_config(&self.pve);
-        config["templateVmid"] = json!(9001);
-        serde_json::from_value(json!({
+        config["templateVmid"] = json!(template);
+        json!({
             "component": {"file": "proxmox.wasm"},
             "config": config,
             "grant": {"http": {
@@ -286,10 +271,10 @@ impl World {
                     "secretRef": {"name": "pve-token", "key": "token"},
                 },
                 "tls": {"caConfigMapRef": {"name": "pve-ca", "key": "ca.pem"}, "http1Only": true},
+                "timeouts": {"connectMs": 2000, "firstByteMs": 5000, "totalMs": 10000},
             }},
-            "orphanSweep": {"mode": "Off"},
-        }))
-        .unwrap()
+            "orphanSweep": {"mode": sweep, "intervalSeconds": 1},
+        })
     }
 
     fn config_text(&self) -> String {
@@ -1228,7 +1213,7 @@ async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_clust
         .await
         .unwrap();
     let by_image = |name: &str, image: &str| {
-        let mut pc = serde_json::to_value(world.provider_config_spec()).unwrap();
+        let mut pc = world.provider_config_spec("Off", 9001);
         pc["component"] = json!({
             "image": image,
             "registry": {

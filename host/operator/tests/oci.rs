@@ -184,22 +184,7 @@ fn a_manifest_that_does_not_match_its_pinned_digest_is_refused() {
 #[tokio::test]
 async fn an_artifact_that_is_not_a_wasm_component_is_refused_naming_its_media_types() {
     let registry = Registry::start();
-    let reference = registry.reference("images/busybox:1");
-    let (client, auth) = registry.oci_client();
-    let layer = oci_client::client::ImageLayer::new(
-        b"not a tarball, but labelled as one".to_vec(),
-        "application/vnd.oci.image.layer.v1.tar+gzip".to_owned(),
-        None,
-    );
-    let config = oci_client::client::Config::new(
-        br#"{"architecture":"amd64","os":"linux"}"#.to_vec(),
-        "application/vnd.oci.image.config.v1+json".to_owned(),
-        None,
-    );
-    client
-        .push(&reference.parse().unwrap(), &[layer], config, &auth, None)
-        .await
-        .unwrap();
+    let reference = registry.push_not_wasm("images/busybox:1").await;
 
     let output = pull(&registry, &reference);
     assert_eq!(output.status.code(), Some(2));

@@ -223,6 +223,30 @@ impl Registry {
             .unwrap()
     }
 
+    /// Pushes an OCI image-like artifact (a tar layer, an image config), as another tool would,
+    /// to `repository_and_tag`; returns its reference pinned by digest.
+    pub async fn push_not_wasm(&self, repository_and_tag: &str) -> String {
+        let reference = self.reference(repository_and_tag);
+        let parsed: oci_client::Reference = reference.parse().unwrap();
+        let (client, auth) = self.oci_client();
+        let layer = oci_client::client::ImageLayer::new(
+            b"not a tarball, but labelled as one".to_vec(),
+            "application/vnd.oci.image.layer.v1.tar+gzip".to_owned(),
+            None,
+        );
+        let config = oci_client::client::Config::new(
+            br#"{"architecture":"amd64","os":"linux"}"#.to_vec(),
+            "application/vnd.oci.image.config.v1+json".to_owned(),
+            None,
+        );
+        client
+            .push(&parsed, &[layer], config, &auth, None)
+            .await
+            .unwrap();
+        let digest = client.fetch_manifest_digest(&parsed, &auth).await.unwrap();
+        format!("{reference}@{digest}")
+    }
+
     /// An oci-client client trusting this registry's CA, with its credentials: for the tests
     /// that push what our CLI never would.
     pub fn oci_client(&self) -> (oci_client::Client, oci_client::secrets::RegistryAuth) {
