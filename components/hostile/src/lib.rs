@@ -85,6 +85,8 @@ fn attack(config: &str) -> Result<Instance, Error> {
             number(&config, "count")?,
             config.get("bodyless").and_then(Value::as_bool) == Some(true),
         ),
+        "upload" => upload(text(&config, "endpoint")?),
+        "download" => download(text(&config, "endpoint")?),
         "spin-get" => spin_get(text(&config, "endpoint")?, number(&config, "gets")?),
         "bodies" => fill_bodies(number(&config, "count")?),
         "big-error" => Err(Error::Permanent("e".repeat(mib(&config)?))),
@@ -301,6 +303,65 @@ fn flood_requests(endpoint: &str, count: u64, bodyless: bool) -> Result<Instance
         }
     }
     Err(Error::Permanent(format!("sent {}", pending.len())))
+}
+
+/// POSTs an endless body to `endpoint`, as fast as the host takes it; answers how much went
+/// out before a write failed.
+fn upload(endpoint: &str) -> Result<Instance, Error> {
+    let outgoing = request(endpoint, "/upload", Method::Post, Fields::new());
+    let body = outgoing.body().expect("a new request has its body");
+    let future = outgoing_handler::handle(outgoing, None)
+        .map_err(|code| Error::Permanent(format!("refused: {code:?}")))?;
+    let stream = body.write().expect("the stream is there once");
+    let chunk = vec![b'u'; 64 * 1024];
+    let mut sent = 0u64;
+    loop {
+        let allowed = match stream.check_write() {
+            Ok(0) => {
+                stream.subscribe().block();
+                continue;
+            }
+            Ok(allowed) => allowed,
+            Err(_) => break,
+        };
+        let size = (allowed as usize).min(chunk.len());
+        if stream.write(&chunk[..size]).is_err() {
+            break;
+        }
+        sent += size as u64;
+    }
+    drop(stream);
+    let _ = OutgoingBody::finish(body, None);
+    future.subscribe().block();
+    let answer = match future.get() {
+        Some(Ok(Ok(response))) => format!("HTTP {}", response.status()),
+        Some(Ok(Err(code))) => format!("{code:?}"),
+        _ => "no answer".into(),
+    };
+    Err(Error::Permanent(format!("uploaded {sent}; {answer}")))
+}
+
+/// GETs `endpoint` and reads its body to the end or the first error; answers how much came in.
+fn download(endpoint: &str) -> Result<Instance, Error> {
+    let outgoing = request(endpoint, "/download", Method::Get, Fields::new());
+    let future = outgoing_handler::handle(outgoing, None)
+        .map_err(|code| Error::Permanent(format!("refused: {code:?}")))?;
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        other => return Err(Error::Permanent(format!("no response: {other:?}"))),
+    };
+    let body = response.consume().expect("the body is there once");
+    let stream = body.stream().expect("the stream is there once");
+    let mut received = 0u64;
+    let ending = loop {
+        match stream.blocking_read(1 << 20) {
+            Ok(chunk) => received += chunk.len() as u64,
+            Err(StreamError::Closed) => break "closed".to_owned(),
+            Err(StreamError::LastOperationFailed(error)) => break error.to_debug_string(),
+        }
+    };
+    Err(Error::Permanent(format!("downloaded {received}; {ending}")))
 }
 
 fn fill_bodies(count: u64) -> Result<Instance, Error> {

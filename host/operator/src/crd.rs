@@ -449,6 +449,13 @@ pub struct LimitsSpec {
     /// Calls running at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// MiB of HTTP request bodies one call may send (default 256): raise it for a provider that
+    /// uploads large files such as seed images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_sent_mib: Option<u64>,
+    /// MiB of HTTP response bodies one call may receive (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_received_mib: Option<u64>,
 }
 
 /// How VMs marked as this ProviderConfig's whose Proxy is gone are handled.

@@ -661,6 +661,12 @@ fn limits(defaults: &Limits, spec: Option<&LimitsSpec>) -> Result<Limits, NotRea
     if let Some(calls) = spec.concurrency {
         limits = limits.concurrency_per_provider(calls as usize);
     }
+    if let Some(mib) = spec.http_sent_mib {
+        limits = limits.http_bytes_sent(mib.saturating_mul(1 << 20));
+    }
+    if let Some(mib) = spec.http_received_mib {
+        limits = limits.http_bytes_received(mib.saturating_mul(1 << 20));
+    }
     Ok(limits)
 }
 
@@ -735,8 +741,12 @@ mod tests {
             cpu_millis: [("create".to_owned(), 1500)].into(),
             memory_mib: Some(128),
             concurrency: Some(3),
+            http_sent_mib: Some(1024),
+            http_received_mib: Some(2),
         };
         let limits = limits(&Limits::default(), Some(&spec)).unwrap();
+        assert_eq!(limits.http_bytes_sent_limit(), 1 << 30);
+        assert_eq!(limits.http_bytes_received_limit(), 2 << 20);
         assert_eq!(limits.deadline_for(Operation::Get).as_secs(), 7);
         assert_eq!(limits.cpu_time_for(Operation::Create).as_millis(), 1500);
         assert_eq!(limits.memory_bytes_limit(), 128 << 20);

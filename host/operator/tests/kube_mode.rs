@@ -475,12 +475,13 @@ async fn a_new_proxy_gets_the_finalizer_and_becomes_ready_running_at_an_address(
     let loaded = pc.loaded.unwrap();
     assert_eq!(loaded.file, "proxmox.wasm");
     assert!(loaded.digest.starts_with("sha256:"));
-    assert!(
+    eventually("a ProviderLoaded Event", || async {
         world
             .event_reasons(PC)
             .await
             .contains(&"ProviderLoaded".to_owned())
-    );
+    })
+    .await;
     assert_eq!(replica.stop().await, ExitCode::SUCCESS);
 }
 
@@ -833,12 +834,13 @@ async fn in_report_mode_an_orphan_is_reported_and_left_alone() {
         .orphans
         .unwrap();
     assert_eq!(report.deleted, 0);
-    assert!(
+    eventually("an OrphanFound Event", || async {
         world
             .event_reasons("pve-report")
             .await
             .contains(&"OrphanFound".to_owned())
-    );
+    })
+    .await;
     assert!(
         world.pve.state().guest(vmid(&orphan)).is_some(),
         "reported, not deleted"
@@ -871,12 +873,14 @@ async fn a_replacement_that_does_not_load_leaves_the_last_good_one_serving() {
             == ("True".into(), "ComponentRejected".into())
     })
     .await;
-    assert!(
+    // The Event is recorded after the status is written: wait for it too.
+    eventually("a ComponentRejected Event", || async {
         world
             .event_reasons(PC)
             .await
             .contains(&"ComponentRejected".to_owned())
-    );
+    })
+    .await;
     let serving = world
         .provider_config(PC)
         .await

@@ -144,7 +144,7 @@ pub(crate) async fn run_call(
         Ok(Ok(answer)) => {
             // A guest stopped for a budget it could observe (a refused request) fails even if
             // it went on to answer.
-            if let Some(Stop::Budget(budget, limit)) = crate::http::in_flight_exceeded(state) {
+            if let Some(Stop::Budget(budget, limit)) = crate::http::budget_exceeded(state) {
                 return Err(budget_error(budget, limit));
             }
             return bound(operation, answer);
@@ -178,7 +178,7 @@ pub(crate) async fn run_call(
         };
         return Err(budget_error(budget, limit as u64));
     }
-    if let Some(Stop::Budget(budget, limit)) = crate::http::in_flight_exceeded(state) {
+    if let Some(Stop::Budget(budget, limit)) = crate::http::budget_exceeded(state) {
         return Err(budget_error(budget, limit));
     }
     match failure {

@@ -256,6 +256,11 @@ pub enum Budget {
     HeaderBytes,
     /// Outgoing HTTP requests in flight ([`crate::Limits::requests_in_flight`]).
     RequestsInFlight,
+    /// Bytes of HTTP request bodies sent in one call ([`crate::Limits::http_bytes_sent`]).
+    HttpBytesSent,
+    /// Bytes of HTTP response bodies received in one call
+    /// ([`crate::Limits::http_bytes_received`]).
+    HttpBytesReceived,
 }
 
 impl Budget {
@@ -269,6 +274,8 @@ impl Budget {
             Budget::ResourceHandles => "resource-handles",
             Budget::HeaderBytes => "header-bytes",
             Budget::RequestsInFlight => "requests-in-flight",
+            Budget::HttpBytesSent => "http-bytes-sent",
+            Budget::HttpBytesReceived => "http-bytes-received",
         }
     }
 
@@ -290,6 +297,12 @@ impl Budget {
             }
             Budget::RequestsInFlight => format!(
                 "the provider had more than {limit} outgoing HTTP requests in flight at once"
+            ),
+            Budget::HttpBytesSent => format!(
+                "the provider sent more than {limit} bytes of HTTP request bodies in one call"
+            ),
+            Budget::HttpBytesReceived => format!(
+                "the provider received more than {limit} bytes of HTTP response bodies in one call"
             ),
         }
     }

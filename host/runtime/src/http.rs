@@ -9,7 +9,8 @@
 //! whose grants it sets and removes. This module is the one
 //! place that knows the shape of wasmtime-wasi-http's hooks ([`EgressHooks`]). Per call it holds
 //! the in-flight budget (each request takes a permit, which its response body keeps until the
-//! guest drops it), the header list limit, the outgoing body buffer, and the record of why the
+//! guest drops it), the byte budgets of request and response bodies ([`ByteMeter`]), the header
+//! list limit, the outgoing body buffer, and the record of why the
 //! latest request was refused, which `egress:http-broker/broker.last-refusal` answers. Its
 //! submodule `outgoing` serves `outgoing-handler.handle` so that a request without a body runs on
 //! the call's own task.
@@ -19,7 +20,7 @@
 use std::any::Any;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -157,6 +158,14 @@ impl HttpCallState {
                 in_flight: Arc::new(Semaphore::new(limits.requests_in_flight_limit())),
                 in_flight_limit: limits.requests_in_flight_limit(),
                 in_flight_exceeded: Arc::new(AtomicBool::new(false)),
+                sent: Arc::new(ByteMeter::new(
+                    Budget::HttpBytesSent,
+                    limits.http_bytes_sent_limit(),
+                )),
+                received: Arc::new(ByteMeter::new(
+                    Budget::HttpBytesReceived,
+                    limits.http_bytes_received_limit(),
+                )),
                 body_buffer_bytes: limits.body_buffer_bytes_limit(),
                 refusals: Arc::new(RefusalSlot::default()),
             },
@@ -175,17 +184,59 @@ impl HttpCallState {
     }
 }
 
-/// Whether the guest was refused a request beyond its in-flight budget: the call fails for it,
-/// whatever the guest answered, unless something else stopped it first.
-pub(crate) fn in_flight_exceeded(state: &HostState) -> Option<Stop> {
+/// The HTTP budget the guest went past, if any: a request beyond its in-flight budget, or
+/// request or response bodies beyond its byte budgets. The call fails for it, whatever the guest
+/// answered, unless something else stopped it first.
+pub(crate) fn budget_exceeded(state: &HostState) -> Option<Stop> {
     let hooks = &state.capability_state_ref::<HttpCallState>()?.hooks;
-    hooks
-        .in_flight_exceeded
-        .load(Ordering::Relaxed)
-        .then_some(Stop::Budget(
+    if hooks.in_flight_exceeded.load(Ordering::Relaxed) {
+        return Some(Stop::Budget(
             Budget::RequestsInFlight,
             hooks.in_flight_limit as u64,
-        ))
+        ));
+    }
+    [&hooks.sent, &hooks.received]
+        .into_iter()
+        .find(|meter| meter.exceeded.load(Ordering::Relaxed))
+        .map(|meter| Stop::Budget(meter.budget, meter.limit))
+}
+
+/// Bytes of one call's HTTP bodies in one direction, against its budget.
+struct ByteMeter {
+    budget: Budget,
+    limit: u64,
+    used: AtomicU64,
+    /// Set once a body went past the limit.
+    exceeded: AtomicBool,
+}
+
+impl ByteMeter {
+    fn new(budget: Budget, limit: u64) -> Self {
+        ByteMeter {
+            budget,
+            limit,
+            used: AtomicU64::new(0),
+            exceeded: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts `bytes`; false (and the budget marked exceeded) when they go past the limit.
+    fn take(&self, bytes: usize) -> bool {
+        let used = self.used.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        if used > self.limit {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The error a body past this budget ends with.
+    fn error(&self) -> EgressError {
+        match self.budget {
+            Budget::HttpBytesSent => EgressError::HttpRequestBodySize(Some(self.limit)),
+            _ => EgressError::HttpResponseBodySize(Some(self.limit)),
+        }
+    }
 }
 
 impl WasiHttpView for HostState {
@@ -225,6 +276,10 @@ struct EgressHooks {
     in_flight_limit: usize,
     /// Set when a request was refused for want of a permit.
     in_flight_exceeded: Arc<AtomicBool>,
+    /// Request body bytes sent by this call.
+    sent: Arc<ByteMeter>,
+    /// Response body bytes received by this call.
+    received: Arc<ByteMeter>,
     body_buffer_bytes: usize,
     /// Why the call's latest request was refused; the egress reports through the reporter each
     /// request carries in its extensions.
@@ -290,13 +345,24 @@ impl EgressHooks {
             return Box::pin(async { Err(EgressError::ConnectionLimitReached) });
         };
         request.extensions_mut().insert(reporter);
+        let sent = Arc::clone(&self.sent);
+        let request = request.map(|body| {
+            MeteredBody {
+                body,
+                meter: sent,
+                _permit: None,
+            }
+            .boxed_unsync()
+        });
         let response = self.egress.send(&self.site, request, options);
+        let received = Arc::clone(&self.received);
         Box::pin(async move {
             let response = response.await?;
             Ok(response.map(|body| {
-                PermitBody {
+                MeteredBody {
                     body,
-                    _permit: permit,
+                    meter: received,
+                    _permit: Some(permit),
                 }
                 .boxed_unsync()
             }))
@@ -304,13 +370,15 @@ impl EgressHooks {
     }
 }
 
-/// A response body that holds its request's in-flight permit until the guest drops it.
-struct PermitBody {
+/// A request or response body counted against its call's byte budget, ending in an error once
+/// past it. A response body also holds its request's in-flight permit until the guest drops it.
+struct MeteredBody {
     body: WasiBody,
-    _permit: OwnedSemaphorePermit,
+    meter: Arc<ByteMeter>,
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
-impl Body for PermitBody {
+impl Body for MeteredBody {
     type Data = bytes::Bytes;
     type Error = EgressError;
 
@@ -318,7 +386,14 @@ impl Body for PermitBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &frame
+            && let Some(data) = frame.data_ref()
+            && !self.meter.take(data.len())
+        {
+            return Poll::Ready(Some(Err(self.meter.error())));
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

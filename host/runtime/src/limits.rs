@@ -60,6 +60,8 @@ const MIN_BODY_BUFFER_BYTES: usize = 4 << 10;
 /// | [`header_bytes`](Limits::header_bytes) | 32 KiB | bytes of one header list the guest builds |
 /// | [`body_buffer_bytes`](Limits::body_buffer_bytes) | 64 KiB | bytes of one outgoing body buffered in the host |
 /// | [`requests_in_flight`](Limits::requests_in_flight) | 16 | outgoing HTTP requests whose response is not yet dropped: sockets |
+/// | [`http_bytes_sent`](Limits::http_bytes_sent) | 256 MiB | bytes of outgoing HTTP request bodies in one call: what a provider can make an origin absorb |
+/// | [`http_bytes_received`](Limits::http_bytes_received) | 256 MiB | bytes of HTTP response bodies in one call |
 ///
 /// So the host memory one call can hold beyond its linear memory is at most
 /// [`host_bytes_bound`](Limits::host_bytes_bound) (about 32 MiB with the defaults), plus one
@@ -81,6 +83,8 @@ pub struct Limits {
     header_bytes: usize,
     body_buffer_bytes: usize,
     requests_in_flight: usize,
+    http_bytes_sent: u64,
+    http_bytes_received: u64,
 }
 
 impl Default for Limits {
@@ -116,6 +120,8 @@ impl Default for Limits {
             header_bytes: 32 << 10,
             body_buffer_bytes: 64 << 10,
             requests_in_flight: 16,
+            http_bytes_sent: 256 << 20,
+            http_bytes_received: 256 << 20,
         }
     }
 }
@@ -208,6 +214,23 @@ impl Limits {
         self
     }
 
+    /// Bytes of outgoing HTTP request bodies one call may send, across all its requests: past
+    /// them the request being sent fails and so does the call, with
+    /// [`Budget::HttpBytesSent`](crate::Budget::HttpBytesSent). Defaults to 256 MiB; raise it for
+    /// a provider that uploads large files (seed images).
+    pub fn http_bytes_sent(mut self, bytes: u64) -> Self {
+        self.http_bytes_sent = bytes;
+        self
+    }
+
+    /// Bytes of HTTP response bodies one call may receive, across all its requests, with
+    /// [`Budget::HttpBytesReceived`](crate::Budget::HttpBytesReceived) past them. Defaults to
+    /// 256 MiB.
+    pub fn http_bytes_received(mut self, bytes: u64) -> Self {
+        self.http_bytes_received = bytes;
+        self
+    }
+
     /// Calls of one provider (by identity, across hot swaps) running at once; further calls wait.
     /// Defaults to 8; at least 1.
     pub fn concurrency_per_provider(mut self, calls: usize) -> Self {
@@ -288,6 +311,16 @@ impl Limits {
     /// The outgoing requests a call may have in flight.
     pub fn requests_in_flight_limit(&self) -> usize {
         self.requests_in_flight
+    }
+
+    /// The bytes of request bodies a call may send over HTTP.
+    pub fn http_bytes_sent_limit(&self) -> u64 {
+        self.http_bytes_sent
+    }
+
+    /// The bytes of response bodies a call may receive over HTTP.
+    pub fn http_bytes_received_limit(&self) -> u64 {
+        self.http_bytes_received
     }
 
     /// The most host memory one call can hold through its resources: every handle a header list

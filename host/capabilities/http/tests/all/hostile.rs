@@ -347,3 +347,103 @@ async fn requests_in_flight_are_bounded(bodyless: bool) {
     let within = serde_json::json!({"attack": "requests", "endpoint": server.origin(), "count": 4, "bodyless": bodyless});
     assert_eq!(attack(&hostile, within).await, "sent 4");
 }
+
+/// A provider streaming an endless request body to a granted origin is stopped at the call's
+/// budget of bytes sent, with the budget named: no hypervisor API absorbs gigabytes from one call.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_upload_is_stopped_at_the_bytes_sent_budget() {
+    let setup = Setup::new();
+    let server = Server::start(
+        &setup.ca,
+        &["127.0.0.1"],
+        Protocol::Http1,
+        handler(|_| Reply::ok("stored")),
+    )
+    .await;
+    let runtime = setup.runtime(
+        "hostile",
+        setup.grant(&server.origin()),
+        RuntimeConfig::default().limits(Limits::default().http_bytes_sent(1 << 20)),
+    );
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    let upload = Request::Get {
+        config: serde_json::json!({"attack": "upload", "endpoint": server.origin()}).to_string(),
+        provider_id: "hostile/1".into(),
+    };
+    let error = hostile
+        .call(upload, &CallContext::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            CallError::Budget {
+                budget: Budget::HttpBytesSent,
+                limit: 1_048_576,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("more than 1048576 bytes of HTTP request bodies"),
+        "{message}"
+    );
+}
+
+/// Response bodies count against the call's budget of bytes received, across its requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn response_bodies_past_the_bytes_received_budget_stop_the_call() {
+    let setup = Setup::new();
+    let big = vec![b'd'; 4 << 20];
+    let server = Server::start(
+        &setup.ca,
+        &["127.0.0.1"],
+        Protocol::Http1,
+        handler(move |_| {
+            let mut reply = Reply::ok("");
+            reply.whole = Some(big.clone());
+            reply
+        }),
+    )
+    .await;
+    let download = serde_json::json!({"attack": "download", "endpoint": server.origin()});
+    let with_budget = |bytes: u64| {
+        setup.runtime(
+            "hostile",
+            setup.grant(&server.origin()),
+            RuntimeConfig::default().limits(Limits::default().http_bytes_received(bytes)),
+        )
+    };
+
+    let runtime = with_budget(1 << 20);
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    let request = Request::Get {
+        config: download.to_string(),
+        provider_id: "hostile/1".into(),
+    };
+    let error = hostile
+        .call(request, &CallContext::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            CallError::Budget {
+                budget: Budget::HttpBytesReceived,
+                limit: 1_048_576,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+
+    // Within the budget the whole body arrives.
+    let runtime = with_budget(8 << 20);
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    assert_eq!(
+        attack(&hostile, download).await,
+        "downloaded 4194304; closed"
+    );
+}
