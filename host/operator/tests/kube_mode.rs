@@ -1079,14 +1079,14 @@ async fn after_a_node_reboot_that_starts_nothing_every_proxy_vm_is_started_again
             (last.action, last.reason.as_str()),
             (RecoveryPolicy::Restart, "stopped")
         );
-        assert!(
+        // Events follow the status write.
+        eventually(&format!("a VMRestarted Event on {name}"), || async {
             world
                 .event_reasons(name)
                 .await
-                .contains(&"VMRestarted".to_owned()),
-            "{name}: {:?}",
-            world.event_reasons(name).await
-        );
+                .contains(&"VMRestarted".to_owned())
+        })
+        .await;
     }
     assert_eq!(
         world.pve.state().vmids(),
