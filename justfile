@@ -151,6 +151,10 @@ demo: build-demo
 
 # Benchmarks (criterion, and the budgets table); figures land in target/criterion.
 bench: build-components
+    # The Proxmox provider with every request over wasi:http, as before the exchange call: the
+    # before side of benches/proxmox.rs.
+    cargo build --manifest-path components/Cargo.toml -p proxmox --features egress-guest/wasi-http-only --release --target wasm32-wasip2 --target-dir target/wasm-wasi-http
+    cp target/wasm-wasi-http/wasm32-wasip2/release/proxmox.wasm target/components/proxmox-wasi-http.wasm
     cargo bench -p egress-runtime
     cargo bench -p egress-operator --bench budgets
     cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 3

@@ -7,18 +7,21 @@
 //!
 //! 1. [`Endpoint::parse`] the backend URL from your configuration (`http(s)://host[:port][/base]`,
 //!    no user info: the host injects credentials).
-//! 2. Build a [`Request`] and [`send`] it: the body is written in pieces the host accepts (at most
-//!    what `check-write` permits, never more than 4,096 bytes per `blocking-write-and-flush`), the
-//!    response body is read in large reads up to a cap, and an exact `Content-Length` is sent.
+//! 2. Build a [`Request`] and [`send`] it: a body of at most [`STREAM_ABOVE`] (1 MiB) goes whole
+//!    through the broker's exchange call (`egress:http-broker/exchange@0.2.0`, one call into the
+//!    host per request); a larger one is streamed through `wasi:http` in pieces the host accepts
+//!    (at most what `check-write` permits). The response body is read up to a cap, and an exact
+//!    `Content-Length` is sent. The feature `wasi-http-only` sends everything through `wasi:http`,
+//!    for a host that predates the exchange call.
 //! 3. Or [`call`] it: a non-2xx status or no response comes back as a [`Problem`] of the
 //!    contract's error class ([`ErrorClass::of_status`], [`TransportKind::class`]); and [`check`]
 //!    answers a health request as a [`Health`] reason. [`contract_types!`] converts both into
 //!    your bindings' `error` and `check-result`, so `?` works in every operation.
 //! 4. [`time::now_rfc3339`] for `created-at`, [`time::sleep_ms`] to wait without spinning.
 //!
-//! The crate binds WASI through [`wasip2`] (WASI 0.2.12), independently of the contract bindings a
-//! provider generates with `wit_bindgen::generate!`: the component links both sets to the same
-//! imports. It never sets `Authorization`.
+//! The crate binds WASI through [`wasip2`] (WASI 0.2.12) and the exchange call through its own
+//! `wit_bindgen::generate!`, independently of the contract bindings a provider generates: the
+//! component links every set to the same imports. It never sets `Authorization`.
 //!
 //! ```no_run
 //! use egress_guest::{Endpoint, ErrorClass, Method, Request, send};
@@ -48,5 +51,6 @@ pub use contract::{Health, Problem, Reason, call, check, config, get_json};
 pub use endpoint::{Endpoint, Scheme};
 pub use errors::{ErrorClass, TransportError, TransportKind};
 pub use http::{
-    ErrorCode, Failure, HeaderError, Method, Request, Response, method_name, percent_encode, send,
+    ErrorCode, Failure, HeaderError, Method, Request, Response, STREAM_ABOVE, method_name,
+    percent_encode, send,
 };

@@ -17,9 +17,18 @@
 //! | `aliases` | list-by-tag: `count` VMs whose names all point at one `mib` MiB string | those VMs |
 //! | `log-flood` | logs `lines` lines | ok |
 //! | `log-huge` | logs one message of `mib` MiB | ok |
+//! | `upload` | POSTs an endless body to `endpoint` as fast as the host takes it | `permanent("uploaded <bytes>; <answer>")` |
+//! | `download` | GETs `endpoint` and reads its body to the end or the first error | `permanent("downloaded <bytes>; <ending>")` |
 //! | `log-inject` | logs a message, key and value carrying a newline, a forged line and a terminal escape | ok |
+//!
+//! With `"via": "exchange"`, `reflect` (which then also sends each `headers` pair), `upload` (one
+//! whole 512 KiB body after another) and `download` (`times` whole GETs) go through
+//! `egress:http-broker/exchange` instead of `wasi:http`; a failed exchange answers
+//! `transport: <code>`, with ` (refused: <refusal>)` when the broker refused it.
 
 use std::hint::black_box;
+
+mod exchange;
 
 use serde_json::Value;
 
@@ -78,6 +87,7 @@ fn vm(name: String) -> Instance {
 fn attack(config: &str) -> Result<Instance, Error> {
     let config = parse(config)?;
     match text(&config, "attack")? {
+        "reflect" if via_exchange(&config) => exchange::reflect(&config),
         "reflect" => reflect(&config),
         "headers" => hold_headers(number(&config, "count")?, number(&config, "bytes")?),
         "requests" => flood_requests(
@@ -85,7 +95,12 @@ fn attack(config: &str) -> Result<Instance, Error> {
             number(&config, "count")?,
             config.get("bodyless").and_then(Value::as_bool) == Some(true),
         ),
+        "upload" if via_exchange(&config) => exchange::upload(text(&config, "endpoint")?),
         "upload" => upload(text(&config, "endpoint")?),
+        "download" if via_exchange(&config) => exchange::download(
+            text(&config, "endpoint")?,
+            config.get("times").and_then(Value::as_u64).unwrap_or(1),
+        ),
         "download" => download(text(&config, "endpoint")?),
         "spin-get" => spin_get(text(&config, "endpoint")?, number(&config, "gets")?),
         "bodies" => fill_bodies(number(&config, "count")?),
@@ -124,17 +139,28 @@ fn attack(config: &str) -> Result<Instance, Error> {
     }
 }
 
+/// Whether the attack goes through `egress:http-broker/exchange` (`"via": "exchange"`) rather
+/// than `wasi:http`.
+fn via_exchange(config: &Value) -> bool {
+    config.get("via").and_then(Value::as_str) == Some("exchange")
+}
+
 fn mib(config: &Value) -> Result<usize, Error> {
     Ok(number(config, "mib")? as usize * (1 << 20))
 }
 
-/// A request to `endpoint` (`https://host:port`) with `path`.
-fn request(endpoint: &str, path: &str, method: Method, headers: Fields) -> OutgoingRequest {
-    let (scheme, authority) = match endpoint.split_once("://") {
+/// The scheme and authority of `endpoint` (`https://host:port`).
+fn scheme_and_authority(endpoint: &str) -> (Scheme, &str) {
+    match endpoint.split_once("://") {
         Some(("http", authority)) => (Scheme::Http, authority),
         Some((_, authority)) => (Scheme::Https, authority),
         None => (Scheme::Https, endpoint),
-    };
+    }
+}
+
+/// A request to `endpoint` (`https://host:port`) with `path`.
+fn request(endpoint: &str, path: &str, method: Method, headers: Fields) -> OutgoingRequest {
+    let (scheme, authority) = scheme_and_authority(endpoint);
     let outgoing = OutgoingRequest::new(headers);
     let _ = outgoing.set_method(&method);
     let _ = outgoing.set_scheme(Some(&scheme));
@@ -143,14 +169,30 @@ fn request(endpoint: &str, path: &str, method: Method, headers: Fields) -> Outgo
     outgoing
 }
 
-fn reflect(config: &Value) -> Result<Instance, Error> {
-    let endpoint = text(config, "endpoint")?;
-    let path = config.get("path").and_then(Value::as_str).unwrap_or("/");
-    let method = match config.get("method").and_then(Value::as_str) {
+/// The configuration's `method` (default `GET`).
+fn method(config: &Value) -> Method {
+    match config.get("method").and_then(Value::as_str) {
         None | Some("GET") => Method::Get,
         Some("TRACE") => Method::Trace,
         Some(other) => Method::Other(other.to_owned()),
+    }
+}
+
+/// `reflect`'s answer: a compressed echo inflated in the guest's own memory, as an attacker does.
+fn reflected(status: u16, encoding: &str, raw: Vec<u8>) -> Error {
+    let plain = match encoding {
+        "gzip" => gunzip(&raw).unwrap_or(raw),
+        "deflate" => miniz_oxide::inflate::decompress_to_vec_zlib(&raw).unwrap_or(raw),
+        _ => raw,
     };
+    let body = String::from_utf8_lossy(&plain).into_owned();
+    Error::Permanent(format!("HTTP {status} {encoding}: {body}"))
+}
+
+fn reflect(config: &Value) -> Result<Instance, Error> {
+    let endpoint = text(config, "endpoint")?;
+    let path = config.get("path").and_then(Value::as_str).unwrap_or("/");
+    let method = method(config);
     let headers = Fields::new();
     if let Some(encoding) = config.get("acceptEncoding").and_then(Value::as_str) {
         headers
@@ -196,16 +238,7 @@ fn reflect(config: &Value) -> Result<Instance, Error> {
             }
         }
     }
-    // What an attacker does with a compressed echo: inflate it in its own memory.
-    let plain = match encoding.as_str() {
-        "gzip" => gunzip(&raw).unwrap_or(raw),
-        "deflate" => miniz_oxide::inflate::decompress_to_vec_zlib(&raw).unwrap_or(raw),
-        _ => raw,
-    };
-    let body = String::from_utf8_lossy(&plain).into_owned();
-    Err(Error::Permanent(format!(
-        "HTTP {status} {encoding}: {body}"
-    )))
+    Err(reflected(status, &encoding, raw))
 }
 
 /// The payload of a gzip member (RFC 1952), assuming no optional header fields but a name.

@@ -296,23 +296,72 @@ fn flag<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Er
     })
 }
 
-/// Decode a config object, turning every scalar into text.
-pub fn config_from_value(value: Value) -> Result<VmConfig, ApiError> {
-    let Value::Object(map) = value else {
-        return Err(ApiError::Decode("VM config is not an object".into()));
-    };
-    Ok(map
+/// A config value as the provider reads it: a string as it is, a number or a flag written out,
+/// nothing for a list, an object or `null`. Decoded straight from the answer's text, without the
+/// `Value` tree a config of a hundred keys would otherwise be parsed into first.
+struct ConfigText(Option<String>);
+
+impl<'de> Deserialize<'de> for ConfigText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = ConfigText;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("a config value")
+            }
+            fn visit_str<E>(self, text: &str) -> Result<ConfigText, E> {
+                Ok(ConfigText(Some(text.to_owned())))
+            }
+            fn visit_string<E>(self, text: String) -> Result<ConfigText, E> {
+                Ok(ConfigText(Some(text)))
+            }
+            fn visit_u64<E>(self, number: u64) -> Result<ConfigText, E> {
+                Ok(ConfigText(Some(number.to_string())))
+            }
+            fn visit_i64<E>(self, number: i64) -> Result<ConfigText, E> {
+                Ok(ConfigText(Some(number.to_string())))
+            }
+            fn visit_f64<E>(self, number: f64) -> Result<ConfigText, E> {
+                // Written as serde_json writes it (`1.0`, not `1`).
+                Ok(ConfigText(
+                    serde_json::Number::from_f64(number).map(|number| number.to_string()),
+                ))
+            }
+            fn visit_bool<E>(self, flag: bool) -> Result<ConfigText, E> {
+                Ok(ConfigText(Some(u8::from(flag).to_string())))
+            }
+            fn visit_unit<E>(self) -> Result<ConfigText, E> {
+                Ok(ConfigText(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ConfigText, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ConfigText(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ConfigText, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(ConfigText(None))
+            }
+        }
+        deserializer.deserialize_any(Text)
+    }
+}
+
+/// A decoded config object, every scalar as text.
+fn config_from_texts(texts: BTreeMap<String, ConfigText>) -> VmConfig {
+    texts
         .into_iter()
-        .filter_map(|(key, value)| {
-            let text = match value {
-                Value::String(text) => text,
-                Value::Number(number) => number.to_string(),
-                Value::Bool(flag) => u8::from(flag).to_string(),
-                _ => return None,
-            };
-            Some((key, text))
-        })
-        .collect())
+        .filter_map(|(key, ConfigText(text))| Some((key, text?)))
+        .collect()
 }
 
 /// The UPID of an asynchronous call, or `None` when the call finished synchronously (`null`).
@@ -417,8 +466,8 @@ impl<'a, I: Io> Pve<'a, I> {
 
     /// `GET …/config`.
     pub fn vm_config(&mut self, node: &str, vmid: u32) -> Result<VmConfig, ApiError> {
-        let value: Value = self.get(format!("{}/config", Self::vm_path(node, vmid)))?;
-        config_from_value(value)
+        let texts = self.get(format!("{}/config", Self::vm_path(node, vmid)))?;
+        Ok(config_from_texts(texts))
     }
 
     /// `GET …/status/current`.
@@ -719,14 +768,21 @@ mod tests {
     }
 
     #[test]
-    fn config_scalars_become_text() {
-        let config = config_from_value(
-            serde_json::json!({"cores": 2, "name": "x", "template": 1, "digest": "ab", "x": null}),
+    fn config_scalars_become_text_and_the_rest_is_left_out() {
+        let texts = serde_json::from_str(
+            r#"{"cores": 2, "name": "x", "template": 1, "balloon": -1, "ratio": 1.0, "acpi": true,
+                "digest": "ab", "x": null, "list": [1, {"a": 2}], "nested": {"b": [3]}}"#,
         )
         .unwrap();
-        assert_eq!(config.get("cores").map(String::as_str), Some("2"));
-        assert_eq!(config.get("template").map(String::as_str), Some("1"));
-        assert!(!config.contains_key("x"));
-        assert!(config_from_value(serde_json::json!([1])).is_err());
+        let config = config_from_texts(texts);
+        let text = |key: &str| config.get(key).map(String::as_str);
+        assert_eq!(text("cores"), Some("2"));
+        assert_eq!(text("template"), Some("1"));
+        assert_eq!(text("balloon"), Some("-1"));
+        assert_eq!(text("ratio"), Some("1.0"));
+        assert_eq!(text("acpi"), Some("1"));
+        assert_eq!(text("name"), Some("x"));
+        assert_eq!(config.len(), 7, "{config:?}");
+        assert!(serde_json::from_str::<BTreeMap<String, ConfigText>>("[1]").is_err());
     }
 }

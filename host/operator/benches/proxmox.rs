@@ -1,12 +1,14 @@
 //! The Proxmox provider's `get` of a running VM by four paths, on the same simulator in the same
 //! run:
 //!
-//! - **component**: the real path (component → runtime → broker → simulator over TLS);
+//! - **component**: the real path (component → runtime → broker → simulator over TLS), each
+//!   request one call into the host (`egress:http-broker/exchange`);
+//! - **component over wasi:http**: the same provider built with `egress-guest`'s
+//!   `wasi-http-only` feature (`proxmox-wasi-http.wasm`, `just bench` builds it), each request
+//!   through `wasi:http` as every provider sent it before the exchange: the before/after of that
+//!   change in the same run;
 //! - **broker**: the same requests sent through the broker from host code (no wasm), so
 //!   component ÷ broker is the sandbox's share;
-//! - **broker, secret read per request**: the same, through a broker whose credential source
-//!   reads the secret file on a blocking thread for every request, as the broker did before it
-//!   cached the secret: the before/after of that change in the same run;
 //! - **direct**: the same requests sent by a pooled host client (same CA, HTTP/1.1 only, same
 //!   token header), so broker ÷ direct is the broker's share.
 //!
@@ -15,7 +17,8 @@
 //! an operator resyncing N proxies calls get N times, so a get reading every VM costs O(N²)).
 //!
 //! Run: `cargo bench -p egress-operator --bench proxmox -- --warm-up-time 1 --measurement-time 5`
-//! (needs `just build-components`). Goals: component ÷ direct ≤ 1.05, broker ÷ direct ≤ 1.02;
+//! (needs `just build-components` and the wasi:http build above). Goals: component ÷ direct ≤ 1.15
+//! with at most 8 calls into the host per `get` (printed for both builds), broker ÷ direct ≤ 1.05;
 //! component ≤ 1 MiB; cold compile ≤ 1 s. Besides criterion's report, the bench prints the ratios
 //! of medians from an interleaved run, so every path sees the same machine load, twice: called
 //! from the thread that drives the executor, and from a task on its worker threads, where the
@@ -28,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
-use egress_capability_http::credentials::{CredentialSource, FileSource, SecretFuture};
 use egress_capability_http::{Broker, HttpGrant};
 use egress_runtime::Capability as _;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
@@ -43,8 +45,8 @@ use wasmtime::component::Component;
 const NAME: &str = "proxy-benchaaaaaaaaaaaa";
 /// Interleaved samples per path for the printed ratio.
 const RATIO_SAMPLES: usize = 400;
-/// The order the four paths take turns in (0 component, 1 broker, 2 broker reading its secret
-/// per request, 3 direct): a de Bruijn sequence, in which each path runs right after each path,
+/// The order the four paths take turns in (0 component, 1 broker, 2 component over wasi:http,
+/// 3 direct): a de Bruijn sequence, in which each path runs right after each path,
 /// itself included, exactly once per cycle. A call right after a component call is slower (work
 /// the component's call left behind is still running, the caches hold its code), so a path that
 /// followed the component more often than another would look dearer: a plain rotation (0123,
@@ -60,13 +62,18 @@ fn component_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm")
 }
 
+/// The same provider, every request through `wasi:http`.
+fn wasi_http_component_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox-wasi-http.wasm")
+}
+
 struct Setup {
     sim: Simulator,
     runtime: Runtime,
     broker: Broker,
-    /// The same grant, its secret read from the file on every request.
-    uncached_broker: Broker,
     provider: Arc<Provider>,
+    /// The same provider over `wasi:http`, in a runtime of its own, when it is loaded.
+    wasi_http: Option<(Runtime, Arc<Provider>)>,
     config: String,
     direct: reqwest::Client,
     provider_id: String,
@@ -74,8 +81,9 @@ struct Setup {
 }
 
 /// A simulator holding `other_vms` VMs that are not ours beside the templates, and one running VM
-/// of ours created through the component.
-async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
+/// of ours created through the component; `wasi_http`, the bytes of the wasi:http build to load
+/// beside it.
+async fn setup(bytes: &[u8], other_vms: usize, wasi_http: Option<&[u8]>) -> Setup {
     let sim = Simulator::start(SimConfig {
         task_latency: Duration::from_millis(5),
         agent_delay: Duration::ZERO,
@@ -105,30 +113,41 @@ async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
         broker
     };
     let broker = granted();
-    let uncached_broker = Broker::new();
-    uncached_broker
-        .set_grant_with_credential(
-            "proxmox",
-            &grant,
-            &context,
-            Arc::new(ReadEveryTime(FileSource::new(&secret_file))),
-        )
-        .expect("grant is valid");
-    // The runtime gets a broker of its own, so each of the four paths has its own pooled
+    // Each runtime gets a broker of its own, so each of the four paths has its own pooled
     // connection: switching connections costs the next request (most of all from a worker task),
-    // and a path sharing the previous path's connection would be spared that cost.
-    let runtime = Runtime::new(
-        RuntimeConfig::default()
-            .cache_dir(None)
-            .capability(Arc::new(granted())),
-    )
-    .expect("runtime");
-    let provider = runtime
-        .load_bytes("proxmox", bytes, &component_path())
-        .await
-        .expect("the proxmox component loads");
-    // Measure Cranelift's code, not Winch's that serves while it compiles.
-    provider.optimized().await;
+    // and a path sharing the previous path's connection would be spared that cost. They count
+    // the calls their guests make into the host.
+    let runtime = || {
+        Runtime::new(
+            RuntimeConfig::default()
+                .cache_dir(None)
+                .count_host_calls()
+                .capability(Arc::new(granted())),
+        )
+        .expect("runtime")
+    };
+    let load = |runtime: &Runtime, bytes: &[u8], path: PathBuf| {
+        let runtime = runtime.clone();
+        let bytes = bytes.to_vec();
+        async move {
+            let provider = runtime
+                .load_bytes("proxmox", &bytes, &path)
+                .await
+                .expect("the proxmox component loads");
+            // Measure Cranelift's code, not Winch's that serves while it compiles.
+            provider.optimized().await;
+            provider
+        }
+    };
+    let (runtime, wasi_runtime) = (runtime(), runtime());
+    let provider = load(&runtime, bytes, component_path()).await;
+    let wasi_http = match wasi_http {
+        Some(bytes) => Some((
+            wasi_runtime.clone(),
+            load(&wasi_runtime, bytes, wasi_http_component_path()).await,
+        )),
+        None => None,
+    };
     let config = json!({
         "apiUrl": sim.url(), "nodes": ["pv1-1"], "templateVmid": 9001,
         "targetStorage": "local-lvm", "isoStorage": "proxy-seeds",
@@ -162,8 +181,8 @@ async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
         sim,
         runtime,
         broker,
-        uncached_broker,
         provider,
+        wasi_http,
         config,
         direct,
         provider_id,
@@ -173,11 +192,30 @@ async fn setup(bytes: &[u8], other_vms: usize) -> Setup {
 
 impl Setup {
     async fn component_get(&self) {
+        self.get_through(&self.provider).await
+    }
+
+    async fn wasi_http_get(&self) {
+        let (_, provider) = self
+            .wasi_http
+            .as_ref()
+            .expect("the wasi:http build is loaded");
+        self.get_through(provider).await
+    }
+
+    /// The calls into the host of one `get` through `provider` of `runtime`.
+    async fn host_calls_per_get(&self, runtime: &Runtime, provider: &Provider) -> u64 {
+        let before = runtime.host_calls().expect("the runtime counts");
+        self.get_through(provider).await;
+        runtime.host_calls().expect("the runtime counts") - before
+    }
+
+    async fn get_through(&self, provider: &Provider) {
         let request = Request::Get {
             config: self.config.clone(),
             provider_id: self.provider_id.clone(),
         };
-        match self.provider.call(request, &CallContext::default()).await {
+        match provider.call(request, &CallContext::default()).await {
             Ok(Response::Get(instance)) if instance.state == InstanceState::Running => {}
             other => panic!("get: {other:?}"),
         }
@@ -255,20 +293,6 @@ impl Setup {
     }
 }
 
-/// The secret file read on a blocking thread for every request: the broker before it cached it.
-struct ReadEveryTime(FileSource);
-
-impl CredentialSource for ReadEveryTime {
-    fn read(&self) -> SecretFuture<'_> {
-        let file = self.0.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || file.read_blocking())
-                .await
-                .expect("the read does not panic")
-        })
-    }
-}
-
 /// Whether each ordered pair of paths, a path with itself included, follows in [`TURNS`] (read
 /// as a cycle) exactly once.
 fn turns_are_balanced() -> bool {
@@ -300,7 +324,7 @@ async fn take_turns(
         match path {
             0 => setup.component_get().await,
             1 => setup.broker_get(&setup.broker, paths, site).await,
-            2 => setup.broker_get(&setup.uncached_broker, paths, site).await,
+            2 => setup.wasi_http_get().await,
             _ => setup.direct_get(paths, auth).await,
         }
         samples[path][before].push(start.elapsed());
@@ -321,17 +345,18 @@ fn report_turns(caller: &str, samples: [[Vec<Duration>; 4]; 4]) {
         broker_after.as_secs_f64() / after_itself(1).as_secs_f64(),
         direct_after.as_secs_f64() / after_itself(3).as_secs_f64(),
     );
-    let [through, brokered, uncached, direct] = samples.map(|after| median(&mut after.concat()));
+    let [through, brokered, wasi_http, direct] = samples.map(|after| median(&mut after.concat()));
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
         "get {caller}, interleaved medians: component {through:?}, broker {brokered:?}, \
-         direct {direct:?}; component/broker {:.3}, broker/direct {:.3} (goal <= 1.02), \
-         component/direct {:.3} (goal <= 1.05); broker with the secret read per request \
-         (before caching) {uncached:?}, {:.3} × direct",
+         direct {direct:?}; component/broker {:.3}, broker/direct {:.3} (goal <= 1.05), \
+         component/direct {:.3} (goal <= 1.15); the component over wasi:http (before the \
+         exchange) {wasi_http:?}, {:.3} × direct, {:.3} × the component",
         ratio(through, brokered),
         ratio(brokered, direct),
         ratio(through, direct),
-        ratio(uncached, direct)
+        ratio(wasi_http, direct),
+        ratio(wasi_http, through)
     );
 }
 
@@ -355,7 +380,13 @@ fn proxmox_benchmarks(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let setup = executor.block_on(setup(&bytes, 0));
+    let wasi_http = std::fs::read(wasi_http_component_path()).unwrap_or_else(|error| {
+        panic!(
+            "{} is missing ({error}): run `just bench`, which builds it",
+            wasi_http_component_path().display()
+        )
+    });
+    let setup = executor.block_on(setup(&bytes, 0, Some(&wasi_http)));
     let auth = setup.sim.token_header();
 
     // Every path sends the same requests: those the simulator logged for one get of the component
@@ -372,6 +403,19 @@ fn proxmox_benchmarks(c: &mut Criterion) {
         })
         .collect();
     println!("get requests: {paths:?}");
+    let (wasi_runtime, wasi_provider) = setup.wasi_http.as_ref().expect("loaded");
+    let (exchange_calls, wasi_calls) = executor.block_on(async {
+        (
+            setup
+                .host_calls_per_get(&setup.runtime, &setup.provider)
+                .await,
+            setup.host_calls_per_get(wasi_runtime, wasi_provider).await,
+        )
+    });
+    println!(
+        "calls into the host per get: {exchange_calls} through the exchange (goal <= 8), \
+         {wasi_calls} over wasi:http"
+    );
 
     let site = CallSite {
         provider: Arc::from("proxmox"),
@@ -406,9 +450,8 @@ fn proxmox_benchmarks(c: &mut Criterion) {
         b.to_async(&executor)
             .iter(|| setup.broker_get(&setup.broker, &paths, &site))
     });
-    group.bench_function("broker, secret read per request", |b| {
-        b.to_async(&executor)
-            .iter(|| setup.broker_get(&setup.uncached_broker, &paths, &site))
+    group.bench_function("component over wasi:http (before the exchange)", |b| {
+        b.to_async(&executor).iter(|| setup.wasi_http_get())
     });
     group.bench_function("direct (pooled reqwest)", |b| {
         b.to_async(&executor)
@@ -442,7 +485,7 @@ fn get_scaling(c: &mut Criterion) {
         .iter()
         .map(|&size| {
             // The templates and our VM count towards the cluster's size.
-            let setup = executor.block_on(setup(&bytes, size - 3));
+            let setup = executor.block_on(setup(&bytes, size - 3, None));
             executor.block_on(setup.wait_running());
             (size, setup)
         })

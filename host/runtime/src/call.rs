@@ -2,10 +2,11 @@
 //! per-call bound, and the classification of whatever stopped it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use crate::capability::{Linked, PrepareContext};
 use crate::cpu::Metered;
@@ -30,6 +31,8 @@ pub(crate) struct CallEnv {
     /// generation or binding, so a hot swap does not reset them.
     pub(crate) semaphores:
         std::sync::Mutex<std::collections::HashMap<(String, usize), Arc<Semaphore>>>,
+    /// Calls into the host so far, when counted (`RuntimeConfig::count_host_calls`).
+    pub(crate) host_calls: Option<Arc<AtomicU64>>,
     /// Advances the engines' epochs for as long as anything holds this state.
     pub(crate) _ticker: EpochTicker,
 }
@@ -130,6 +133,15 @@ pub(crate) async fn run_call(
         }
     };
     let mut store = new_store(&plan, operation, deadline);
+    if let Some(calls) = &env.host_calls {
+        let calls = Arc::clone(calls);
+        store.call_hook(move |_, hook| {
+            if let CallHook::CallingHost = hook {
+                calls.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+    }
     let meter = Arc::clone(&store.data().cpu);
     let work = Metered::new(plan.pre.call(&mut store, request), meter);
     let outcome = tokio::time::timeout_at(deadline.into(), work).await;

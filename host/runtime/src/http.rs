@@ -13,7 +13,8 @@
 //! list limit, the outgoing body buffer, and the record of why the
 //! latest request was refused, which `egress:http-broker/broker.last-refusal` answers. Its
 //! submodule `outgoing` serves `outgoing-handler.handle` so that a request without a body runs on
-//! the call's own task.
+//! the call's own task; `exchange` serves a whole request and response in one call into the host,
+//! through the same hooks.
 //!
 //! [`DenyAll`]: crate::egress::DenyAll
 
@@ -41,6 +42,7 @@ use crate::grant::{GrantContext, GrantError, NoGrant};
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
 
+mod exchange;
 mod outgoing;
 
 /// `wasi:http` interfaces this capability provides, at any 0.2 version.
@@ -56,7 +58,7 @@ const BROKER_VERSION: &str = "0.1.0";
 /// Bindings of `egress:http-broker`, for the `Host` trait implemented below.
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../../wit/http-broker",
+        path: "../../wit/http-broker-v0.1.0",
         world: "egress:http-broker/imports",
     });
 }
@@ -70,6 +72,7 @@ pub fn provides(import: &str) -> bool {
         .iter()
         .any(|interface| import_matches(import, interface, WASI_HTTP_VERSION))
         || import_matches(import, BROKER_INTERFACE, BROKER_VERSION)
+        || import_matches(import, exchange::INTERFACE, exchange::VERSION)
 }
 
 /// Adds the outgoing-HTTP interfaces to `linker` ([`Capability::link`] of an HTTP capability).
@@ -81,6 +84,7 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         HostState::http,
     )?;
     outgoing::link(linker)?;
+    exchange::link(linker)?;
     wit::add_to_linker::<HostState, HasSelf<HostState>>(linker, |state| state)
 }
 
@@ -142,6 +146,10 @@ impl Capability for HttpCapability {
 struct HttpCallState {
     /// wasi:http state (the header list size limit).
     http: WasiHttpCtx,
+    /// The header list size limit, for a request sent whole through `exchange`.
+    header_bytes: usize,
+    /// The most one `exchange` holds of a response body: the call's transfer budget.
+    exchange_bytes: usize,
     /// Where outgoing HTTP goes: the runtime's shared [`Egress`], tagged with this call's site.
     hooks: EgressHooks,
 }
@@ -152,6 +160,8 @@ impl HttpCallState {
         http.set_field_size_limit(limits.header_bytes_limit());
         HttpCallState {
             http,
+            header_bytes: limits.header_bytes_limit(),
+            exchange_bytes: limits.transfer_bytes_limit(),
             hooks: EgressHooks {
                 egress,
                 site,
@@ -415,6 +425,8 @@ mod tests {
         assert!(http.provides("wasi:http/outgoing-handler@0.2.12"));
         assert!(http.provides("wasi:http/types@0.2.6"));
         assert!(http.provides("egress:http-broker/broker@0.1.0"));
+        assert!(http.provides("egress:http-broker/exchange@0.2.0"));
+        assert!(!http.provides("egress:http-broker/exchange@0.1.0"));
         assert!(!http.provides("wasi:http/outgoing-handler@0.3.0"));
         assert!(!http.provides("wasi:io/streams@0.2.12"));
         assert!(!http.provides("egress:libvirt/libvirt@0.1.0"));

@@ -59,6 +59,9 @@ pub struct RuntimeConfig {
     /// The largest component loaded, in bytes: a larger file is refused from its size, before it
     /// is read. Defaults to [`DEFAULT_MAX_COMPONENT_BYTES`].
     pub max_component_bytes: u64,
+    /// Count every call a guest makes into the host ([`Runtime::host_calls`]). **Benchmarks and
+    /// diagnostics only**: it runs a hook on every such call. Defaults to off.
+    pub count_host_calls: bool,
 }
 
 /// The largest component a runtime loads unless told otherwise: 64 MiB, several times the
@@ -75,6 +78,7 @@ impl Default for RuntimeConfig {
             capabilities: Vec::new(),
             compilation: Compilation::default(),
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            count_host_calls: false,
         }
     }
 }
@@ -93,6 +97,7 @@ impl std::fmt::Debug for RuntimeConfig {
             .field("capabilities", &capabilities)
             .field("compilation", &self.compilation)
             .field("max_component_bytes", &self.max_component_bytes)
+            .field("count_host_calls", &self.count_host_calls)
             .finish()
     }
 }
@@ -120,6 +125,13 @@ impl RuntimeConfig {
     /// Tests and diagnostics only: see [`RuntimeConfig::memory_creator`](Self#structfield.memory_creator).
     pub fn memory_creator(mut self, creator: Arc<dyn MemoryCreator>) -> Self {
         self.memory_creator = Some(creator);
+        self
+    }
+
+    /// Benchmarks and diagnostics only: see
+    /// [`RuntimeConfig::count_host_calls`](Self#structfield.count_host_calls).
+    pub fn count_host_calls(mut self) -> Self {
+        self.count_host_calls = true;
         self
     }
 
@@ -285,6 +297,7 @@ impl Runtime {
                     instance_slots: Arc::new(Semaphore::new(slots)),
                     slot_memory_bytes,
                     semaphores: Mutex::new(HashMap::new()),
+                    host_calls: config.count_host_calls.then(Default::default),
                     _ticker: ticker,
                 }),
                 linker,
@@ -301,6 +314,17 @@ impl Runtime {
     /// The names of the runtime's capabilities, HTTP first.
     pub fn capabilities(&self) -> Vec<&'static str> {
         self.inner.capabilities.names()
+    }
+
+    /// The calls guests have made into the host so far (host functions and wasmtime's libcalls,
+    /// as wasmtime's call hook sees them), when the runtime counts them
+    /// ([`RuntimeConfig::count_host_calls`]).
+    pub fn host_calls(&self) -> Option<u64> {
+        self.inner
+            .env
+            .host_calls
+            .as_ref()
+            .map(|calls| calls.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The engine every provider runs on.

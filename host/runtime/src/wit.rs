@@ -502,10 +502,21 @@ mod tests {
     /// `wit/since_v0.1.0.sha256` (`sha256sum` format), and no file may be added or removed.
     #[test]
     fn the_released_0_1_0_wit_is_frozen() {
+        assert_frozen("since_v0.1.0");
+    }
+
+    /// `egress:http-broker@0.1.0`, released with the capability's first version, likewise.
+    #[test]
+    fn the_released_http_broker_0_1_0_wit_is_frozen() {
+        assert_frozen("http-broker-v0.1.0");
+    }
+
+    /// Every file of `wit/<folder>/` is the one pinned in `wit/<folder>.sha256`, and no other.
+    fn assert_frozen(folder: &str) {
         let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
-        let frozen = wit.join("since_v0.1.0");
-        let manifest = std::fs::read_to_string(wit.join("since_v0.1.0.sha256"))
-            .expect("wit/since_v0.1.0.sha256 is committed");
+        let frozen = wit.join(folder);
+        let manifest = std::fs::read_to_string(wit.join(format!("{folder}.sha256")))
+            .expect("the folder's sha256 manifest is committed");
         let mut pinned: Vec<(String, String)> = manifest
             .lines()
             .filter(|line| !line.trim().is_empty())
@@ -536,8 +547,8 @@ mod tests {
         present.sort();
         assert_eq!(
             present, pinned,
-            "wit/since_v0.1.0 is frozen: a released contract version is never edited (add a new \
-             version in wit/provider/ instead)"
+            "wit/{folder} is frozen: a released version is never edited (add a new version \
+             instead)"
         );
     }
 }

@@ -158,16 +158,23 @@ fn response(
             })?;
             Ok(Some(Ok(Ok(answer))))
         }
-        // wasmtime-wasi-http says what the error means to the guest, as it does for its own.
-        Err(error) => {
-            let theirs = state
-                .table()
-                .push(HostFutureIncomingResponse::Ready(Err(error)))?;
-            let borrowed = Resource::new_borrow(theirs.rep());
-            let answer = FutureResponseHost::get(&mut state.http(), borrowed);
-            state.table().delete(theirs)?;
-            answer
-        }
+        Err(error) => Ok(Some(Ok(Err(error_code(state, error)?)))),
+    }
+}
+
+/// What `error` means to the guest, as wasmtime-wasi-http says it of its own requests' errors.
+pub(super) fn error_code(state: &mut HostState, error: EgressError) -> wasmtime::Result<ErrorCode> {
+    let theirs = state
+        .table()
+        .push(HostFutureIncomingResponse::Ready(Err(error)))?;
+    let borrowed = Resource::new_borrow(theirs.rep());
+    let answer = FutureResponseHost::get(&mut state.http(), borrowed);
+    state.table().delete(theirs)?;
+    match answer? {
+        Some(Ok(Err(code))) => Ok(code),
+        _ => Err(wasmtime::format_err!(
+            "a failed exchange read as a response"
+        )),
     }
 }
 
@@ -219,7 +226,16 @@ fn handle(
     let options = options.and_then(|options| state.table().get(&options).ok().cloned());
     let outgoing = state.table().delete(request)?;
     let (call, table) = state.capability_state(HttpCallState::ungranted);
-    let request = without_body(outgoing, &mut call.hooks)?;
+    let target = Target {
+        method: outgoing.method,
+        scheme: outgoing.scheme,
+        authority: outgoing.authority,
+        path_with_query: outgoing.path_with_query,
+    };
+    let body = Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let request = request_to(target, &outgoing.headers, body, &mut call.hooks)?;
     let mut sent = SentHere::Sending(call.hooks.send(request, options));
     sent.poll_now();
     let sent = table.push(sent)?;
@@ -237,13 +253,23 @@ fn no_length_or_zero(headers: &http::HeaderMap) -> bool {
     }
 }
 
-/// The request the guest built, with an empty body, as wasmtime-wasi-http's `handle` builds it:
-/// the scheme the guest set or the hooks' default, the `host` header from the authority.
-fn without_body(
-    outgoing: HostOutgoingRequest,
+/// Where a request goes, as the guest set it.
+pub(super) struct Target {
+    pub method: Method,
+    pub scheme: Option<Scheme>,
+    pub authority: Option<String>,
+    pub path_with_query: Option<String>,
+}
+
+/// The request the guest built, as wasmtime-wasi-http's `handle` builds it: the scheme the guest
+/// set or the hooks' default, the `host` header from the authority.
+pub(super) fn request_to(
+    target: Target,
+    headers: &http::HeaderMap,
+    body: WasiBody,
     hooks: &mut EgressHooks,
 ) -> HttpResult<http::Request<WasiBody>> {
-    let method = match outgoing.method {
+    let method = match target.method {
         Method::Get => http::Method::GET,
         Method::Head => http::Method::HEAD,
         Method::Post => http::Method::POST,
@@ -256,7 +282,7 @@ fn without_body(
         Method::Other(name) => http::Method::from_bytes(name.as_bytes())
             .map_err(|_| ErrorCode::HttpRequestMethodInvalid)?,
     };
-    let scheme = match outgoing.scheme {
+    let scheme = match target.scheme {
         Some(Scheme::Http) => http::uri::Scheme::HTTP,
         Some(Scheme::Https) => http::uri::Scheme::HTTPS,
         Some(Scheme::Other(scheme)) => http::uri::Scheme::try_from(scheme.as_str())
@@ -266,11 +292,11 @@ fn without_body(
     if !hooks.is_supported_scheme(&scheme) {
         return Err(ErrorCode::HttpProtocolError.into());
     }
-    let authority = outgoing.authority.unwrap_or_default();
+    let authority = target.authority.unwrap_or_default();
     let mut uri = http::Uri::builder()
         .scheme(scheme)
         .authority(authority.as_str());
-    if let Some(path) = outgoing.path_with_query {
+    if let Some(path) = target.path_with_query {
         uri = uri.path_and_query(path);
     }
     let mut request = http::Request::builder()
@@ -279,11 +305,8 @@ fn without_body(
     if hooks.set_host_header() {
         request = request.header(HOST, authority.as_str());
     }
-    for (name, value) in outgoing.headers.iter() {
+    for (name, value) in headers {
         request = request.header(name, value);
     }
-    let body = Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed_unsync();
     Ok(request.body(body).map_err(http_request_error)?)
 }

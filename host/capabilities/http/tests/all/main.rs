@@ -2,6 +2,7 @@
 //! components through the runtime.
 
 mod broker;
+mod exchange;
 mod grants;
 mod hostile;
 mod memory;

@@ -172,7 +172,7 @@ async fn reflecting_and_tunnelling_methods_are_refused_before_any_connection() {
 }
 
 /// Every reversible form a standard server writes when it reflects a header.
-fn encoded_echoes(authorization: &str) -> Vec<String> {
+pub fn encoded_echoes(authorization: &str) -> Vec<String> {
     let line = format!("Authorization: {authorization}\r\n");
     let percent: String = authorization
         .bytes()
