@@ -52,7 +52,7 @@ fn send(request: &Request, max_response_bytes: u64) -> Result<Response, Error> {
 }
 
 /// `reflect`, sent whole: any header the configuration names (`headers`: `[[name, value]]`),
-/// besides `acceptEncoding` and `range`.
+/// besides `acceptEncoding` and `range`; with `showHeaders`, the answer's headers follow the body.
 pub fn reflect(config: &Value) -> Result<Instance, Error> {
     let endpoint = crate::text(config, "endpoint")?;
     let path = config.get("path").and_then(Value::as_str).unwrap_or("/");
@@ -76,7 +76,14 @@ pub fn reflect(config: &Value) -> Result<Instance, Error> {
                 .push((name.into(), value.as_bytes().to_vec()));
         }
     }
-    let response = send(&outgoing, 16 << 20)?;
+    let mut response = send(&outgoing, 16 << 20)?;
+    // With `showHeaders`, the answer's headers follow its body, a line each.
+    if config.get("showHeaders").and_then(Value::as_bool) == Some(true) {
+        for (name, value) in &response.headers {
+            let line = format!("\n{name}: {}", String::from_utf8_lossy(value));
+            response.body.extend_from_slice(line.as_bytes());
+        }
+    }
     let encoding = response
         .headers
         .iter()

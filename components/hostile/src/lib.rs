@@ -21,7 +21,8 @@
 //! | `download` | GETs `endpoint` and reads its body to the end or the first error | `permanent("downloaded <bytes>; <ending>")` |
 //! | `log-inject` | logs a message, key and value carrying a newline, a forged line and a terminal escape | ok |
 //!
-//! With `"via": "exchange"`, `reflect` (which then also sends each `headers` pair), `upload` (one
+//! With `"via": "exchange"`, `reflect` (which then also sends each `headers` pair, and with
+//! `showHeaders` answers the response's headers after the body), `upload` (one
 //! whole 512 KiB body after another) and `download` (`times` whole GETs) go through
 //! `egress:http-broker/exchange` instead of `wasi:http`; a failed exchange answers
 //! `transport: <code>`, with ` (refused: <refusal>)` when the broker refused it.

@@ -26,6 +26,10 @@ async fn a_reflected_credential_reaches_the_guest_redacted_in_headers_and_body()
             let authorization = seen.headers["authorization"].to_str().unwrap().to_owned();
             let mut reply = Reply::ok(&encoded_echoes(&authorization).join("\n"));
             reply.headers.push(("x-echo".into(), authorization));
+            // A header only the host may hold, as on `wasi:http`: never handed to the guest.
+            reply
+                .headers
+                .push(("cookie".into(), "session=marker-cookie".into()));
             reply
         }),
     )
@@ -43,15 +47,26 @@ async fn a_reflected_credential_reaches_the_guest_redacted_in_headers_and_body()
 
     let answer = attack(
         &hostile,
-        exchange(serde_json::json!({"attack": "reflect", "endpoint": server.origin()})),
+        exchange(serde_json::json!({"attack": "reflect", "endpoint": server.origin(), "showHeaders": true})),
     )
     .await;
     let body = answer
         .strip_prefix("HTTP 200 : ")
         .unwrap_or_else(|| panic!("{answer}"));
     let unredacted = encoded_echoes(&format!("PVEAPIToken={SECRET}"));
-    // One form per line; the host escapes the newlines of a provider's message.
-    let forms: Vec<&str> = body.split("\\n").collect();
+    // One form per line, then a line per header; the host escapes the newlines of a provider's
+    // message.
+    let mut forms: Vec<&str> = body.split("\\n").collect();
+    let headers = forms.split_off(unredacted.len().min(forms.len()));
+    let echo = headers.iter().find(|line| line.starts_with("x-echo: "));
+    assert!(
+        echo.is_some_and(|echo| echo.contains("[redacted]") && !echo.contains(SECRET)),
+        "{headers:?}"
+    );
+    assert!(
+        !headers.iter().any(|line| line.starts_with("cookie")),
+        "{headers:?}"
+    );
     assert_eq!(forms.len(), unredacted.len(), "{body}");
     for (form, original) in forms.iter().zip(&unredacted) {
         assert!(
