@@ -42,6 +42,22 @@ use crate::grant::{GrantContext, GrantError, NoGrant};
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
 
+/// The broker's refusal as `$wit`, the `refusal` enum of one `egress:http-broker` version: each
+/// version has its own type, with the same cases.
+macro_rules! refusal_as {
+    ($refusal:expr, $wit:ident) => {
+        match $refusal {
+            Refusal::NotGranted => $wit::NotGranted,
+            Refusal::Denied => $wit::Denied,
+            Refusal::CredentialsUnavailable => $wit::CredentialsUnavailable,
+            Refusal::CaUnavailable => $wit::CaUnavailable,
+            Refusal::CaInvalid => $wit::CaInvalid,
+            Refusal::ResponseUnredactable => $wit::ResponseUnredactable,
+            Refusal::RequestsInFlight => $wit::RequestsInFlight,
+        }
+    };
+}
+
 mod exchange;
 mod outgoing;
 
@@ -263,15 +279,11 @@ impl WasiHttpView for HostState {
 impl wit::Host for HostState {
     fn last_refusal(&mut self) -> Option<WitRefusal> {
         let (state, _) = self.capability_state(HttpCallState::ungranted);
-        state.hooks.refusals.last().map(|refusal| match refusal {
-            Refusal::NotGranted => WitRefusal::NotGranted,
-            Refusal::Denied => WitRefusal::Denied,
-            Refusal::CredentialsUnavailable => WitRefusal::CredentialsUnavailable,
-            Refusal::CaUnavailable => WitRefusal::CaUnavailable,
-            Refusal::CaInvalid => WitRefusal::CaInvalid,
-            Refusal::ResponseUnredactable => WitRefusal::ResponseUnredactable,
-            Refusal::RequestsInFlight => WitRefusal::RequestsInFlight,
-        })
+        state
+            .hooks
+            .refusals
+            .last()
+            .map(|refusal| refusal_as!(refusal, WitRefusal))
     }
 }
 

@@ -87,7 +87,11 @@ impl HostState {
     /// refusal when it refused.
     fn failed(&mut self, error: EgressError) -> ExchangeError {
         let (call, _) = self.capability_state(HttpCallState::ungranted);
-        let refusal = call.hooks.refusals.last().map(refusal);
+        let refusal = call
+            .hooks
+            .refusals
+            .last()
+            .map(|refusal| refusal_as!(refusal, WitRefusal));
         let code = error_code(self, error)
             .unwrap_or_else(|_| ErrorCode::InternalError(Some("unknown error".into())));
         ExchangeError::Failed(Failure { code, refusal })
@@ -162,16 +166,4 @@ async fn read_whole(
         }
     }
     Ok((parts, bytes))
-}
-
-fn refusal(refusal: Refusal) -> WitRefusal {
-    match refusal {
-        Refusal::NotGranted => WitRefusal::NotGranted,
-        Refusal::Denied => WitRefusal::Denied,
-        Refusal::CredentialsUnavailable => WitRefusal::CredentialsUnavailable,
-        Refusal::CaUnavailable => WitRefusal::CaUnavailable,
-        Refusal::CaInvalid => WitRefusal::CaInvalid,
-        Refusal::ResponseUnredactable => WitRefusal::ResponseUnredactable,
-        Refusal::RequestsInFlight => WitRefusal::RequestsInFlight,
-    }
 }

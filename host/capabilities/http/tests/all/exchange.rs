@@ -1,12 +1,12 @@
 //! The broker's promises on `egress:http-broker/exchange`, the whole-exchange path: the `hostile`
 //! component's attacks sent whole (`"via": "exchange"`) through the real runtime and broker, over
-//! real TLS. (`hostile.rs` runs the compressed echo over both paths.)
+//! real TLS. (`hostile.rs` runs the compressed echo and the endless upload over both paths.)
 
 use std::sync::Arc;
 
-use egress_runtime::{Budget, CallContext, CallError, Limits, Request, Runtime, RuntimeConfig};
+use egress_runtime::{Budget, CallError, Limits, Runtime, RuntimeConfig};
 
-use crate::hostile::{SECRET, Setup, Via, attack, component};
+use crate::hostile::{SECRET, Setup, Via, attack, component, serving_4_mib_answers, stopped};
 use crate::memory::{SnapshotCreator, contains};
 use crate::reflection::encoded_echoes;
 use crate::support::*;
@@ -92,18 +92,7 @@ async fn a_reflected_credential_reaches_the_guest_redacted_in_headers_and_body()
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_grant_forbids_is_refused_before_any_connection() {
     let setup = Setup::new();
-    let server = Server::start(
-        &setup.ca,
-        &["127.0.0.1"],
-        Protocol::Http1,
-        handler(|_| Reply::ok("reached")),
-    )
-    .await;
-    let runtime = setup.runtime(
-        "hostile",
-        setup.grant(&server.origin()),
-        RuntimeConfig::default(),
-    );
+    let (server, runtime) = granted_server(&setup).await;
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
     let cases = [
         (
@@ -168,62 +157,10 @@ async fn what_the_grant_forbids_is_refused_before_any_connection() {
     );
 }
 
-/// One whole body after another: the call's budget of bytes sent counts them all.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_endless_upload_through_the_exchange_is_stopped_at_the_bytes_sent_budget() {
-    let setup = Setup::new();
-    let server = Server::start(
-        &setup.ca,
-        &["127.0.0.1"],
-        Protocol::Http1,
-        handler(|_| Reply::ok("stored")),
-    )
-    .await;
-    let runtime = setup.runtime(
-        "hostile",
-        setup.grant(&server.origin()),
-        RuntimeConfig::default().limits(Limits::default().http_bytes_sent(1 << 20)),
-    );
-    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let upload = Request::Get {
-        config: exchange(serde_json::json!({"attack": "upload", "endpoint": server.origin()}))
-            .to_string(),
-        provider_id: "hostile/1".into(),
-    };
-    let error = hostile
-        .call(upload, &CallContext::default())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            CallError::Budget {
-                budget: Budget::HttpBytesSent,
-                limit: 1_048_576,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    let uploaded: usize = server.seen().iter().map(|seen| seen.body.len()).sum();
-    assert!(uploaded <= 1 << 20, "{uploaded} bytes reached the origin");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn whole_responses_count_against_the_bytes_received_budget_and_the_transfer_bound() {
     let setup = Setup::new();
-    let big = vec![b'd'; 4 << 20];
-    let server = Server::start(
-        &setup.ca,
-        &["127.0.0.1"],
-        Protocol::Http1,
-        handler(move |_| {
-            let mut reply = Reply::ok("");
-            reply.whole = Some(big.clone());
-            reply
-        }),
-    )
-    .await;
+    let server = serving_4_mib_answers(&setup).await;
     let with = |limits: Limits| {
         setup.runtime(
             "hostile",
@@ -240,14 +177,7 @@ async fn whole_responses_count_against_the_bytes_received_budget_and_the_transfe
     // Three whole 4 MiB answers against a budget of 10 MiB: the third stops the call.
     let runtime = with(Limits::default().http_bytes_received(10 << 20));
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let request = Request::Get {
-        config: download(3).to_string(),
-        provider_id: "hostile/1".into(),
-    };
-    let error = hostile
-        .call(request, &CallContext::default())
-        .await
-        .unwrap_err();
+    let error = stopped(&hostile, download(3)).await;
     assert!(
         matches!(
             error,
@@ -276,6 +206,28 @@ async fn whole_responses_count_against_the_bytes_received_budget_and_the_transfe
 #[tokio::test(flavor = "multi_thread")]
 async fn a_header_list_past_its_budget_stops_the_call_as_on_wasi_http() {
     let setup = Setup::new();
+    let (server, runtime) = granted_server(&setup).await;
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    let fill = "v".repeat(40 << 10);
+    let fill = exchange(serde_json::json!({
+        "attack": "reflect", "endpoint": server.origin(), "headers": [["x-fill", fill]],
+    }));
+    let error = stopped(&hostile, fill).await;
+    assert!(
+        matches!(
+            error,
+            CallError::Budget {
+                budget: Budget::HeaderBytes,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(server.seen().is_empty());
+}
+
+/// A server that answers `reached`, and a runtime granting the hostile component its origin.
+async fn granted_server(setup: &Setup) -> (Server, Runtime) {
     let server = Server::start(
         &setup.ca,
         &["127.0.0.1"],
@@ -288,28 +240,5 @@ async fn a_header_list_past_its_budget_stops_the_call_as_on_wasi_http() {
         setup.grant(&server.origin()),
         RuntimeConfig::default(),
     );
-    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let fill = "v".repeat(40 << 10);
-    let request = Request::Get {
-        config: exchange(serde_json::json!({
-            "attack": "reflect", "endpoint": server.origin(), "headers": [["x-fill", fill]],
-        }))
-        .to_string(),
-        provider_id: "hostile/1".into(),
-    };
-    let error = hostile
-        .call(request, &CallContext::default())
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            CallError::Budget {
-                budget: Budget::HeaderBytes,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert!(server.seen().is_empty());
+    (server, runtime)
 }

@@ -78,6 +78,18 @@ pub async fn attack(provider: &Provider, attack: serde_json::Value) -> String {
     }
 }
 
+/// The error that stopped a `get` carrying `attack`: a budget or a trap, not the attack's answer.
+pub async fn stopped(provider: &Provider, attack: serde_json::Value) -> CallError {
+    let request = Request::Get {
+        config: attack.to_string(),
+        provider_id: "hostile/1".into(),
+    };
+    provider
+        .call(request, &CallContext::default())
+        .await
+        .expect_err("the host stops the call")
+}
+
 /// Reflects the request's headers, gzip-compressed whenever the request allows gzip.
 fn reflecting_server(always_gzip: bool) -> Handler {
     handler(move |seen| {
@@ -385,6 +397,16 @@ async fn requests_in_flight_are_bounded(bodyless: bool) {
 /// budget of bytes sent, with the budget named: no hypervisor API absorbs gigabytes from one call.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endless_upload_is_stopped_at_the_bytes_sent_budget() {
+    endless_upload_is_stopped(Via::WasiHttp).await
+}
+
+/// One whole body after another through the exchange: the same budget counts them all.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_upload_through_the_exchange_is_stopped_at_the_bytes_sent_budget() {
+    endless_upload_is_stopped(Via::Exchange).await
+}
+
+async fn endless_upload_is_stopped(via: Via) {
     let setup = Setup::new();
     let server = Server::start(
         &setup.ca,
@@ -399,14 +421,8 @@ async fn an_endless_upload_is_stopped_at_the_bytes_sent_budget() {
         RuntimeConfig::default().limits(Limits::default().http_bytes_sent(1 << 20)),
     );
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let upload = Request::Get {
-        config: serde_json::json!({"attack": "upload", "endpoint": server.origin()}).to_string(),
-        provider_id: "hostile/1".into(),
-    };
-    let error = hostile
-        .call(upload, &CallContext::default())
-        .await
-        .unwrap_err();
+    let upload = via.attack(serde_json::json!({"attack": "upload", "endpoint": server.origin()}));
+    let error = stopped(&hostile, upload).await;
     assert!(
         matches!(
             error,
@@ -423,25 +439,26 @@ async fn an_endless_upload_is_stopped_at_the_bytes_sent_budget() {
         message.contains("more than 1048576 bytes of HTTP request bodies"),
         "{message}"
     );
+    let uploaded: usize = server.seen().iter().map(|seen| seen.body.len()).sum();
+    assert!(uploaded <= 1 << 20, "{uploaded} bytes reached the origin");
 }
 
-/// Response bodies count against the call's budget of bytes received, across its requests.
+/// Response bodies count against the call's budget of bytes received.
 #[tokio::test(flavor = "multi_thread")]
 async fn response_bodies_past_the_bytes_received_budget_stop_the_call() {
+    bytes_received_are_budgeted(Via::WasiHttp).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn whole_responses_past_the_bytes_received_budget_stop_the_call() {
+    bytes_received_are_budgeted(Via::Exchange).await
+}
+
+async fn bytes_received_are_budgeted(via: Via) {
     let setup = Setup::new();
-    let big = vec![b'd'; 4 << 20];
-    let server = Server::start(
-        &setup.ca,
-        &["127.0.0.1"],
-        Protocol::Http1,
-        handler(move |_| {
-            let mut reply = Reply::ok("");
-            reply.whole = Some(big.clone());
-            reply
-        }),
-    )
-    .await;
-    let download = serde_json::json!({"attack": "download", "endpoint": server.origin()});
+    let server = serving_4_mib_answers(&setup).await;
+    let download =
+        via.attack(serde_json::json!({"attack": "download", "endpoint": server.origin()}));
     let with_budget = |bytes: u64| {
         setup.runtime(
             "hostile",
@@ -452,14 +469,7 @@ async fn response_bodies_past_the_bytes_received_budget_stop_the_call() {
 
     let runtime = with_budget(1 << 20);
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let request = Request::Get {
-        config: download.to_string(),
-        provider_id: "hostile/1".into(),
-    };
-    let error = hostile
-        .call(request, &CallContext::default())
-        .await
-        .unwrap_err();
+    let error = stopped(&hostile, download.clone()).await;
     assert!(
         matches!(
             error,
@@ -479,4 +489,20 @@ async fn response_bodies_past_the_bytes_received_budget_stop_the_call() {
         attack(&hostile, download).await,
         "downloaded 4194304; closed"
     );
+}
+
+/// A server answering every request with 4 MiB of body.
+pub async fn serving_4_mib_answers(setup: &Setup) -> Server {
+    let big = vec![b'd'; 4 << 20];
+    Server::start(
+        &setup.ca,
+        &["127.0.0.1"],
+        Protocol::Http1,
+        handler(move |_| {
+            let mut reply = Reply::ok("");
+            reply.whole = Some(big.clone());
+            reply
+        }),
+    )
+    .await
 }
