@@ -93,11 +93,11 @@ pub fn reflect(config: &Value) -> Result<Instance, Error> {
     Err(crate::reflected(response.status, &encoding, response.body))
 }
 
-/// POSTs bodies of 512 KiB to `endpoint`, one exchange after another, until one fails; answers
-/// how much went out before.
-pub fn upload(endpoint: &str) -> Result<Instance, Error> {
+/// POSTs bodies of `body_kib` KiB to `endpoint`, one exchange after another, until one fails;
+/// answers how much went out before.
+pub fn upload(endpoint: &str, body_kib: usize) -> Result<Instance, Error> {
     let mut outgoing = request(endpoint, "/upload", Method::Post);
-    outgoing.body = vec![b'u'; 512 << 10];
+    outgoing.body = vec![b'u'; body_kib << 10];
     let mut sent = 0u64;
     loop {
         match exchange::send(&outgoing, 1 << 20) {

@@ -23,7 +23,7 @@
 //!
 //! With `"via": "exchange"`, `reflect` (which then also sends each `headers` pair, and with
 //! `showHeaders` answers the response's headers after the body), `upload` (one
-//! whole 512 KiB body after another) and `download` (`times` whole GETs) go through
+//! whole body of `bodyKib` KiB, 512 unless given, after another) and `download` (`times` whole GETs) go through
 //! `egress:http-broker/exchange` instead of `wasi:http`; a failed exchange answers
 //! `transport: <code>`, with ` (refused: <refusal>)` when the broker refused it.
 
@@ -96,7 +96,10 @@ fn attack(config: &str) -> Result<Instance, Error> {
             number(&config, "count")?,
             config.get("bodyless").and_then(Value::as_bool) == Some(true),
         ),
-        "upload" if via_exchange(&config) => exchange::upload(text(&config, "endpoint")?),
+        "upload" if via_exchange(&config) => exchange::upload(
+            text(&config, "endpoint")?,
+            config.get("bodyKib").and_then(Value::as_u64).unwrap_or(512) as usize,
+        ),
         "upload" => upload(text(&config, "endpoint")?),
         "download" if via_exchange(&config) => exchange::download(
             text(&config, "endpoint")?,

@@ -92,7 +92,7 @@ async fn a_reflected_credential_reaches_the_guest_redacted_in_headers_and_body()
 #[tokio::test(flavor = "multi_thread")]
 async fn what_the_grant_forbids_is_refused_before_any_connection() {
     let setup = Setup::new();
-    let (server, runtime) = granted_server(&setup).await;
+    let (server, runtime) = granted_server(&setup, Limits::default()).await;
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
     let cases = [
         (
@@ -206,7 +206,7 @@ async fn whole_responses_count_against_the_bytes_received_budget_and_the_transfe
 #[tokio::test(flavor = "multi_thread")]
 async fn a_header_list_past_its_budget_stops_the_call_as_on_wasi_http() {
     let setup = Setup::new();
-    let (server, runtime) = granted_server(&setup).await;
+    let (server, runtime) = granted_server(&setup, Limits::default()).await;
     let hostile = runtime.load_file(&component("hostile")).await.unwrap();
     let fill = "v".repeat(40 << 10);
     let fill = exchange(serde_json::json!({
@@ -226,8 +226,9 @@ async fn a_header_list_past_its_budget_stops_the_call_as_on_wasi_http() {
     assert!(server.seen().is_empty());
 }
 
-/// A server that answers `reached`, and a runtime granting the hostile component its origin.
-async fn granted_server(setup: &Setup) -> (Server, Runtime) {
+/// A server that answers `reached`, and a runtime with `limits` granting the hostile component
+/// its origin.
+async fn granted_server(setup: &Setup, limits: Limits) -> (Server, Runtime) {
     let server = Server::start(
         &setup.ca,
         &["127.0.0.1"],
@@ -238,7 +239,34 @@ async fn granted_server(setup: &Setup) -> (Server, Runtime) {
     let runtime = setup.runtime(
         "hostile",
         setup.grant(&server.origin()),
-        RuntimeConfig::default(),
+        RuntimeConfig::default().limits(limits),
     );
     (server, runtime)
+}
+
+/// A whole request body is arguments of one call into the host: past the call's transfer budget
+/// it is refused before the host copies it out of the guest, and nothing reaches the origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_past_the_transfer_budget_is_never_copied_out_of_the_guest() {
+    let setup = Setup::new();
+    let (server, runtime) = granted_server(&setup, Limits::default().transfer_bytes(1 << 20)).await;
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    let upload = |kib: u64| {
+        exchange(serde_json::json!({
+            "attack": "upload", "endpoint": server.origin(), "bodyKib": kib,
+        }))
+    };
+    let error = stopped(&hostile, upload(4 << 10)).await;
+    assert!(
+        matches!(
+            error,
+            CallError::Budget {
+                budget: Budget::TransferBytes,
+                limit: 1_048_576,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(server.seen().is_empty(), "nothing reached the origin");
 }
