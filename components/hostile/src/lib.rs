@@ -22,8 +22,8 @@
 //! | `log-inject` | logs a message, key and value carrying a newline, a forged line and a terminal escape | ok |
 //!
 //! With `"via": "exchange"`, `reflect` (which then also sends each `headers` pair, and with
-//! `showHeaders` answers the response's headers after the body), `upload` (one
-//! whole body of `bodyKib` KiB, 512 unless given, after another) and `download` (`times` whole GETs) go through
+//! `showHeaders` answers the response's headers after the body), `upload` (one whole body of
+//! `bodyKib` KiB, 512 unless given, after another) and `download` (`times` whole GETs) go through
 //! `egress:http-broker/exchange` instead of `wasi:http`; a failed exchange answers
 //! `transport: <code>`, with ` (refused: <refusal>)` when the broker refused it.
 

@@ -226,6 +226,31 @@ async fn a_header_list_past_its_budget_stops_the_call_as_on_wasi_http() {
     assert!(server.seen().is_empty());
 }
 
+/// A whole request body is arguments of one call into the host: past the call's transfer budget
+/// it is refused before the host copies it out of the guest, and nothing reaches the origin.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_past_the_transfer_budget_is_never_copied_out_of_the_guest() {
+    let setup = Setup::new();
+    let (server, runtime) = granted_server(&setup, Limits::default().transfer_bytes(1 << 20)).await;
+    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
+    let upload = exchange(serde_json::json!({
+        "attack": "upload", "endpoint": server.origin(), "bodyKib": 4 << 10,
+    }));
+    let error = stopped(&hostile, upload).await;
+    assert!(
+        matches!(
+            error,
+            CallError::Budget {
+                budget: Budget::TransferBytes,
+                limit: 1_048_576,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(server.seen().is_empty(), "nothing reached the origin");
+}
+
 /// A server that answers `reached`, and a runtime with `limits` granting the hostile component
 /// its origin.
 async fn granted_server(setup: &Setup, limits: Limits) -> (Server, Runtime) {
@@ -242,31 +267,4 @@ async fn granted_server(setup: &Setup, limits: Limits) -> (Server, Runtime) {
         RuntimeConfig::default().limits(limits),
     );
     (server, runtime)
-}
-
-/// A whole request body is arguments of one call into the host: past the call's transfer budget
-/// it is refused before the host copies it out of the guest, and nothing reaches the origin.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_body_past_the_transfer_budget_is_never_copied_out_of_the_guest() {
-    let setup = Setup::new();
-    let (server, runtime) = granted_server(&setup, Limits::default().transfer_bytes(1 << 20)).await;
-    let hostile = runtime.load_file(&component("hostile")).await.unwrap();
-    let upload = |kib: u64| {
-        exchange(serde_json::json!({
-            "attack": "upload", "endpoint": server.origin(), "bodyKib": kib,
-        }))
-    };
-    let error = stopped(&hostile, upload(4 << 10)).await;
-    assert!(
-        matches!(
-            error,
-            CallError::Budget {
-                budget: Budget::TransferBytes,
-                limit: 1_048_576,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert!(server.seen().is_empty(), "nothing reached the origin");
 }
