@@ -27,11 +27,13 @@ setup:
         release=$(. /etc/os-release && echo "$VERSION_CODENAME")
         install $packages || install --allow-downgrades ${packages/qemu-utils/qemu-utils\/$release}
     fi
-    command -v kubectl >/dev/null || { $sudo apt-get update -qq && install kubernetes-client; }
 
-# What `just test` needs beyond `just setup`: cargo-component.
+# What `just test` needs beyond `just setup`: cargo-component, and a real Kubernetes control plane
+# (kube-apiserver, etcd and kubectl built from their Go modules into target/controlplane; kept
+# when its sources are unchanged).
 setup-test: setup
     command -v cargo-component >/dev/null || cargo install --locked cargo-component@0.21.1
+    testdata/controlplane/build.sh target/controlplane
 
 # Build every provider component with cargo-component into target/components/<name>.wasm.
 build-components:

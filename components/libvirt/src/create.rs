@@ -7,7 +7,8 @@
 //!      once; stopped it is started; paused or pm-suspended it is `permanent` (kvm2: a person
 //!      paused it, or the guest suspended itself: resume or destroy it), except paused while
 //!      starting up, which is returned as provisioning. An adopted domain gets autostart (so one
-//!      made before the provider set it gains it).
+//!      made before the provider set it gains it), and its mark the request's tags when they
+//!      differ (so one made before the operator named its installation gains it).
 //!    * its mark carries another UID, or it has none: `permanent`, never adopted (the kvm2
 //!      adoption guard). One exception keeps a cut create retryable: a domain with no mark whose
 //!      UUID is the request's UID and that is shut off is this proxy's own definition, cut
@@ -305,7 +306,20 @@ fn make(
 fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
     let status = domain.status().at("read the domain state")?;
     let mark = match Mark::parse(domain.metadata().at("read the mark")?.as_deref()) {
-        Some(mark) if mark.uid == request.uid => mark,
+        Some(mark) if mark.uid == request.uid => {
+            let tags = request_tags(request);
+            if mark.tags == tags {
+                mark
+            } else {
+                // Made before the operator named its installation in the tags (or with other
+                // tags): the mark gains the request's, keeping its UID and creation time.
+                let mark = Mark { tags, ..mark };
+                domain
+                    .set_metadata(Some(&mark.format()))
+                    .at("update the mark")?;
+                mark
+            }
+        }
         Some(mark) => {
             return Err(Error::Permanent(format!(
                 "domain {} on connection {connection} belongs to Proxy UID {:?}, not {:?}: not adopted",
@@ -351,12 +365,17 @@ fn new_mark(request: &CreateRequest) -> Mark {
     Mark {
         uid: request.uid.clone(),
         created_at: Some(egress_guest::time::now_rfc3339()),
-        tags: request
-            .tags
-            .iter()
-            .map(|tag| (tag.key.clone(), tag.value.clone()))
-            .collect(),
+        tags: request_tags(request),
     }
+}
+
+/// The request's tags as the mark holds them.
+fn request_tags(request: &CreateRequest) -> Vec<(String, String)> {
+    request
+        .tags
+        .iter()
+        .map(|tag| (tag.key.clone(), tag.value.clone()))
+        .collect()
 }
 
 /// The base volume, imported by the host (the pool did not have it when surveyed).

@@ -176,6 +176,28 @@ pub fn config_params(
     params
 }
 
+/// What an adopted VM's config lacks: its mark rewritten with the request's tags when they
+/// differ (the UID and creation time kept), so a VM made before the operator named its
+/// installation in the tags now carries it; and `onboot=1`, which VMs made before the provider
+/// set it lack. Empty when the VM is up to date.
+pub fn refresh_params(vm: &VmConfig, request: &CreateRequest) -> Vec<(&'static str, String)> {
+    let mut params = Vec::new();
+    let tags: Vec<(String, String)> = request
+        .tags
+        .iter()
+        .map(|tag| (tag.key.clone(), tag.value.clone()))
+        .collect();
+    if let Some(mark) = Mark::parse(vm.get("description").map(String::as_str))
+        && mark.tags != tags
+    {
+        params.push(("description", Mark { tags, ..mark }.format()));
+    }
+    if vm.get("onboot").map(String::as_str) != Some("1") {
+        params.push(("onboot", "1".to_string()));
+    }
+    params
+}
+
 /// The clone call's parameters (F10, F11): a full clone named `name` carrying the mark, onto
 /// `targetStorage` when set and onto `target` only when it is not the template's node.
 pub fn clone_params(
@@ -277,12 +299,30 @@ pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<In
             .map_err(|error| classify(&format!("read status of VM {}", found.vmid), &error))?;
         if status.status == "running" {
             // Entry 10: an adopted running VM returns at once, whatever its qmpstatus; it is not
-            // provisioned again.
+            // provisioned again, only given what its config lacks.
+            refresh(pve, &found, request)?;
             return finish(&found);
         }
     }
-    provision(pve, &found, name, &seed)?;
+    provision(pve, &found, request, &seed)?;
     finish(&found)
+}
+
+/// Write what an adopted running VM's config lacks ([`refresh_params`]), if anything.
+fn refresh<I: Io>(
+    pve: &mut Pve<'_, I>,
+    found: &Found,
+    request: &CreateRequest,
+) -> Result<(), Error> {
+    let params = refresh_params(&found.config, request);
+    if params.is_empty() {
+        return Ok(());
+    }
+    let what = format!("update the mark and onboot of VM {}", found.vmid);
+    let upid = pve
+        .set_config(&found.node, found.vmid, &params)
+        .map_err(|error| classify(&what, &error))?;
+    wait_optional_task(pve, &what, upid)
 }
 
 fn template_error(vmid: u32, error: &crate::api::ApiError) -> Error {
@@ -430,9 +470,10 @@ fn allocate_and_clone<I: Io>(
 fn provision<I: Io>(
     pve: &mut Pve<'_, I>,
     found: &Found,
-    name: &str,
+    request: &CreateRequest,
     seed: &[u8],
 ) -> Result<(), Error> {
+    let name = request.name.as_str();
     let Found {
         node,
         vmid,
@@ -443,7 +484,13 @@ fn provision<I: Io>(
 
     upload_seed(pve, node, name, seed)?;
 
-    let params = config_params(pve.config, name, plan.net0.as_deref());
+    let mut params = config_params(pve.config, name, plan.net0.as_deref());
+    // An adopted VM's mark gains the request's tags in the same write.
+    params.extend(
+        refresh_params(vm, request)
+            .into_iter()
+            .filter(|(key, _)| *key == "description"),
+    );
     let what = format!("configure VM {vmid}");
     let upid = pve
         .set_config(node, vmid, &params)

@@ -147,7 +147,7 @@ fn status_path(vmid: u32) -> String {
 
 fn our_config(vmid: u32, name: &str) -> String {
     format!(
-        r#"{{"name":"{name}","description":"{OUR_MARK}","boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-{vmid}-disk-0,size=3G","net0":"virtio=BC:24:11:EE:48:83,bridge=vmbr0","agent":"1","digest":"ab"}}"#
+        r#"{{"name":"{name}","description":"{OUR_MARK}","onboot":"1","boot":"order=scsi0;ide2","scsi0":"local-lvm:vm-{vmid}-disk-0,size=3G","net0":"virtio=BC:24:11:EE:48:83,bridge=vmbr0","agent":"1","digest":"ab"}}"#
     )
 }
 
@@ -518,6 +518,42 @@ fn phase6_adopting_a_running_vm_costs_three_calls_and_never_reads_the_template()
     let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
     assert_eq!(result.unwrap().provider_id, "pv1-1/100777");
     assert_eq!(requests, 3);
+}
+
+#[test]
+fn an_adopted_running_vm_gains_the_requests_tags_in_its_mark_and_onboot_in_one_write() {
+    let config = create_config();
+    // Made before the installation was in the tags and before onboot was set.
+    let before = r#"{"name":"proxy-a","description":"egress-operator: managed\nuid: uid-1\ncreated-at: 2026-01-02T03:04:05Z\ntag: pool=blue\n","agent":"1"}"#;
+    let mut request = request("");
+    request.tags.push(Tag {
+        key: "egress-operator.io/installation".into(),
+        value: "cluster-a".into(),
+    });
+    let steps = vec![
+        resources(&vm_entry(100_777, "proxy-a", "running")),
+        ok(Method::Get, config_path(100_777), before),
+        ok(
+            Method::Get,
+            status_path(100_777),
+            r#"{"status":"running","qmpstatus":"running"}"#,
+        ),
+        ok(Method::Post, config_path(100_777), "null"),
+    ];
+    let (result, io, requests) = run(&config, steps, |pve| create(pve, &request));
+    assert_eq!(result.unwrap().provider_id, "pv1-1/100777");
+    assert_eq!(requests, 4);
+    let body = io.body_of(&config_path(100_777));
+    let expected = crate::api::form(&[
+        (
+            "description",
+            "egress-operator: managed\nuid: uid-1\ncreated-at: 2026-01-02T03:04:05Z\n\
+             tag: pool=blue\ntag: egress-operator.io/installation=cluster-a\n"
+                .to_string(),
+        ),
+        ("onboot", "1".to_string()),
+    ]);
+    assert_eq!(body.as_bytes(), expected.as_slice());
 }
 
 #[test]

@@ -45,6 +45,12 @@ pub const FIELD_MANAGER: &str = "egress-operator";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "size(self.providerConfigRef) > 0",
+        "message": "providerConfigRef must name the ProviderConfig whose provider makes this Proxy's VM",
+    },
+]))]
 pub struct ProxySpec {
     /// The ProviderConfig (cluster-scoped) whose provider makes this Proxy's VM.
     pub provider_config_ref: String,
@@ -65,6 +71,12 @@ pub struct ProxySpec {
 /// ProviderConfig's defaults and keep the others.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.windowSeconds) || self.windowSeconds >= 1",
+        "message": "recovery.windowSeconds is at least 1",
+    },
+]))]
 pub struct Recovery {
     /// `Restart` (the default) starts a stopped VM again, `Replace` deletes it and makes a new
     /// one, `None` only reports it. A `failed` VM is replaced under `Restart` and `Replace`.
@@ -133,6 +145,12 @@ impl Recovery {
 /// Where a Proxy's user-data comes from: exactly one of the three.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.inline), has(self.secretKeyRef), has(self.configMapKeyRef)].filter(x, x).size() == 1",
+        "message": "userData takes exactly one of inline, secretKeyRef and configMapKeyRef",
+    },
+]))]
 pub struct UserData {
     /// The user-data itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +218,10 @@ pub struct ProxyStatus {
     /// The provider that last handled this Proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<HandledBy>,
+    /// The installation named in the VM's mark: the one that made it, or that adopted a VM made
+    /// before marks named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installation: Option<String>,
     /// The Proxy generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -269,6 +291,12 @@ pub struct HandledBy {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.resyncSeconds) || self.resyncSeconds >= 1",
+        "message": "resyncSeconds is at least 1",
+    },
+]))]
 pub struct ProviderConfigSpec {
     /// Which component serves this ProviderConfig.
     pub component: ComponentRef,
@@ -310,6 +338,24 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 /// registry (`image`). Exactly one of the two.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.file) && size(self.file) > 0) != has(self.image)",
+        "message": "component takes exactly one of file (a file of the operator's components directory) and image (an OCI artifact)",
+    },
+    {
+        "rule": "!has(self.image) || self.image.contains('@sha256:')",
+        "message": "component.image must be pinned by digest in a cluster (REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST); only local mode resolves a tag alone",
+    },
+    {
+        "rule": "!has(self.digest) || self.digest.matches('^sha256:[0-9a-f]{64}$')",
+        "message": "component.digest is sha256: and 64 lower-case hex digits",
+    },
+    {
+        "rule": "!has(self.image) || !has(self.digest)",
+        "message": "component.digest pins a file; an image is pinned by the digest in component.image",
+    },
+]))]
 pub struct ComponentRef {
     /// A file of the operator's components directory, such as `proxmox.wasm`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -436,12 +482,28 @@ impl GrantSpec {
 /// Per-call limits for one ProviderConfig's provider.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.deadlineSeconds) || self.deadlineSeconds.all(op, op in ['describe', 'validate-config', 'create', 'get', 'delete', 'list-by-tag', 'check'] && self.deadlineSeconds[op] >= 1)",
+        "message": "limits.deadlineSeconds: keys are operations (describe, validate-config, create, get, delete, list-by-tag, check), values at least 1 second",
+    },
+    {
+        "rule": "!has(self.cpuMillis) || self.cpuMillis.all(op, op in ['describe', 'validate-config', 'create', 'get', 'delete', 'list-by-tag', 'check'] && self.cpuMillis[op] >= 1)",
+        "message": "limits.cpuMillis: keys are operations (describe, validate-config, create, get, delete, list-by-tag, check), values at least 1 millisecond",
+    },
+    {
+        "rule": "(!has(self.memoryMib) || self.memoryMib >= 1) && (!has(self.concurrency) || self.concurrency >= 1) && (!has(self.httpSentMib) || self.httpSentMib >= 1) && (!has(self.httpReceivedMib) || self.httpReceivedMib >= 1)",
+        "message": "limits.memoryMib, concurrency, httpSentMib and httpReceivedMib are at least 1",
+    },
+]))]
 pub struct LimitsSpec {
     /// Wall-clock deadline per operation, in seconds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 7))]
     pub deadline_seconds: BTreeMap<String, u64>,
     /// CPU time per operation, in milliseconds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 7))]
     pub cpu_millis: BTreeMap<String, u64>,
     /// Linear memory per call, in MiB (at most the operator's pool slot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -461,6 +523,12 @@ pub struct LimitsSpec {
 /// How VMs marked as this ProviderConfig's whose Proxy is gone are handled.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.intervalSeconds >= 1",
+        "message": "orphanSweep.intervalSeconds is at least 1",
+    },
+]))]
 pub struct OrphanSweep {
     /// `Delete` them, only `Report` them (status and events), or `Off`.
     #[serde(default = "OrphanSweep::default_mode")]
@@ -575,6 +643,10 @@ pub struct OrphanReport {
     /// How many of them were deleted.
     #[serde(default)]
     pub deleted: u32,
+    /// How many VMs made through a ProviderConfig of this name carry no mark of this
+    /// installation: another installation's, or made before marks named one. Never deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub foreign: u32,
 }
 
 /// Condition types and reasons, as constants so tests and code agree.

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube_lease_manager::LeaseManagerBuilder;
@@ -48,6 +49,7 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Note;
+use crate::installation::Installation;
 use crate::operator::Operator;
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
@@ -152,7 +154,17 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let client = Client::try_default()
         .await
         .context("connecting to the cluster (in-cluster config or kubeconfig)")?;
+    let mut shutdown = std::pin::pin!(crate::shutdown_signal());
+    let installation = match &args.installation {
+        Some(installation) => installation.clone(),
+        None => tokio::select! {
+            () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+            installation = cluster_installation(&client) => installation,
+        },
+    };
+    tracing::info!(%installation, "this installation");
     let operator = Operator::start(args.settings(
+        installation,
         Path::new(DEFAULT_COMPONENTS),
         Path::new(DEFAULT_IMAGE_CACHE),
     ))
@@ -162,7 +174,37 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         None => host_name(),
     };
     let options = Options::new(&args.namespace, &identity);
-    run_with(client, operator, options, crate::shutdown_signal()).await
+    run_with(client, operator, options, shutdown).await
+}
+
+/// This cluster's installation: `cluster-` and the UID of its `kube-system` namespace, which
+/// lives as long as the cluster. Asked until the API server answers: without it no VM may be made
+/// or swept, and a crash loop would only hide why (a 403 says which rule is missing).
+pub async fn cluster_installation(client: &Client) -> Installation {
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let why = match namespaces.get("kube-system").await {
+            Ok(namespace) => match namespace
+                .metadata
+                .uid
+                .as_deref()
+                .map(Installation::of_cluster)
+            {
+                Some(Ok(installation)) => return installation,
+                Some(Err(why)) => why,
+                None => "namespace kube-system has no UID".into(),
+            },
+            Err(error) => format!("reading namespace kube-system: {error}"),
+        };
+        tracing::error!(
+            retry_in = ?wait,
+            "cannot name this installation ({why}); the operator needs `get` on namespace \
+             kube-system, or pass --installation"
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
 }
 
 /// Run with `client` and a started `operator` until `shutdown` resolves (exit 0) or the lease

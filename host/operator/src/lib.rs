@@ -13,7 +13,8 @@
 //!    ProviderConfig with another ([`provider_config_reconciler`], its provider calls through
 //!    [`provider_calls`]), whatever holds the resources: a Kubernetes API server ([`kube_mode`])
 //!    or a folder of manifests on a laptop ([`local`], the default for a newcomer);
-//! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]);
+//! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]), never those of another
+//!    installation ([`installation`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
@@ -25,6 +26,7 @@ pub mod conformance;
 pub mod crd;
 pub mod grants;
 pub mod images;
+pub mod installation;
 pub mod kube_mode;
 pub mod local;
 pub mod metrics;

@@ -10,6 +10,7 @@ use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
 use crate::grants::Capabilities;
 use crate::images::{ImageSettings, Images};
+use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_config_reconciler::ProviderConfigReconciler;
 use crate::providers::ProviderSet;
@@ -18,6 +19,8 @@ use crate::reconciler::{Reconciler, Timing};
 /// How the operator runs, in either mode.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Which installation this is: written on every VM it makes, and the sweep's bound.
+    pub installation: Installation,
     /// The components directory, served and hot-swapped.
     pub components: PathBuf,
     /// The operator's namespace: where a Secret reference without one points.
@@ -42,11 +45,12 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults for `components`: the runtime's default limits, a 256 MiB pool slot, the default
+    /// Defaults for installation `installation` over `components`: the runtime's default limits, a 256 MiB pool slot, the default
     /// compile cache and tiered compilation, no HTTP port, the namespace `default`; images
     /// pinned by digest and signed, cached in the system's temporary directory.
-    pub fn new(components: PathBuf) -> Settings {
+    pub fn new(installation: Installation, components: PathBuf) -> Settings {
         Settings {
+            installation,
             components,
             namespace: "default".into(),
             listen: None,
@@ -123,8 +127,13 @@ impl Operator {
         Ok(Arc::new(Operator {
             providers,
             capabilities,
-            reconciler: Reconciler::new(settings.timing.clone(), metrics.clone()),
+            reconciler: Reconciler::new(
+                settings.installation.clone(),
+                settings.timing.clone(),
+                metrics.clone(),
+            ),
             provider_configs: ProviderConfigReconciler::new(
+                settings.installation.clone(),
                 settings.timing.resync,
                 metrics.clone(),
             ),

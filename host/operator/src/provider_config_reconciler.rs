@@ -32,6 +32,7 @@ use crate::crd::{
     EffectiveGrant, LoadedComponent, OrphanReport, OrphanSweep, ProviderConfigSpec,
     ProviderConfigStatus, condition, conditions, set_condition,
 };
+use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_calls::{Metered, ProviderCalls};
 use crate::providers::{Bound, NotReady, ProviderSet, Source};
@@ -68,6 +69,8 @@ pub struct ProviderConfigOutcome {
 /// reconcile of every ProviderConfig.
 #[derive(Debug)]
 pub struct ProviderConfigReconciler {
+    /// Whose VMs the sweep may delete.
+    installation: Installation,
     /// How often a ProviderConfig is checked again.
     resync: Duration,
     metrics: Metrics,
@@ -98,9 +101,11 @@ struct ServingView<'a, P> {
 }
 
 impl ProviderConfigReconciler {
-    /// A reconciler checking each ProviderConfig every `resync`, recording into `metrics`.
-    pub fn new(resync: Duration, metrics: Metrics) -> Self {
+    /// A reconciler of `installation` checking each ProviderConfig every `resync`, recording
+    /// into `metrics`.
+    pub fn new(installation: Installation, resync: Duration, metrics: Metrics) -> Self {
         ProviderConfigReconciler {
+            installation,
             resync,
             metrics,
             sweeper: Sweeper::default(),
@@ -218,6 +223,7 @@ impl ProviderConfigReconciler {
                 next = next.min(interval);
                 let target = SweepTarget {
                     provider_config: &state.name,
+                    installation: &self.installation,
                     config: serving.config,
                     mode: serving.sweep.mode,
                 };
@@ -419,6 +425,7 @@ impl Step {
             last_sweep: Some(self.now.clone()),
             found: report.found,
             deleted: report.deleted,
+            foreign: report.foreign,
         });
         self.notes.extend(report.notes);
     }
@@ -455,7 +462,9 @@ mod tests {
 
     use super::*;
     use crate::crd::SweepMode;
+    use crate::installation::INSTALLATION_TAG;
     use crate::lock;
+    use crate::reconciler::PROVIDER_CONFIG_TAG;
 
     /// A provider answering from a script, recording what it was asked.
     #[derive(Default)]
@@ -464,9 +473,15 @@ mod tests {
         refuse_config: Option<ProviderError>,
         /// What `check` answers; passing when unset.
         check: Option<Result<CheckResult, ProviderError>>,
-        /// What `list-by-tag` answers.
+        /// This installation's VMs: what `list-by-tag` answers by ProviderConfig or by
+        /// installation.
         vms: Vec<Instance>,
+        /// Another installation's VMs of the same ProviderConfig name: listed by ProviderConfig
+        /// only.
+        foreign: Vec<Instance>,
         asked: Mutex<Vec<Operation>>,
+        /// The provider IDs `delete` was called with.
+        deleted: Mutex<Vec<String>>,
     }
 
     impl FakeProvider {
@@ -491,8 +506,19 @@ mod tests {
                         message: "the hypervisor answers".into(),
                     }))
                     .map(Response::Check),
-                Request::ListByTag { .. } => Ok(Response::ListByTag(self.vms.clone())),
-                Request::Delete { .. } => Ok(Response::Delete),
+                Request::ListByTag { key, value, .. } => {
+                    let mut vms = self.vms.clone();
+                    match key.as_str() {
+                        PROVIDER_CONFIG_TAG => vms.extend(self.foreign.iter().cloned()),
+                        INSTALLATION_TAG => assert_eq!(value, INSTALLED),
+                        other => panic!("listed by {other}"),
+                    }
+                    Ok(Response::ListByTag(vms))
+                }
+                Request::Delete { provider_id, .. } => {
+                    lock(&self.deleted).push(provider_id);
+                    Ok(Response::Delete)
+                }
                 other => panic!("not a ProviderConfig call: {:?}", other.operation()),
             };
             answer.map_err(CallError::Provider)
@@ -500,6 +526,7 @@ mod tests {
     }
 
     const NAME: &str = "lab";
+    const INSTALLED: &str = "cluster-a";
 
     fn state(status: ProviderConfigStatus) -> ProviderConfigState {
         let mut spec = ProviderConfigSpec::default();
@@ -571,7 +598,11 @@ mod tests {
     }
 
     fn reconciler() -> ProviderConfigReconciler {
-        ProviderConfigReconciler::new(Duration::from_secs(60), Metrics::default())
+        ProviderConfigReconciler::new(
+            Installation::new(INSTALLED).unwrap(),
+            Duration::from_secs(60),
+            Metrics::default(),
+        )
     }
 
     async fn no_proxies() -> Option<HashSet<String>> {
@@ -890,7 +921,64 @@ mod tests {
         assert_eq!(report.deleted, 0);
         assert_eq!(reasons(&outcome), ["OrphanFound"]);
         assert!(!provider.asked().contains(&Operation::Delete));
-        assert_eq!(core.metrics.calls(NAME, "list-by-tag", "ok"), 2);
+        // Each sweep lists by ProviderConfig, then by installation for its suspect.
+        assert_eq!(core.metrics.calls(NAME, "list-by-tag", "ok"), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_installations_vms_are_never_deleted_and_reported_once() {
+        let core = reconciler();
+        let provider = FakeProvider {
+            vms: vec![vm("pv1/101", "gone"), vm("pv1/102", "here")],
+            foreign: vec![vm("pv1/201", "theirs-1"), vm("pv1/202", "theirs-2")],
+            ..FakeProvider::default()
+        };
+        let settings = sweep(SweepMode::Delete, 1);
+        let live = || async { Some(HashSet::from(["here".to_owned()])) };
+        let mut status = ProviderConfigStatus::default();
+        let mut foreign_reports = 0;
+        for _ in 0..5 {
+            let outcome = core
+                .follow(
+                    &state(status),
+                    observed(serving(&provider, &settings)),
+                    live(),
+                )
+                .await;
+            foreign_reports += reasons(&outcome)
+                .iter()
+                .filter(|reason| **reason == "ForeignVMs")
+                .count();
+            assert_eq!(outcome.status.orphans.as_ref().unwrap().foreign, 2);
+            status = outcome.status;
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let report = status.orphans.unwrap();
+        assert_eq!(report.found, ["pv1/101"], "only our own orphan");
+        assert_eq!(foreign_reports, 1, "reported once");
+        let deleted = lock(&provider.deleted).clone();
+        assert!(
+            !deleted.is_empty() && deleted.iter().all(|id| id == "pv1/101"),
+            "{deleted:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_suspects_the_installation_is_not_listed() {
+        let core = reconciler();
+        let provider = FakeProvider {
+            vms: vec![vm("pv1/102", "here")],
+            ..FakeProvider::default()
+        };
+        let settings = sweep(SweepMode::Delete, 1);
+        let live = || async { Some(HashSet::from(["here".to_owned()])) };
+        core.follow(
+            &state(Default::default()),
+            observed(serving(&provider, &settings)),
+            live(),
+        )
+        .await;
+        assert_eq!(core.metrics.calls(NAME, "list-by-tag", "ok"), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -906,6 +994,7 @@ mod tests {
                 last_sweep: Some(now()),
                 found: vec!["pv1/7".into()],
                 deleted: 0,
+                foreign: 0,
             }),
             ..ProviderConfigStatus::default()
         };

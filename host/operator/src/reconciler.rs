@@ -34,6 +34,7 @@ use crate::crd::{
     EffectiveRecovery, HandledBy, Phase, ProxySpec, ProxyStatus, Recovery, RecoveryPolicy,
     RecoveryRecord, condition, conditions, set_condition,
 };
+use crate::installation::{INSTALLATION_TAG, Installation};
 use crate::metrics::Metrics;
 use crate::providers::{Binding, NotReady};
 use crate::{Note, lock, now};
@@ -138,6 +139,8 @@ impl Default for Timing {
 /// The reconciler: timing, per-Proxy retry counts, metrics. Shared by every reconcile.
 #[derive(Debug)]
 pub struct Reconciler {
+    /// Named in every VM's mark.
+    installation: Installation,
     timing: Timing,
     metrics: Metrics,
     /// Consecutive transient failures (or provisioning polls) per Proxy UID; reset on progress.
@@ -192,9 +195,10 @@ impl Trouble {
 }
 
 impl Reconciler {
-    /// A reconciler with `timing`, recording into `metrics`.
-    pub fn new(timing: Timing, metrics: Metrics) -> Self {
+    /// A reconciler of `installation` with `timing`, recording into `metrics`.
+    pub fn new(installation: Installation, timing: Timing, metrics: Metrics) -> Self {
         Reconciler {
+            installation,
             timing,
             metrics,
             attempts: Mutex::new(HashMap::new()),
@@ -268,12 +272,12 @@ impl Reconciler {
         }
     }
 
-    fn create_request(proxy: &ProxyState, binding: &Binding, user_data: &str) -> Request {
+    fn create_request(&self, proxy: &ProxyState, binding: &Binding, user_data: &str) -> Request {
         Request::Create {
             request: CreateRequest {
                 name: vm_name(&proxy.uid),
                 uid: proxy.uid.clone(),
-                tags: tags(proxy, &binding.provider_config),
+                tags: tags(proxy, &binding.provider_config, &self.installation),
                 user_data: user_data.to_owned(),
                 config: binding.config.clone(),
             },
@@ -288,10 +292,11 @@ impl Reconciler {
         user_data: &str,
     ) -> Outcome {
         step.status.vm_name = Some(vm_name(&proxy.uid));
-        let request = Self::create_request(proxy, binding, user_data);
+        let request = self.create_request(proxy, binding, user_data);
         match self.call(binding, proxy, request).await {
             Ok(Response::Create(vm)) => {
                 step.status.provider_id = Some(vm.provider_id.clone());
+                step.status.installation = Some(self.installation.to_string());
                 step.note(Note::normal(
                     "VMCreated",
                     format!(
@@ -323,6 +328,11 @@ impl Reconciler {
         };
         match self.call(binding, proxy, request).await {
             Ok(Response::Get(vm)) if vm.uid == proxy.uid => {
+                if vm.state == InstanceState::Running
+                    && proxy.status.installation.as_deref() != Some(self.installation.as_str())
+                {
+                    self.adopt(proxy, &mut step, binding, &vm, user_data).await;
+                }
                 self.vm_observed(proxy, step, binding, vm, user_data, false)
                     .await
             }
@@ -349,9 +359,59 @@ impl Reconciler {
         }
     }
 
+    /// Mark a running VM of this Proxy whose mark names no installation (made before marks
+    /// did), or another (the installation was renamed), as this installation's: `create` with
+    /// the same name and UID adopts it and writes the request's tags into its mark. Only a VM
+    /// under the name create looks for, so the call can only find this one, never make a second.
+    /// Best effort: a failure leaves the VM as it is (the sweep never deletes a VM without this
+    /// installation's mark) and is tried again at the next look.
+    async fn adopt(
+        &self,
+        proxy: &ProxyState,
+        step: &mut Step,
+        binding: &Binding,
+        vm: &Instance,
+        user_data: &str,
+    ) {
+        if vm.name != vm_name(&proxy.uid) {
+            return;
+        }
+        let request = self.create_request(proxy, binding, user_data);
+        match self.call(binding, proxy, request).await {
+            Ok(Response::Create(adopted)) if adopted.uid == proxy.uid => {
+                let before = match &proxy.status.installation {
+                    Some(other) => format!("installation {other}"),
+                    None => "no installation".into(),
+                };
+                step.status.provider_id = Some(adopted.provider_id.clone());
+                step.status.installation = Some(self.installation.to_string());
+                step.note(Note::normal(
+                    "VMAdopted",
+                    format!(
+                        "{}'s mark named {before}; it now names this one ({})",
+                        adopted.provider_id, self.installation
+                    ),
+                ));
+            }
+            Ok(other) => tracing::warn!(
+                proxy = %proxy.key(),
+                "marking {} as this installation's: create answered {:?}",
+                vm.provider_id,
+                other.operation()
+            ),
+            Err(error) => tracing::warn!(
+                proxy = %proxy.key(),
+                %error,
+                "marking {} as this installation's failed; trying again at the next look",
+                vm.provider_id
+            ),
+        }
+    }
+
     /// Forget the VM: the next reconcile (now) creates one.
     fn gone(&self, proxy: &ProxyState, mut step: Step, why: String) -> Outcome {
         step.status.provider_id = None;
+        step.status.installation = None;
         step.status.addresses.clear();
         step.status.created_at = None;
         step.provisioned(false, "Recreating", &why);
@@ -583,10 +643,11 @@ impl Reconciler {
         step.ready(false, reason, &why);
         if action == RecoveryPolicy::Restart {
             step.note(Note::warning("VMRestarted", why));
-            let request = Self::create_request(proxy, binding, user_data);
+            let request = self.create_request(proxy, binding, user_data);
             return match self.call(binding, proxy, request).await {
                 Ok(Response::Create(started)) => {
                     step.status.provider_id = Some(started.provider_id.clone());
+                    step.status.installation = Some(self.installation.to_string());
                     // Boxed: observing the VM is what led here.
                     Box::pin(self.vm_observed(proxy, step, binding, started, user_data, true)).await
                 }
@@ -941,11 +1002,12 @@ pub fn vm_name(uid: &str) -> String {
     name
 }
 
-/// The tags a Proxy's VM carries: the operator's, then the spec's.
-fn tags(proxy: &ProxyState, provider_config: &str) -> Vec<Tag> {
+/// The tags a Proxy's VM carries: the spec's, then the operator's (which win).
+fn tags(proxy: &ProxyState, provider_config: &str, installation: &Installation) -> Vec<Tag> {
     let mut tags: BTreeMap<String, String> = proxy.spec.tags.clone();
     tags.insert(PROXY_UID_TAG.into(), proxy.uid.clone());
     tags.insert(PROVIDER_CONFIG_TAG.into(), provider_config.into());
+    tags.insert(INSTALLATION_TAG.into(), installation.to_string());
     tags.insert(PROXY_TAG.into(), proxy.key());
     tags.into_iter()
         .map(|(key, value)| Tag { key, value })
@@ -1037,7 +1099,11 @@ mod tests {
 
     #[test]
     fn each_recovery_waits_twice_as_long_as_the_last_capped() {
-        let reconciler = Reconciler::new(Timing::default(), Metrics::default());
+        let reconciler = Reconciler::new(
+            Installation::new("test").unwrap(),
+            Timing::default(),
+            Metrics::default(),
+        );
         let base = Duration::from_secs(10);
         assert_eq!(reconciler.recovery_wait(&[], base, at(0)), Duration::ZERO);
         assert_eq!(

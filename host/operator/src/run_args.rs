@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use egress_runtime::Compilation;
 
+use crate::installation::Installation;
 use crate::operator::Settings;
 use crate::reconciler::Timing;
 
@@ -68,13 +69,29 @@ pub struct RunArgs {
     /// /dev/shm.
     #[arg(long, value_name = "DIR")]
     pub key_dir: Option<PathBuf>,
+    /// Which installation this is, written on every VM it makes; its orphan sweep never deletes
+    /// a VM of another. Defaults to `cluster-<UID of kube-system>` in a cluster, and in local
+    /// mode to an identity made once and kept in the folder's state.
+    #[arg(long, env = "EGRESS_INSTALLATION", value_name = "NAME", value_parser = parse_installation)]
+    pub installation: Option<Installation>,
+}
+
+fn parse_installation(id: &str) -> Result<Installation, String> {
+    Installation::new(id)
 }
 
 impl RunArgs {
-    /// The settings the operator starts with, in either mode; `components` and `image_cache`
-    /// are the mode's default directories.
-    pub fn settings(&self, components: &Path, image_cache: &Path) -> Settings {
+    /// The settings the operator starts with, in either mode: `installation` is the mode's own
+    /// unless `--installation` names one; `components` and `image_cache` are the mode's default
+    /// directories.
+    pub fn settings(
+        &self,
+        installation: Installation,
+        components: &Path,
+        image_cache: &Path,
+    ) -> Settings {
         let mut settings = Settings::new(
+            self.installation.clone().unwrap_or(installation),
             self.components
                 .clone()
                 .unwrap_or_else(|| components.to_owned()),

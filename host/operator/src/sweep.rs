@@ -1,8 +1,13 @@
-//! The orphan sweep: VMs marked as made through a ProviderConfig whose Proxy no longer exists.
+//! The orphan sweep: VMs this installation made through a ProviderConfig whose Proxy no longer
+//! exists.
 //!
-//! Per ProviderConfig, `list-by-tag` on [`PROVIDER_CONFIG_TAG`] returns every VM made through
-//! it. A VM whose ownership mark (the Proxy's UID) matches no existing Proxy is an orphan: its
-//! Proxy was deleted while the operator could not clean up, or a create's VM was never recorded.
+//! Per ProviderConfig, `list-by-tag` on [`PROVIDER_CONFIG_TAG`] returns every VM made through a
+//! ProviderConfig of that name, by any installation sharing the hypervisor. A VM whose ownership
+//! mark (the Proxy's UID) matches no existing Proxy is a suspect. Only a suspect that also
+//! carries this installation's tag ([`INSTALLATION_TAG`], a second `list-by-tag`, asked only when
+//! there are suspects) can be an orphan: its Proxy was deleted while the operator could not clean
+//! up, or a create's VM was never recorded. The others are another installation's, or were made
+//! before marks named an installation: they are never deleted, and reported once each.
 //! A VM counts as an orphan only when two consecutive sweeps find it so: a Proxy created a moment
 //! ago may not be in the adapter's view yet. Orphans are then deleted, or only reported.
 //!
@@ -14,14 +19,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use egress_runtime::CallContext;
-use egress_runtime::types::{ErrorClass, Request, Response};
+use egress_runtime::types::{ErrorClass, Instance, Request, Response};
+use egress_runtime::{CallContext, CallError};
 use tokio::time::Instant;
 
 use crate::crd::{OrphanSweep, SweepMode};
+use crate::installation::{INSTALLATION_TAG, Installation};
 use crate::provider_calls::ProviderCalls;
 use crate::reconciler::PROVIDER_CONFIG_TAG;
 use crate::{Note, lock};
+
+/// At most this many provider IDs are named in one report of foreign VMs.
+const NAMED: usize = 10;
 
 /// What one sweep of one ProviderConfig found and did.
 #[derive(Debug, Default)]
@@ -30,26 +39,33 @@ pub struct SweepReport {
     pub found: Vec<String>,
     /// How many were deleted.
     pub deleted: u32,
+    /// How many VMs of the ProviderConfig's name carry no mark of this installation.
+    pub foreign: u32,
     /// Events for the ProviderConfig.
     pub notes: Vec<Note>,
 }
 
-/// The VMs one sweep looks at: those made through ProviderConfig `provider_config`.
+/// The VMs one sweep looks at: those made through ProviderConfig `provider_config` by
+/// `installation`.
 #[derive(Clone, Copy, Debug)]
 pub struct SweepTarget<'a> {
     /// The ProviderConfig (the tag's value).
     pub provider_config: &'a str,
+    /// This installation: only VMs carrying its tag are ever deleted.
+    pub installation: &'a Installation,
     /// The provider's configuration (JSON), passed to each call.
     pub config: &'a str,
     /// What is done with an orphan.
     pub mode: SweepMode,
 }
 
-/// Remembers suspects between sweeps.
+/// Remembers suspects between sweeps, and the foreign VMs already reported.
 #[derive(Debug, Default)]
 pub struct Sweeper {
     /// Per ProviderConfig, the provider IDs that looked orphaned last time.
     suspects: Mutex<HashMap<String, HashSet<String>>>,
+    /// Per ProviderConfig, the foreign VMs reported since start.
+    reported: Mutex<HashMap<String, HashSet<String>>>,
 }
 
 impl Sweeper {
@@ -69,33 +85,43 @@ impl Sweeper {
         let context = CallContext {
             proxy: Some(format!("providerconfig/{name}/sweep")),
         };
-        let request = Request::ListByTag {
+        let list = |key: &str, value: &str| Request::ListByTag {
             config: target.config.to_owned(),
-            key: PROVIDER_CONFIG_TAG.into(),
-            value: name.to_owned(),
+            key: key.to_owned(),
+            value: value.to_owned(),
         };
-        let vms = match calls.call(request, &context).await {
-            Ok(Response::ListByTag(vms)) => vms,
-            Ok(other) => {
-                report.notes.push(Note::warning(
-                    "SweepFailed",
-                    format!("list-by-tag answered {}", other.operation().as_str()),
-                ));
-                return report;
-            }
-            Err(error) => {
-                report.notes.push(Note::warning(
-                    "SweepFailed",
-                    format!("listing VMs failed: {error}"),
-                ));
+        let vms = match listed(calls.call(list(PROVIDER_CONFIG_TAG, name), &context).await) {
+            Ok(vms) => vms,
+            Err(note) => {
+                report.notes.push(note);
                 return report;
             }
         };
-        let suspects: HashSet<String> = vms
+        let mut suspects: HashSet<String> = vms
             .iter()
             .filter(|vm| !live_uids.contains(&vm.uid))
             .map(|vm| vm.provider_id.clone())
             .collect();
+        if !suspects.is_empty() {
+            let installation = target.installation.as_str();
+            let ours: HashSet<String> = match listed(
+                calls
+                    .call(list(INSTALLATION_TAG, installation), &context)
+                    .await,
+            ) {
+                Ok(ours) => ours.into_iter().map(|vm| vm.provider_id).collect(),
+                Err(note) => {
+                    // Without it no suspect can be proven ours: nothing is deleted.
+                    report.notes.push(note);
+                    return report;
+                }
+            };
+            let mut foreign: Vec<String> = suspects.difference(&ours).cloned().collect();
+            foreign.sort();
+            report.foreign = foreign.len() as u32;
+            suspects.retain(|provider_id| ours.contains(provider_id));
+            self.report_foreign(name, target.installation, foreign, &mut report);
+        }
         let confirmed: Vec<String> = {
             let mut all = lock(&self.suspects);
             let before = all
@@ -121,9 +147,13 @@ impl Sweeper {
             match calls.call(request, &context).await {
                 Ok(_) => {
                     report.deleted += 1;
-                    report.notes.push(Note::normal(
+                    report.notes.push(Note::warning(
                         "OrphanDeleted",
-                        format!("{provider_id} had no Proxy; deleted"),
+                        format!(
+                            "{provider_id} was made by this installation ({}) and no Proxy owns \
+                             it; deleted",
+                            target.installation
+                        ),
                     ));
                 }
                 Err(error) if error.class() == ErrorClass::NotFound => report.deleted += 1,
@@ -136,9 +166,59 @@ impl Sweeper {
         report
     }
 
+    /// One Event for the foreign VMs not reported before.
+    fn report_foreign(
+        &self,
+        name: &str,
+        installation: &Installation,
+        foreign: Vec<String>,
+        report: &mut SweepReport,
+    ) {
+        let new: Vec<String> = {
+            let mut reported = lock(&self.reported);
+            let seen = reported.entry(name.to_owned()).or_default();
+            foreign
+                .into_iter()
+                .filter(|provider_id| seen.insert(provider_id.clone()))
+                .collect()
+        };
+        if new.is_empty() {
+            return;
+        }
+        let mut named = new[..new.len().min(NAMED)].join(", ");
+        if new.len() > NAMED {
+            named.push_str(&format!(" and {} more", new.len() - NAMED));
+        }
+        report.notes.push(Note::warning(
+            "ForeignVMs",
+            format!(
+                "{} VM(s) made through a ProviderConfig named {name} carry no mark of this \
+                 installation ({installation}): another installation's, or made before marks \
+                 named one; never deleted here: {named}",
+                new.len()
+            ),
+        ));
+    }
+
     /// Forget ProviderConfig `name`'s suspects (it is gone).
     pub fn forget(&self, name: &str) {
         lock(&self.suspects).remove(name);
+        lock(&self.reported).remove(name);
+    }
+}
+
+/// The VMs a `list-by-tag` answered, or the Event saying why there are none.
+fn listed(answer: Result<Response, CallError>) -> Result<Vec<Instance>, Note> {
+    match answer {
+        Ok(Response::ListByTag(vms)) => Ok(vms),
+        Ok(other) => Err(Note::warning(
+            "SweepFailed",
+            format!("list-by-tag answered {}", other.operation().as_str()),
+        )),
+        Err(error) => Err(Note::warning(
+            "SweepFailed",
+            format!("listing VMs failed: {error}"),
+        )),
     }
 }
 

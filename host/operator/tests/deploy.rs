@@ -16,13 +16,11 @@ fn repo() -> PathBuf {
 
 /// `kubectl kustomize DIR`, every document parsed.
 fn kustomize(dir: &Path) -> Vec<Value> {
-    let output = Command::new("kubectl")
+    let output = Command::new(controlplane::binary("kubectl"))
         .arg("kustomize")
         .arg(dir)
         .output()
-        .unwrap_or_else(|error| {
-            panic!("kubectl is needed (apt-get install kubernetes-client): {error}")
-        });
+        .expect("kubectl runs");
     assert!(
         output.status.success(),
         "kubectl kustomize {} failed: {}",
@@ -64,10 +62,16 @@ fn kustomize_renders_every_part_of_the_installation() {
         ("PersistentVolumeClaim", 0),
         ("Deployment", 1),
         ("Service", 1),
-        ("ServiceMonitor", 1),
+        // Only where the Prometheus operator runs: deploy/monitoring/.
+        ("ServiceMonitor", 0),
     ] {
         assert_eq!(of_kind(&rendered, kind).len(), count, "{kind}");
     }
+    let monitoring = kustomize(&repo().join("deploy/monitoring"));
+    assert_eq!(
+        one(&monitoring, "ServiceMonitor")["metadata"]["namespace"],
+        "egress-operator"
+    );
     for document in &rendered {
         assert!(document["metadata"]["name"].is_string(), "{document}");
     }
@@ -469,8 +473,17 @@ fn rbac_grants_only_what_the_operator_uses() {
         ["get", "list", "watch", "patch"]
     );
     assert_eq!(verbs_for(rules, "proxies/status"), ["patch"]);
-    assert_eq!(verbs_for(rules, "proxies/finalizers"), ["update"]);
+    assert!(verbs_for(rules, "proxies/finalizers").is_empty());
     assert_eq!(verbs_for(rules, "events"), ["create", "patch"]);
+    assert_eq!(verbs_for(rules, "namespaces"), ["get"]);
+    let namespaces = rules
+        .iter()
+        .find(|rule| rule["resources"] == serde_json::json!(["namespaces"]))
+        .unwrap();
+    assert_eq!(
+        namespaces["resourceNames"],
+        serde_json::json!(["kube-system"])
+    );
     assert!(
         verbs_for(rules, "leases").is_empty(),
         "leases only in the namespace's Role"

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use egress_operator::Objects;
 use egress_operator::crd::{ProviderConfigSpec, ProviderConfigStatus, condition, conditions};
+use egress_operator::installation::Installation;
 use egress_operator::operator::{Operator, Settings};
 use egress_operator::provider_config_reconciler::{ProviderConfigOutcome, ProviderConfigState};
 use egress_runtime::types::{Request, Response};
@@ -111,7 +112,10 @@ impl Harness {
     async fn start(registry: &Registry, keys: &Keys) -> Harness {
         let components = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
-        let mut settings = Settings::new(components.path().to_path_buf());
+        let mut settings = Settings::new(
+            Installation::new("test-cluster").unwrap(),
+            components.path().to_path_buf(),
+        );
         settings.images.cache_dir = cache.path().to_path_buf();
         settings.images.max_component_bytes = CAP;
         settings.images.allow_tags = true;

@@ -1,8 +1,10 @@
 //! Kubernetes mode end to end: the operator (`kube_mode::run_with`, as `egress-operator run`
-//! runs it) against `kubesim` over HTTP with kube's real client, the real Proxmox component in the
-//! runtime, its HTTP through the broker with the token from a Secret and the CA from a ConfigMap,
-//! to `pvesim` over TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
+//! runs it) against a real kube-apiserver and etcd (`cluster_support`), authenticated as the
+//! ServiceAccount `deploy/rbac.yaml` binds, the real Proxmox component in the runtime, its HTTP
+//! through the broker with the token from a Secret and the CA from a ConfigMap, to `pvesim` over
+//! TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
 
+mod cluster_support;
 mod metrics_support;
 mod oci_support;
 mod proxmox_support;
@@ -14,10 +16,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_support::{Cluster, OPERATOR_NAMESPACE};
 use egress_operator::crd::{
     FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
     conditions,
 };
+use egress_operator::installation::{INSTALLATION_TAG, Installation};
 use egress_operator::kube_mode::{self, Options};
 use egress_operator::operator::{Operator, Settings};
 use egress_operator::reconciler::{Next, PROVIDER_CONFIG_TAG, Resolved, Timing, vm_name};
@@ -26,16 +30,14 @@ use egress_runtime::{CallContext, Provider};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
-use kubesim::KubeSim;
+use kube::{Api, Client, ResourceExt};
 use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, Simulator, Trigger};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-/// The operator's namespace in these tests.
+/// The namespace of the tests' Proxies, Secrets and ConfigMaps.
 const NAMESPACE: &str = "default";
 /// The ProviderConfig of the simulator.
 const PC: &str = "pve";
@@ -63,10 +65,14 @@ fn no_resync() -> Timing {
     }
 }
 
-/// kubesim with the CRDs, pvesim, the token Secret and CA ConfigMap, and the ProviderConfig.
+/// A cluster with the operator's CRDs and RBAC, pvesim, the token Secret and CA ConfigMap, and
+/// the ProviderConfig.
 struct World {
-    kube: KubeSim,
+    _cluster: Cluster,
+    /// An admin's client: what the tests act with.
     client: Client,
+    /// The operator's: its ServiceAccount's.
+    operator_client: Client,
     pve: Simulator,
     files: tempfile::TempDir,
 }
@@ -78,19 +84,25 @@ impl World {
 
     /// With the ProviderConfig's orphan sweep in `sweep` mode (a sweep also requeues it).
     async fn start_with(sweep: &str) -> World {
-        let kube = KubeSim::start().await.expect("kubesim starts");
-        let client = Client::try_from(kube::Config::new(kube.url().parse().unwrap()))
-            .expect("a client for kubesim");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in [Proxy::crd(), ProviderConfig::crd()] {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-        }
+        // The operator's log lines, shown when a test fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info,kube=warn".into()),
+            )
+            .with_test_writer()
+            .with_ansi(false)
+            .try_init();
+        let cluster = Cluster::start().await;
+        let client = cluster.admin.clone();
+        let operator_client = cluster.operator_client().await;
         let pve = Simulator::start(proxmox_support::quick_sim_config())
             .await
             .expect("pvesim starts");
         let world = World {
-            kube,
+            _cluster: cluster,
             client,
+            operator_client,
             pve,
             files: tempfile::tempdir().unwrap(),
         };
@@ -304,7 +316,10 @@ impl Replica {
             components.path().join("proxmox.wasm"),
         )
         .unwrap();
-        let mut settings = Settings::new(components.path().to_path_buf());
+        let mut settings = Settings::new(
+            Installation::new(INSTALLATION).unwrap(),
+            components.path().to_path_buf(),
+        );
         settings.namespace = NAMESPACE.into();
         settings.timing = timing;
         settings.cache_dir =
@@ -312,13 +327,13 @@ impl Replica {
         let operator = Operator::start(settings)
             .await
             .expect("the operator starts");
-        let mut options = Options::new(NAMESPACE, identity);
+        let mut options = Options::new(OPERATOR_NAMESPACE, identity);
         options.lease_seconds = 2;
         options.lease_grace_seconds = 1;
         options.shutdown_grace = Duration::from_secs(10);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(kube_mode::run_with(
-            world.client.clone(),
+            world.operator_client.clone(),
             Arc::clone(&operator),
             options,
             async move {
@@ -369,7 +384,7 @@ impl Replica {
 }
 
 async fn lease_holder(world: &World) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(world.client.clone(), NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), OPERATOR_NAMESPACE);
     leases
         .get_opt(kube_mode::LEASE_NAME)
         .await
@@ -438,25 +453,22 @@ async fn a_new_proxy_gets_the_finalizer_and_becomes_ready_running_at_an_address(
     assert_eq!(vms.len(), 1, "one VM for the Proxy");
     assert_eq!(Some(vms[0].vmid), status.provider_id.as_deref().map(vmid));
     // The status is the operator's alone, by server-side apply.
-    let stored = world
-        .kube
-        .get(&format!(
-            "/apis/egress-operator.io/v1alpha1/namespaces/{NAMESPACE}/proxies/web"
-        ))
-        .unwrap();
-    let managers: Vec<(&str, &str)> = stored["metadata"]["managedFields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
+    let stored = world.proxies().get("web").await.unwrap();
+    let managers: Vec<(String, String, String)> = stored
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|fields| {
             (
-                f["manager"].as_str().unwrap(),
-                f["operation"].as_str().unwrap(),
+                fields.manager.unwrap_or_default(),
+                fields.operation.unwrap_or_default(),
+                fields.subresource.unwrap_or_default(),
             )
         })
         .collect();
     assert!(
-        managers.contains(&("egress-operator", "Apply")),
+        managers.contains(&("egress-operator".into(), "Apply".into(), "status".into())),
         "{managers:?}"
     );
 
@@ -744,17 +756,27 @@ async fn deleting_a_proxy_removes_its_vm_and_seed_before_the_finalizer_lets_it_g
     replica.stop().await;
 }
 
-/// Makes a VM tagged as `provider_config`'s for a Proxy that does not exist.
+/// The installation of the tests' operators.
+const INSTALLATION: &str = "test-cluster";
+
+/// Makes a VM tagged as made by this installation through `provider_config`, for a Proxy that
+/// does not exist.
 async fn orphan(world: &World, provider_config: &str) -> String {
     let provider = world.out_of_band().await;
     let uid = "0b7c3f0e-1111-4222-8333-944455556666";
     let request = CreateRequest {
         name: vm_name(uid),
         uid: uid.into(),
-        tags: vec![Tag {
-            key: PROVIDER_CONFIG_TAG.into(),
-            value: provider_config.into(),
-        }],
+        tags: vec![
+            Tag {
+                key: PROVIDER_CONFIG_TAG.into(),
+                value: provider_config.into(),
+            },
+            Tag {
+                key: INSTALLATION_TAG.into(),
+                value: INSTALLATION.into(),
+            },
+        ],
         user_data: "#cloud-config\n".into(),
         config: world.config_text(),
     };
@@ -986,21 +1008,22 @@ async fn a_leader_that_loses_its_lease_stops_and_exits_non_zero() {
     world.until_running("first").await;
     assert!(a.proxy_reconciles() > 0, "the leader reconciles");
     // Someone else holds the lease now, freshly renewed, for a long time.
-    let mut lease = world
-        .kube
-        .get(&format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{}",
-            kube_mode::LEASE_NAME
-        ))
-        .unwrap();
-    lease["spec"]["holderIdentity"] = json!("intruder");
-    lease["spec"]["leaseDurationSeconds"] = json!(3600);
+    let leases: Api<Lease> = Api::namespaced(world.client.clone(), OPERATOR_NAMESPACE);
     // Put it back as often as the leader renews over it, until the leader sees it lost.
     let mut task = a.task;
     let start = Instant::now();
     let code = loop {
-        lease["spec"]["renewTime"] = json!(k8s_openapi::jiff::Timestamp::now().to_string());
-        world.kube.put(lease.clone()).unwrap();
+        let mut lease = leases.get(kube_mode::LEASE_NAME).await.unwrap();
+        let spec = lease.spec.get_or_insert_default();
+        spec.holder_identity = Some("intruder".into());
+        spec.lease_duration_seconds = Some(3600);
+        spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        // A conflict means the leader renewed in between: take it again.
+        let _ = leases
+            .replace(kube_mode::LEASE_NAME, &PostParams::default(), &lease)
+            .await;
         match tokio::time::timeout(Duration::from_millis(200), &mut task).await {
             Ok(finished) => break finished.unwrap().unwrap(),
             Err(_) => assert!(start.elapsed() < LIMIT, "the leader never noticed"),

@@ -1,30 +1,32 @@
-//! Kubernetes mode as a cluster user sees it, through `kubectl`: against `kubesim` (the API
-//! server stand-in) and `pvesim` (Proxmox VE), the CRDs of `deploy/crds/` and the cluster
-//! example of `deploy/examples/proxmox/` (pointed at the simulator) are applied with kubectl's
-//! validation on, the operator runs in Kubernetes mode (`kube_mode::run_with`, as
-//! `egress-operator run` runs it), `kubectl get proxies` shows Ready, Provider and Address,
-//! `kubectl describe proxy` shows the Events the operator recorded, and `kubectl delete proxy`
-//! goes through the finalizer and the VM goes from the simulator.
+//! Kubernetes mode as a cluster user sees it, through `kubectl`: against a real kube-apiserver
+//! (`cluster_support`) and `pvesim` (Proxmox VE), the installation `kubectl apply --server-side -k
+//! deploy/` makes and the cluster example of `deploy/examples/proxmox/` (pointed at the
+//! simulator) are applied and validated by the server, the operator runs in Kubernetes mode
+//! (`kube_mode::run_with`, as `egress-operator run` runs it) as its ServiceAccount, `kubectl get
+//! proxies` shows Ready, Provider and Address, `kubectl describe proxy` shows the Events the
+//! operator recorded, and `kubectl delete proxy` goes through the finalizer and the VM goes from
+//! the simulator.
 //!
-//! Needs `kubectl` on PATH (CI's image ships 1.32; `just setup` installs Debian's
-//! `kubernetes-client`, 1.20, where there is none; both pass): without it the test fails and
-//! says so. Every wait
-//! polls with a deadline; nothing sleeps to synchronise.
+//! `kubectl` is the one built beside the server, of the same version (`just setup-test`). Every
+//! wait polls with a deadline; nothing sleeps to synchronise.
 
+mod cluster_support;
 mod proxmox_support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_support::OPERATOR_NAMESPACE;
+use controlplane::ControlPlane;
 use egress_operator::crd::FINALIZER;
+use egress_operator::installation::Installation;
 use egress_operator::kube_mode::{self, Options, REPORTER};
 use egress_operator::operator::{Operator, Settings};
 use egress_operator::reconciler::{Timing, vm_name};
 use kube::Client;
-use kubesim::KubeSim;
 use pvesim::Simulator;
 use tokio::sync::oneshot;
 
@@ -40,46 +42,16 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `kubectl` with a kubeconfig for kubesim and a cache of its own.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
+/// The control plane's own `kubectl`, as its admin.
+struct Kubectl<'a>(&'a ControlPlane);
 
-impl Kubectl {
-    /// Runs kubectl off the async threads: its exit status, stdout and stderr.
+impl Kubectl<'_> {
     async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut command = Command::new("kubectl");
-        command
-            .args(args)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .env("KUBECONFIG", &self.kubeconfig);
-        let output = tokio::task::spawn_blocking(move || command.output())
-            .await
-            .expect("kubectl's thread")
-            .unwrap_or_else(|error| {
-                panic!(
-                    "this test drives the operator with kubectl, which is not on PATH ({error}): \
-                     CI's image ships it; elsewhere `just setup` installs Debian's kubernetes-client"
-                )
-            });
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
+        self.0.kubectl(args).await
     }
 
-    /// Runs kubectl; its stdout, or a panic with what it said when it fails.
     async fn ok(&self, args: &[&str]) -> String {
-        let (success, stdout, stderr) = self.run(args).await;
-        assert!(
-            success,
-            "kubectl {} failed:\n{stderr}{stdout}",
-            args.join(" ")
-        );
-        stdout
+        self.0.kubectl_ok(args).await
     }
 }
 
@@ -207,7 +179,10 @@ impl RunningOperator {
             components.path().join("proxmox.wasm"),
         )
         .unwrap();
-        let mut settings = Settings::new(components.path().to_path_buf());
+        let mut settings = Settings::new(
+            Installation::new("test-cluster").unwrap(),
+            components.path().to_path_buf(),
+        );
         settings.namespace = NAMESPACE.into();
         settings.timing = Timing {
             resync: Duration::from_secs(5),
@@ -255,33 +230,80 @@ impl RunningOperator {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubectl_applies_the_example_sees_the_proxy_ready_with_its_events_and_deletes_it() {
-    let kube = KubeSim::start().await.expect("kubesim starts");
+    let plane = ControlPlane::start()
+        .await
+        .expect("the control plane starts");
     let pve = Simulator::start(proxmox_support::quick_sim_config())
         .await
         .expect("pvesim starts");
     let files = tempfile::tempdir().unwrap();
-    let kubectl = Kubectl {
-        kubeconfig: files.path().join("kubeconfig"),
-        cache: files.path().join("kubectl-cache"),
-    };
-    kube.write_kubeconfig(&kubectl.kubeconfig).unwrap();
+    let kubectl = Kubectl(&plane);
 
-    // Applied as a user would: validation on (kubesim serves the OpenAPI documents).
-    let crds = repo().join("deploy/crds");
-    kubectl.ok(&["apply", "-f", crds.to_str().unwrap()]).await;
-    let mut apply = vec!["apply".to_string()];
+    // Installed as a user installs it, every object validated by the server: the CRDs, the
+    // namespace, the RBAC, the Deployment (no Pod runs here: the operator runs in this test).
+    let deploy = repo().join("deploy");
+    let (ok, installed, warnings) = kubectl
+        .run(&["apply", "--server-side", "-k", deploy.to_str().unwrap()])
+        .await;
+    assert!(
+        ok && installed.contains(
+            "customresourcedefinition.apiextensions.k8s.io/proxies.egress-operator.io serverside-applied"
+        ),
+        "{installed}{warnings}"
+    );
+    // Not even a warning (the server warned of every Rust integer format the CRDs carried).
+    assert!(warnings.is_empty(), "{warnings}");
+    kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/proxies.egress-operator.io",
+            "crd/providerconfigs.egress-operator.io",
+        ])
+        .await;
+    // The ServiceMonitor, where the Prometheus operator's CRD is installed (a stand-in here).
+    let stand_in = repo().join("testdata/controlplane/servicemonitor-crd.yaml");
+    kubectl
+        .ok(&["apply", "--server-side", "-f", stand_in.to_str().unwrap()])
+        .await;
+    kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+        ])
+        .await;
+    let monitoring = kubectl
+        .ok(&[
+            "apply",
+            "--server-side",
+            "-k",
+            deploy.join("monitoring").to_str().unwrap(),
+        ])
+        .await;
+    assert!(
+        monitoring.contains("servicemonitor.monitoring.coreos.com/egress-operator"),
+        "{monitoring}"
+    );
+
+    let mut apply = vec!["apply".to_string(), "--server-side".to_string()];
     for file in render_example(&pve, files.path()) {
         apply.extend(["-f".to_string(), file.display().to_string()]);
     }
     let apply: Vec<&str> = apply.iter().map(String::as_str).collect();
     let applied = kubectl.ok(&apply).await;
     assert!(
-        applied.contains("proxy.egress-operator.io/egress-a created"),
+        applied.contains("proxy.egress-operator.io/egress-a serverside-applied"),
         "{applied}"
     );
 
-    let client = Client::try_from(kube::Config::new(kube.url().parse().unwrap()))
-        .expect("a client for kubesim");
+    let token = plane
+        .service_account_token(OPERATOR_NAMESPACE, cluster_support::SERVICE_ACCOUNT)
+        .await
+        .unwrap();
+    let client = plane.client_with_token(&token).await.unwrap();
     let operator = RunningOperator::start(client).await;
 
     // `kubectl get proxies`: the CRD's printer columns, filled in once the VM runs.
@@ -300,9 +322,13 @@ async fn kubectl_applies_the_example_sees_the_proxy_ready_with_its_events_and_de
     })
     .await;
     assert_eq!(column(&row, "PROVIDER"), Some("proxmox"), "{row:?}");
-    let stored = kube
-        .get("/apis/egress-operator.io/v1alpha1/namespaces/default/proxies/egress-a")
-        .unwrap();
+    let stored: serde_json::Value = serde_json::to_value(
+        kube::Api::<egress_operator::crd::Proxy>::namespaced(plane.client(), PROXY_NAMESPACE)
+            .get(PROXY)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(
         column(&row, "ADDRESS"),
         stored["status"]["addresses"][0].as_str(),
@@ -374,4 +400,159 @@ async fn kubectl_applies_the_example_sees_the_proxy_ready_with_its_events_and_de
         "the VM went before the finalizer let the Proxy go"
     );
     operator.stop().await;
+}
+
+/// Issue 31: every cluster example is accepted by the real server as it stands, and each rule of
+/// the CRDs the server can check refuses a bad manifest with the rule's own message, creating
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_examples_are_accepted_and_bad_manifests_refused_with_the_rules_message() {
+    let cluster = cluster_support::Cluster::start().await;
+    let kubectl = Kubectl(&cluster.plane);
+    for example in ["proxmox", "proxmox-image", "libvirt"] {
+        let dir = repo().join("deploy/examples").join(example);
+        let (ok, stdout, stderr) = kubectl
+            .run(&[
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "-k",
+                dir.to_str().unwrap(),
+            ])
+            .await;
+        assert!(ok && stderr.is_empty(), "{example}: {stdout}{stderr}");
+    }
+
+    let component = "component: {file: proxmox.wasm}";
+    let pc = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: egress-operator.io/v1alpha1\nkind: ProviderConfig\nmetadata: {{name: {name}}}\nspec:\n{spec}"
+        )
+    };
+    let proxy = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: egress-operator.io/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{spec}"
+        )
+    };
+    let digest = "sha256:".to_owned() + &"ab".repeat(32);
+    let refused = [
+        (
+            pc(
+                "both",
+                "  component: {file: p.wasm, image: \"r.example/p@sha256:ab\"}\n",
+            ),
+            "component takes exactly one of file",
+        ),
+        (
+            pc("neither", "  component: {}\n"),
+            "component takes exactly one of file",
+        ),
+        (
+            pc("tag-only", "  component: {image: \"r.example/p:1.0\"}\n"),
+            "must be pinned by digest in a cluster",
+        ),
+        (
+            pc(
+                "bad-digest",
+                "  component: {file: p.wasm, digest: \"sha256:xyz\"}\n",
+            ),
+            "component.digest is sha256: and 64 lower-case hex digits",
+        ),
+        (
+            pc(
+                "image-and-digest",
+                &format!(
+                    "  component: {{image: \"r.example/p@{digest}\", digest: \"{digest}\"}}\n"
+                ),
+            ),
+            "an image is pinned by the digest in component.image",
+        ),
+        (
+            pc(
+                "sweep",
+                &format!("  {component}\n  orphanSweep: {{mode: Delete, intervalSeconds: 0}}\n"),
+            ),
+            "orphanSweep.intervalSeconds is at least 1",
+        ),
+        (
+            // YAML 1.1 reads a plain Off as the boolean false.
+            pc(
+                "plain-off",
+                &format!("  {component}\n  orphanSweep: {{mode: Off}}\n"),
+            ),
+            ".spec.orphanSweep.mode: expected string",
+        ),
+        (
+            pc(
+                "deadline",
+                &format!("  {component}\n  limits: {{deadlineSeconds: {{crate: 5}}}}\n"),
+            ),
+            "keys are operations",
+        ),
+        (
+            pc(
+                "memory",
+                &format!("  {component}\n  limits: {{memoryMib: 0}}\n"),
+            ),
+            "limits.memoryMib, concurrency, httpSentMib and httpReceivedMib are at least 1",
+        ),
+        (
+            pc("resync", &format!("  {component}\n  resyncSeconds: 0\n")),
+            "resyncSeconds is at least 1",
+        ),
+        (
+            pc(
+                "window",
+                &format!("  {component}\n  recovery: {{windowSeconds: 0}}\n"),
+            ),
+            "recovery.windowSeconds is at least 1",
+        ),
+        (
+            proxy("nameless", "  providerConfigRef: \"\"\n"),
+            "providerConfigRef must name the ProviderConfig",
+        ),
+        (
+            proxy(
+                "two-sources",
+                "  providerConfigRef: lab\n  userData: {inline: \"#cloud-config\", configMapKeyRef: {name: u, key: k}}\n",
+            ),
+            "userData takes exactly one of inline, secretKeyRef and configMapKeyRef",
+        ),
+    ];
+    let files = tempfile::tempdir().unwrap();
+    for (index, (manifest, message)) in refused.iter().enumerate() {
+        let file = files.path().join(format!("bad-{index}.yaml"));
+        std::fs::write(&file, manifest).unwrap();
+        let (ok, stdout, stderr) = kubectl
+            .run(&["apply", "--server-side", "-f", file.to_str().unwrap()])
+            .await;
+        assert!(!ok, "accepted:\n{manifest}\n{stdout}");
+        assert!(
+            stderr.contains(message),
+            "{message:?} not in:\n{stderr}\nfor:\n{manifest}"
+        );
+    }
+    let listed = kubectl
+        .ok(&["get", "providerconfigs,proxies", "-A", "-o", "name"])
+        .await;
+    assert!(listed.trim().is_empty(), "nothing is created: {listed}");
+
+    // The quoted value, and a good manifest of each kind, are accepted.
+    let good = [
+        pc(
+            "quoted-off",
+            &format!("  {component}\n  orphanSweep: {{mode: \"Off\"}}\n"),
+        ),
+        proxy(
+            "web",
+            "  providerConfigRef: quoted-off\n  userData: {inline: \"#cloud-config\"}\n",
+        ),
+    ];
+    for (index, manifest) in good.iter().enumerate() {
+        let file = files.path().join(format!("good-{index}.yaml"));
+        std::fs::write(&file, manifest).unwrap();
+        kubectl
+            .ok(&["apply", "--server-side", "-f", file.to_str().unwrap()])
+            .await;
+    }
 }

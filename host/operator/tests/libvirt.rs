@@ -5,13 +5,15 @@
 //!   network's leases), on qcow2 disks cloned from the imported base; a removed manifest takes its
 //!   domain, disk and seed; the ProviderConfig renamed keeps its domains (marks follow the grant's
 //!   owner, not the identity).
-//! - Kubernetes mode against `kubesim`: the same through the API, a create killed at each of its
+//! - Kubernetes mode against a real kube-apiserver (`cluster_support`), the operator as its
+//!   ServiceAccount: the same through the API, a create killed at each of its
 //!   capability calls and retried by a fresh operator ends with one domain, disk and seed.
 //! - A grant that cannot be served is a condition with a reason on the ProviderConfig, and
 //!   touches no domain.
 //!
 //! Every wait polls with a bound; nothing sleeps to synchronise.
 
+mod cluster_support;
 mod local_support;
 
 use std::collections::BTreeSet;
@@ -358,7 +360,8 @@ async fn a_grant_that_cannot_be_served_is_a_condition_and_makes_no_vm() {
 }
 
 mod kube {
-    //! Kubernetes mode against `kubesim`, in this process: the operator as `run_with` runs it.
+    //! Kubernetes mode against a real kube-apiserver, in this process: the operator as
+    //! `run_with` runs it, authenticated as its ServiceAccount.
 
     use std::path::PathBuf;
     use std::process::ExitCode;
@@ -370,21 +373,21 @@ mod kube {
     use egress_operator::operator::{Operator, Settings};
     use egress_operator::reconciler::Timing;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{DeleteParams, PostParams};
-    use kube::{Api, Client, CustomResourceExt};
-    use kubesim::KubeSim;
+    use kube::{Api, Client};
     use kvmlab::Lab;
     use tokio::sync::oneshot;
 
+    use super::cluster_support::{Cluster, OPERATOR_NAMESPACE};
     use super::{BOOT_LIMIT, PC, ca_config_map, component, provider_config, proxy, volumes_of};
 
     const NAMESPACE: &str = "default";
 
-    /// kubesim with the CRDs, the lab's CA and its ProviderConfig.
+    /// A cluster with the CRDs and RBAC, the lab's CA and its ProviderConfig.
     pub struct World {
-        _kube: KubeSim,
+        _cluster: Cluster,
         pub client: Client,
+        operator_client: Client,
         pub lab: Lab,
         components: tempfile::TempDir,
     }
@@ -392,13 +395,9 @@ mod kube {
     impl World {
         pub async fn start() -> World {
             let lab = Lab::start(None).await;
-            let kube = KubeSim::start().await.expect("kubesim starts");
-            let client = Client::try_from(kube::Config::new(kube.url().parse().unwrap()))
-                .expect("a client for kubesim");
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            for crd in [Proxy::crd(), ProviderConfig::crd()] {
-                crds.create(&PostParams::default(), &crd).await.unwrap();
-            }
+            let cluster = Cluster::start().await;
+            let client = cluster.admin.clone();
+            let operator_client = cluster.operator_client().await;
             let mut ca: serde_json::Value = serde_json::from_str(&ca_config_map(&lab)).unwrap();
             ca["metadata"]["namespace"] = NAMESPACE.into();
             Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)
@@ -413,8 +412,9 @@ mod kube {
             let components = tempfile::tempdir().unwrap();
             std::fs::copy(component(), components.path().join("libvirt.wasm")).unwrap();
             World {
-                _kube: kube,
+                _cluster: cluster,
                 client,
+                operator_client,
                 lab,
                 components,
             }
@@ -500,7 +500,10 @@ mod kube {
         /// An operator over the world's components: short retries, and a resync longer than any
         /// test (the capability calls of a test are the Proxies' own).
         pub async fn start(world: &World, identity: &str) -> Replica {
-            let mut settings = Settings::new(world.components.path().to_path_buf());
+            let mut settings = Settings::new(
+                egress_operator::installation::Installation::new("test-cluster").unwrap(),
+                world.components.path().to_path_buf(),
+            );
             settings.namespace = NAMESPACE.into();
             settings.timing = Timing {
                 resync: Duration::from_secs(3600),
@@ -516,13 +519,13 @@ mod kube {
             let operator = Operator::start(settings)
                 .await
                 .expect("the operator starts");
-            let mut options = Options::new(NAMESPACE, identity);
+            let mut options = Options::new(OPERATOR_NAMESPACE, identity);
             options.lease_seconds = 2;
             options.lease_grace_seconds = 1;
             options.shutdown_grace = Duration::from_secs(10);
             let (stop, stopped) = oneshot::channel::<()>();
             let task = tokio::spawn(kube_mode::run_with(
-                world.client.clone(),
+                world.operator_client.clone(),
                 Arc::clone(&operator),
                 options,
                 async move {

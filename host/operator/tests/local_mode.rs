@@ -369,6 +369,189 @@ async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps(
     );
 }
 
+/// Issue 32: two installations (two local folders) use a ProviderConfig of the same name on one
+/// hypervisor, both sweeping in `Delete` mode every second. Through a minute of sweeps (60 of
+/// each) every VM of both stays and every Proxy stays Ready: each sees the other's VMs as foreign,
+/// reports them once, and deletes none.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_installations_sharing_a_provider_config_name_keep_each_others_vms() {
+    let mut first = Local::new().await;
+    let mut second = local_support::Folder::new(&[local_support::component()]);
+    second.write(
+        "providerconfig.yaml",
+        &provider_config(&first.sim, "Delete"),
+    );
+    second.write(
+        "credentials.yaml",
+        &credentials(&first.sim, first.sim.token()),
+    );
+    for (folder, names) in [(&*first, ["a1", "a2"]), (&second, ["b1", "b2"])] {
+        for name in names {
+            folder.write(&format!("proxy-{name}.yaml"), &proxy("default", name));
+        }
+    }
+    let first_addr = first.start_listening();
+    let second_addr = second.start_listening();
+    for folder in [&*first, &second] {
+        folder.wait_until("both Proxies running", LIMIT, |proxies| {
+            proxies.len() == 2 && proxies.iter().all(running)
+        });
+    }
+    let vms = first.vms();
+    assert_eq!(vms.len(), 4, "{vms:?}");
+
+    // Each sweep with suspects lists twice: by ProviderConfig, then by installation.
+    let sweeps = |metrics: &str| {
+        counter(
+            metrics,
+            r#"egress_provider_calls_total{provider="proxmox-lab",operation="list-by-tag",outcome="ok"}"#,
+        ) / 2
+    };
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let metrics = [&first_addr, &second_addr].map(|addr| async move {
+            reqwest::get(format!("http://{addr}/metrics"))
+                .await
+                .expect("the metrics port answers")
+                .text()
+                .await
+                .unwrap()
+        });
+        let [a, b] = metrics;
+        let (a, b) = (a.await, b.await);
+        assert_eq!(
+            first.vms(),
+            vms,
+            "a VM went:
+first:\n{}\nsecond:\n{}",
+            first.log(),
+            second.log()
+        );
+        if sweeps(&a) >= 60 && sweeps(&b) >= 60 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "too few sweeps:
+{a}
+{b}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for folder in [&*first, &second] {
+        assert!(folder.proxies().iter().all(running), "{}", folder.log());
+        assert_eq!(
+            folder.log().matches("ForeignVMs").count(),
+            1,
+            "reported once:
+{}",
+            folder.log()
+        );
+        let orphans = Store::open_read_only(&folder.path(".egress-operator/state.db"))
+            .unwrap()
+            .config("proxmox-lab")
+            .unwrap()
+            .unwrap()
+            .status
+            .orphans
+            .unwrap();
+        assert_eq!((orphans.foreign, orphans.deleted), (2, 0), "{orphans:?}");
+    }
+}
+
+/// Issue 32: VMs made before marks named an installation. One whose Proxy is here is adopted on
+/// first sight, once: its mark gains the installation (and Proxmox `onboot`) and the Proxy its
+/// `status.installation`. One whose Proxy is gone is never deleted, only reported as foreign.
+#[tokio::test(flavor = "multi_thread")]
+async fn vms_marked_before_installations_are_adopted_once_or_left_alone() {
+    let mut local = Local::new().await;
+    local.write("proxy-old.yaml", &proxy("default", "old"));
+    local.write("proxy-lost.yaml", &proxy("default", "lost"));
+    local.start();
+    local.wait_until("both Proxies running", LIMIT, |proxies| {
+        proxies.len() == 2 && proxies.iter().all(running)
+    });
+    local.kill();
+    let state = local.path(".egress-operator/state.db");
+    let store = Store::open(&state).unwrap();
+    let installation = store.installation().unwrap().to_string();
+    let vmid = |record: &egress_operator::local::store::ProxyRecord| -> u32 {
+        let id = record.status.provider_id.clone().unwrap();
+        id.rsplit('/').next().unwrap().parse().unwrap()
+    };
+    let tag = format!("tag: egress-operator.io/installation={installation}\n");
+    for record in local.proxies() {
+        // As an operator before this change left it: no installation in the mark, no onboot.
+        let vm = vmid(&record);
+        let description = local.sim.state().guest(vm).unwrap().config["description"].clone();
+        assert!(description.contains(&tag), "{description}");
+        let state = local.sim.state();
+        state.set_config(vm, "description", Some(&description.replace(&tag, "")));
+        state.set_config(vm, "onboot", None);
+        let mut status = record.status.clone();
+        status.installation = None;
+        store
+            .write_status(&record.namespace, &record.name, &record.uid, &status)
+            .unwrap();
+    }
+    let lost = local.proxy("default/lost").unwrap();
+    local.remove("proxy-lost.yaml");
+    store.remove_proxy("default", "lost", &lost.uid).unwrap();
+    drop(store);
+
+    local.start_listening();
+    local.wait_until("the old Proxy adopted", LIMIT, |proxies| {
+        proxies.iter().any(|record| {
+            record.name == "old" && record.status.installation.as_deref() == Some(&installation)
+        })
+    });
+    let old = vmid(&local.proxy("default/old").unwrap());
+    let guest = local.sim.state().guest(old).unwrap();
+    assert!(
+        guest.config["description"].contains(&tag),
+        "{:?}",
+        guest.config
+    );
+    assert_eq!(
+        guest.config.get("onboot").map(String::as_str),
+        Some("1"),
+        "adoption sets onboot"
+    );
+    assert_eq!(
+        local.log().matches("VMAdopted").count(),
+        1,
+        "{}",
+        local.log()
+    );
+
+    let lost_vm = vmid(&lost);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let metrics = local.metrics().await.unwrap_or_default();
+        let sweeps = counter(
+            &metrics,
+            r#"egress_provider_calls_total{provider="proxmox-lab",operation="list-by-tag",outcome="ok"}"#,
+        ) / 2;
+        assert!(
+            local.sim.state().guest(lost_vm).is_some(),
+            "an unmarked VM was deleted:
+{}",
+            local.log()
+        );
+        if sweeps >= 5 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "too few sweeps:
+{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(local.log().contains("ForeignVMs"), "{}", local.log());
+    assert_eq!(local.log().matches("VMAdopted").count(), 1, "adopted once");
+}
+
 /// Issue 22: local mode writes what a sweep finds into the ProviderConfig's `status.orphans`, as
 /// Kubernetes mode does; the sweeps come on their own interval (one second here), not only at the
 /// resync (an hour here); and the ProviderConfig's own calls (`validate-config`, `check`, the

@@ -24,6 +24,7 @@ use crate::crd::{
     ComponentRef, FINALIZER, OrphanSweep, ProviderConfig, ProviderConfigSpec, Proxy, ProxySpec,
     ProxyStatus, SweepMode,
 };
+use crate::installation::Installation;
 use crate::operator::{Operator, Settings};
 use crate::provider_config_reconciler::ProviderConfigState;
 use crate::reconciler::Timing;
@@ -257,7 +258,10 @@ impl TestContext {
             built.display()
         );
         std::fs::copy(&built, components.path().join("reference.wasm")).unwrap();
-        let mut settings = Settings::new(components.path().to_path_buf());
+        let mut settings = Settings::new(
+            Installation::new("test-cluster").unwrap(),
+            components.path().to_path_buf(),
+        );
         settings.timing = Timing {
             not_ready_retry: Duration::from_secs(7),
             ..Timing::default()

@@ -92,7 +92,12 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .canonicalize()
         .with_context(|| format!("local folder {}", dir.display()))?;
     let store = Store::open(&dir.join(STATE_DIR).join("state.db"))?;
-    let mut settings = args.settings(&dir.join("components"), &dir.join(STATE_DIR).join("images"));
+    let mut settings = args.settings(
+        store.installation()?,
+        &dir.join("components"),
+        &dir.join(STATE_DIR).join("images"),
+    );
+    tracing::info!(installation = %settings.installation, "local mode over {}", dir.display());
     // Local mode resolves a tag once and records its digest in the status.
     settings.images.allow_tags = true;
     // Bound before anything starts: a port in use is an error now, not a log line later.

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::crd::{ProviderConfigStatus, ProxySpec, ProxyStatus};
+use crate::installation::Installation;
 
 /// A Proxy as stored.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,6 +106,10 @@ impl Store {
                  generation INTEGER NOT NULL,
                  spec TEXT NOT NULL,
                  status TEXT NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS settings (
+                 key TEXT PRIMARY KEY,
+                 value TEXT NOT NULL
              );",
         )?;
         Ok(Store {
@@ -138,6 +143,22 @@ impl Store {
         self.connection
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// This folder's installation: made at the first call and kept, so every VM the folder's
+    /// operator makes carries the same one across restarts.
+    pub fn installation(&self) -> Result<Installation, StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "INSERT OR IGNORE INTO settings (key, value) VALUES ('installation', ?1)",
+            params![Installation::new_local().as_str()],
+        )?;
+        let id: String = connection.query_row(
+            "SELECT value FROM settings WHERE key = 'installation'",
+            [],
+            |row| row.get(0),
+        )?;
+        Installation::new(&id).map_err(|why| StoreError(format!("the stored {why}")))
     }
 
     /// Record that a manifest declares Proxy `namespace/name` with `spec`: a new Proxy gets a
@@ -393,6 +414,18 @@ mod tests {
             provider_config_ref: config.into(),
             ..ProxySpec::default()
         }
+    }
+
+    #[test]
+    fn the_installation_is_made_once_and_kept_across_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let first = Store::open(&path).unwrap().installation().unwrap();
+        assert!(first.as_str().starts_with("local-"));
+        assert_eq!(Store::open(&path).unwrap().installation().unwrap(), first);
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = Store::open(&other.path().join("state.db")).unwrap();
+        assert_ne!(elsewhere.installation().unwrap(), first);
     }
 
     #[test]

@@ -855,6 +855,64 @@ async fn an_adopted_running_domain_reports_its_address_and_is_deleted_on_the_tes
     );
 }
 
+/// Issue 32: a domain made before the operator named its installation in the tags gains the
+/// request's tags when create adopts it; its UID and creation time stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopting_a_domain_writes_the_requests_tags_into_its_mark() {
+    let uid = "6c1f0a2e-0000-4000-8000-000000000009";
+    let (_dir, grant) = test_node_with_domains("proxy-a", uid, "proxy-b", "proxy-c");
+    let capability = capability(IDENTITY, grant);
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+    let by_installation = || async {
+        let request = Request::ListByTag {
+            config: config.to_string(),
+            key: "egress-operator.io/installation".into(),
+            value: "cluster-a".into(),
+        };
+        match call(&provider, request).await.unwrap() {
+            Response::ListByTag(instances) => instances
+                .into_iter()
+                .map(|instance| instance.name)
+                .collect::<Vec<_>>(),
+            other => panic!("list-by-tag answered {other:?}"),
+        }
+    };
+    assert!(by_installation().await.is_empty());
+
+    let request = CreateRequest {
+        name: "proxy-a".into(),
+        uid: uid.into(),
+        tags: vec![
+            Tag {
+                key: "egress-operator.io/installation".into(),
+                value: "cluster-a".into(),
+            },
+            Tag {
+                key: "egress.io/pool".into(),
+                value: "blue".into(),
+            },
+        ],
+        user_data: "#cloud-config\n".into(),
+        config: config.to_string(),
+    };
+    let adopted = match call(&provider, Request::Create { request }).await.unwrap() {
+        Response::Create(instance) => instance,
+        other => panic!("create answered {other:?}"),
+    };
+    assert_eq!(
+        (adopted.uid.as_str(), adopted.created_at.as_deref()),
+        (uid, Some("2026-11-30T10:00:00Z"))
+    );
+    assert_eq!(by_installation().await, ["proxy-a"]);
+    let by_pool: Vec<String> = list(&provider, &config, "blue")
+        .await
+        .into_iter()
+        .map(|instance| instance.name)
+        .collect();
+    assert!(by_pool.contains(&"proxy-a".to_owned()), "{by_pool:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_domain_with_our_name_but_another_or_no_uid_is_never_adopted_or_deleted() {
     let uid = "6c1f0a2e-0000-4000-8000-000000000006";
