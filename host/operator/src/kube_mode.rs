@@ -173,7 +173,9 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(name) => name.clone(),
         None => host_name(),
     };
-    let options = Options::new(&args.namespace, &identity);
+    let mut options = Options::new(&args.namespace, &identity);
+    options.lease_seconds = args.lease_seconds;
+    options.lease_grace_seconds = (args.lease_seconds / 3).max(1);
     run_with(client, operator, options, shutdown).await
 }
 
@@ -234,14 +236,35 @@ pub async fn run_with(
         synced = caches.synced() => synced.context("the caches stopped before they synced")?,
     }
 
-    let manager = LeaseManagerBuilder::new(client.clone(), &options.lease_name)
-        .with_namespace(&options.lease_namespace)
-        .with_identity(&options.identity)
-        .with_duration(options.lease_seconds)
-        .with_grace(options.lease_grace_seconds)
-        .build()
-        .await
-        .context("starting the leader election")?;
+    // A Lease that cannot be read or made (a missing RBAC rule, an API server down) is retried,
+    // logged with why: exiting would only turn it into a crash loop that hides the reason.
+    let mut wait = Duration::from_secs(1);
+    let manager = loop {
+        let built = LeaseManagerBuilder::new(client.clone(), &options.lease_name)
+            .with_namespace(&options.lease_namespace)
+            .with_identity(&options.identity)
+            .with_duration(options.lease_seconds)
+            .with_grace(options.lease_grace_seconds)
+            .build()
+            .await;
+        match built {
+            Ok(manager) => break manager,
+            Err(error) => {
+                let why = format!(
+                    "the leader election cannot start (Lease {}/{}: the operator needs get, \
+                     create and patch on Leases there): {error}",
+                    options.lease_namespace, options.lease_name
+                );
+                tracing::error!(retry_in = ?wait, "{why}");
+                health.set_ready(Err(why));
+                tokio::select! {
+                    () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+                    () = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
     let (mut leading, lease) = manager.watch().await;
     health.set_ready(Ok(()));
     tracing::info!(identity = %options.identity, "standing by for the lease");

@@ -69,6 +69,11 @@ pub struct RunArgs {
     /// /dev/shm.
     #[arg(long, value_name = "DIR")]
     pub key_dir: Option<PathBuf>,
+    /// Kubernetes mode: seconds the leader's Lease is valid after its last renewal: the bound on
+    /// how long a leader that died unannounced (killed, its node lost) holds the others back. The
+    /// leader renews it a third of this before it runs out.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
+    pub lease_seconds: u64,
     /// Which installation this is, written on every VM it makes; its orphan sweep never deletes
     /// a VM of another. Defaults to `cluster-<UID of kube-system>` in a cluster, and in local
     /// mode to an identity made once and kept in the folder's state.

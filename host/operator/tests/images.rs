@@ -110,6 +110,11 @@ struct Harness {
 
 impl Harness {
     async fn start(registry: &Registry, keys: &Keys) -> Harness {
+        Harness::start_with_tags(registry, keys, true).await
+    }
+
+    /// With tags allowed or not (as in a cluster).
+    async fn start_with_tags(registry: &Registry, keys: &Keys, allow_tags: bool) -> Harness {
         let components = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
         let mut settings = Settings::new(
@@ -118,7 +123,7 @@ impl Harness {
         );
         settings.images.cache_dir = cache.path().to_path_buf();
         settings.images.max_component_bytes = CAP;
-        settings.images.allow_tags = true;
+        settings.images.allow_tags = allow_tags;
         let operator = Operator::start(settings).await.unwrap();
         let mut objects = Store::default();
         let auth = std::fs::read(&registry.auth_file).unwrap();
@@ -439,6 +444,30 @@ async fn each_bad_image_is_a_condition_with_its_reason_and_the_last_good_one_kee
         "{outcome:?}"
     );
     assert_eq!(outcome.status.loaded.unwrap().generation, loaded.generation);
+}
+
+/// In a cluster a tag alone is refused by the CRD's rule; the operator refuses it too, for a
+/// ProviderConfig admitted before the rule (or by a server that does not check it), nothing
+/// pulled.
+#[tokio::test(flavor = "multi_thread")]
+async fn where_tags_are_not_allowed_a_tag_alone_is_an_invalid_image() {
+    let registry = Registry::start();
+    let keys = Keys::new();
+    let mut harness = Harness::start_with_tags(&registry, &keys, false).await;
+    push(
+        &registry,
+        "reference",
+        "providers/reference:stable",
+        Some(&keys.private("release")),
+    );
+    let tag = registry.reference("providers/reference:stable");
+    let outcome = harness.reconcile(&spec(&tag, "regcred")).await;
+    assert_eq!(
+        state_of(&outcome, conditions::READY),
+        ("False".into(), "InvalidImage".into()),
+        "{outcome:?}"
+    );
+    assert!(outcome.status.loaded.is_none(), "{outcome:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

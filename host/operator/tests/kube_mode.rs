@@ -37,7 +37,8 @@ use pvesim::{FaultAction, FaultRule, Simulator, Trigger};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-/// The namespace of the tests' Proxies, Secrets and ConfigMaps.
+/// The namespace of the tests' Proxies and their user-data; the operator's own Secrets and
+/// ConfigMaps are in [`OPERATOR_NAMESPACE`], as `deploy/` has them.
 const NAMESPACE: &str = "default";
 /// The ProviderConfig of the simulator.
 const PC: &str = "pve";
@@ -68,7 +69,7 @@ fn no_resync() -> Timing {
 /// A cluster with the operator's CRDs and RBAC, pvesim, the token Secret and CA ConfigMap, and
 /// the ProviderConfig.
 struct World {
-    _cluster: Cluster,
+    cluster: Cluster,
     /// An admin's client: what the tests act with.
     client: Client,
     /// The operator's: its ServiceAccount's.
@@ -84,6 +85,12 @@ impl World {
 
     /// With the ProviderConfig's orphan sweep in `sweep` mode (a sweep also requeues it).
     async fn start_with(sweep: &str) -> World {
+        let rbac = std::fs::read_to_string(cluster_support::deploy().join("rbac.yaml")).unwrap();
+        World::start_with_rbac(sweep, &rbac).await
+    }
+
+    /// With `rbac` in place of `deploy/rbac.yaml`.
+    async fn start_with_rbac(sweep: &str, rbac: &str) -> World {
         // The operator's log lines, shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -93,14 +100,14 @@ impl World {
             .with_test_writer()
             .with_ansi(false)
             .try_init();
-        let cluster = Cluster::start().await;
+        let cluster = Cluster::start_with_rbac(rbac).await;
         let client = cluster.admin.clone();
         let operator_client = cluster.operator_client().await;
         let pve = Simulator::start(proxmox_support::quick_sim_config())
             .await
             .expect("pvesim starts");
         let world = World {
-            _cluster: cluster,
+            cluster,
             client,
             operator_client,
             pve,
@@ -109,7 +116,7 @@ impl World {
         world.set_token(world.pve.token()).await;
         let ca = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "pve-ca", "namespace": NAMESPACE},
+            "metadata": {"name": "pve-ca", "namespace": OPERATOR_NAMESPACE},
             "data": {"ca.pem": world.pve.ca_pem()},
         });
         world
@@ -123,8 +130,7 @@ impl World {
             "metadata": {"name": "user-data", "namespace": NAMESPACE},
             "data": {"cloud-config": "#cloud-config\npackages: [squid]\n"},
         });
-        world
-            .configmaps()
+        Api::<ConfigMap>::namespaced(world.client.clone(), NAMESPACE)
             .create(
                 &PostParams::default(),
                 &serde_json::from_value(map).unwrap(),
@@ -143,19 +149,21 @@ impl World {
         Api::all(self.client.clone())
     }
 
+    /// Secrets in the operator's namespace, where references without a namespace point.
     fn secrets(&self) -> Api<Secret> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE)
     }
 
+    /// ConfigMaps in the operator's namespace.
     fn configmaps(&self) -> Api<ConfigMap> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Api::namespaced(self.client.clone(), OPERATOR_NAMESPACE)
     }
 
     /// Create or replace the token Secret.
     async fn set_token(&self, token: &str) {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "pve-token", "namespace": NAMESPACE},
+            "metadata": {"name": "pve-token", "namespace": OPERATOR_NAMESPACE},
             "stringData": {"token": token},
         });
         let secret: Secret = serde_json::from_value(secret).unwrap();
@@ -320,7 +328,7 @@ impl Replica {
             Installation::new(INSTALLATION).unwrap(),
             components.path().to_path_buf(),
         );
-        settings.namespace = NAMESPACE.into();
+        settings.namespace = OPERATOR_NAMESPACE.into();
         settings.timing = timing;
         settings.cache_dir =
             Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kube-mode-cache"));
@@ -1184,7 +1192,7 @@ async fn a_provider_configs_resync_seconds_bounds_how_soon_a_stop_is_noticed() {
 /// Kubernetes mode by image: the pull credentials from a Secret of type
 /// `kubernetes.io/dockerconfigjson` in the cluster, the registry's CA and the signing key from
 /// ConfigMaps; a ProviderConfig pinned by digest serves a Proxy, and one naming a tag alone is
-/// refused (a cluster requires the digest).
+/// refused by the server (a cluster requires the digest; the CRD's rule says so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_cluster() {
     let world = World::start().await;
@@ -1211,7 +1219,7 @@ async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_clust
 
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "regcred", "namespace": NAMESPACE},
+        "metadata": {"name": "regcred", "namespace": OPERATOR_NAMESPACE},
         "type": "kubernetes.io/dockerconfigjson",
         "stringData": {".dockerconfigjson": std::fs::read_to_string(&registry.auth_file).unwrap()},
     });
@@ -1225,7 +1233,7 @@ async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_clust
         .unwrap();
     let maps = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "registry", "namespace": NAMESPACE},
+        "metadata": {"name": "registry", "namespace": OPERATOR_NAMESPACE},
         "data": {
             "ca.crt": std::fs::read_to_string(&registry.ca_file).unwrap(),
             "release.pub": pair.public_key_pem(),
@@ -1257,15 +1265,22 @@ async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_clust
         .unwrap()
     };
     let replica = Replica::leader(&world, "a").await;
-    for (name, image) in [
-        ("by-image", pinned.as_str()),
-        ("by-tag", reference.as_str()),
-    ] {
-        world
-            .provider_configs()
-            .create(&PostParams::default(), &by_image(name, image))
-            .await
-            .unwrap();
+    world
+        .provider_configs()
+        .create(&PostParams::default(), &by_image("by-image", &pinned))
+        .await
+        .unwrap();
+    // The CRD's rule refuses a tag alone before the operator ever sees it.
+    match world
+        .provider_configs()
+        .create(&PostParams::default(), &by_image("by-tag", &reference))
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(status.message.contains("pinned by digest"), "{status:?}");
+        }
+        other => panic!("a tag alone was admitted: {other:?}"),
     }
     world.create_proxy("web", "by-image").await;
     world.until_running("web").await;
@@ -1274,14 +1289,486 @@ async fn a_provider_config_by_image_serves_and_a_tag_alone_is_refused_in_a_clust
         status.loaded.unwrap().image.as_deref(),
         Some(pinned.as_str())
     );
-    eventually("the tag alone is refused", || async {
-        let status = world
-            .provider_config("by-tag")
-            .await
-            .status
-            .unwrap_or_default();
-        condition(&status.conditions, conditions::READY) == ("False".into(), "InvalidImage".into())
+    replica.stop().await;
+}
+
+// ---- The operator binary, as a Pod runs it ----
+
+/// `egress-operator run` in Kubernetes mode, a process of its own, authenticated as the operator's
+/// ServiceAccount through a kubeconfig, as the Deployment runs it (without `--installation`: the
+/// cluster names it). Its stderr is kept; dropping it kills it.
+struct OperatorProcess {
+    child: std::sync::Mutex<std::process::Child>,
+    log: PathBuf,
+    name: String,
+    _components: tempfile::TempDir,
+}
+
+impl OperatorProcess {
+    /// Start replica `name` with a `lease_seconds` Lease.
+    async fn start(world: &World, name: &str, lease_seconds: u64) -> OperatorProcess {
+        let components = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            proxmox_support::component(),
+            components.path().join("proxmox.wasm"),
+        )
+        .unwrap();
+        let kubeconfig = world.files.path().join(format!("{name}.kubeconfig"));
+        let token = world.cluster.operator_token().await;
+        world
+            .cluster
+            .plane
+            .write_kubeconfig(&kubeconfig, &token)
+            .unwrap();
+        let log = world.files.path().join(format!("{name}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+            .args(["run", "--namespace", OPERATOR_NAMESPACE, "--pod-name", name])
+            .arg("--components")
+            .arg(components.path())
+            .arg("--cache-dir")
+            .arg(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kube-mode-cache"))
+            .args(["--resync-seconds", "1", "--lease-seconds"])
+            .arg(lease_seconds.to_string())
+            .env("KUBECONFIG", &kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the operator starts");
+        OperatorProcess {
+            child: std::sync::Mutex::new(child),
+            log,
+            name: name.to_owned(),
+            _components: components,
+        }
+    }
+
+    /// Its log, and how it ended if it did.
+    fn log(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        match self.child.lock().unwrap().try_wait().unwrap() {
+            Some(status) => format!("{log}\n[{} exited: {status}]", self.name),
+            None => log,
+        }
+    }
+
+    /// Whether it still runs.
+    fn alive(&self) -> bool {
+        self.child.lock().unwrap().try_wait().unwrap().is_none()
+    }
+
+    /// SIGKILL, as a lost node or an OOM kill ends it: nothing is released.
+    fn kill(&self) {
+        let mut child = self.child.lock().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// SIGTERM, as the kubelet stops it; its exit status.
+    async fn terminate(self) -> std::process::ExitStatus {
+        let pid = self.child.lock().unwrap().id();
+        // SAFETY: kill(2) on a child we started and have not reaped.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(status) = self.child.lock().unwrap().try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{} did not stop", self.name);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// This cluster's installation, as the operator names it: `cluster-` and kube-system's UID.
+async fn cluster_installation(world: &World) -> String {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(world.client.clone());
+    let uid = namespaces.get("kube-system").await.unwrap().uid().unwrap();
+    format!("cluster-{uid}")
+}
+
+/// Issue 31: the operator's whole life as the ServiceAccount `deploy/rbac.yaml` binds, with
+/// exactly that role, through the binary as a Pod runs it: it names the installation after the
+/// cluster, takes the lease, creates a VM with the status written and Events recorded, restarts a
+/// VM stopped by hand, sweeps an orphan, deletes a Proxy through its finalizer, and on SIGTERM
+/// releases the lease and exits 0; never a Forbidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn as_its_service_account_the_operator_lives_its_whole_life() {
+    let world = World::start().await;
+    let installation = cluster_installation(&world).await;
+    let operator = OperatorProcess::start(&world, "a", 3).await;
+    eventually("a leads", || async {
+        lease_holder(&world).await.as_deref() == Some("a")
     })
     .await;
-    replica.stop().await;
+
+    let created = world.create_proxy("web", PC).await;
+    let proxy = world.until_running("web").await;
+    assert_eq!(proxy.finalizers(), [FINALIZER]);
+    let status = proxy.status.unwrap();
+    assert_eq!(status.installation.as_deref(), Some(installation.as_str()));
+    let vmid = vmid(status.provider_id.as_deref().unwrap());
+    let description = world.pve.state().guest(vmid).unwrap().config["description"].clone();
+    assert!(
+        description.contains(&format!("tag: {INSTALLATION_TAG}={installation}")),
+        "{description}"
+    );
+    eventually("VMCreated and Ready recorded", || async {
+        let reasons = world.event_reasons("web").await;
+        reasons.contains(&"VMCreated".to_owned()) && reasons.contains(&"Ready".to_owned())
+    })
+    .await;
+
+    world.pve.stop_vm(vmid).unwrap();
+    until_recovered(&world, "web", 1).await;
+
+    let orphan = {
+        let provider = world.out_of_band().await;
+        let uid = "0b7c3f0e-2222-4222-8333-944455556666";
+        let request = CreateRequest {
+            name: vm_name(uid),
+            uid: uid.into(),
+            tags: vec![
+                Tag {
+                    key: PROVIDER_CONFIG_TAG.into(),
+                    value: PC.into(),
+                },
+                Tag {
+                    key: INSTALLATION_TAG.into(),
+                    value: installation.clone(),
+                },
+            ],
+            user_data: "#cloud-config\n".into(),
+            config: world.config_text(),
+        };
+        match provider
+            .call(Request::Create { request }, &CallContext::default())
+            .await
+        {
+            Ok(Response::Create(vm)) => vm.provider_id,
+            other => panic!("the orphan is made: {other:?}"),
+        }
+    };
+    eventually("the orphan is swept", || async {
+        world.pve.state().guest(self::vmid(&orphan)).is_none()
+    })
+    .await;
+
+    world
+        .proxies()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Proxy is gone with its VM", || async {
+        world.proxy("web").await.is_none()
+            && world
+                .vms_named(&vm_name(&created.uid().unwrap()))
+                .is_empty()
+    })
+    .await;
+
+    let log = operator.log();
+    assert!(!log.to_lowercase().contains("forbidden"), "{log}");
+    let status = operator.terminate().await;
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        lease_holder(&world).await,
+        None,
+        "the lease is released at once"
+    );
+}
+
+/// Issue 31: each rule of `deploy/rbac.yaml` is needed. With any one removed, the operator's
+/// life stops where that rule is used, the API's Forbidden is a log line naming what was refused
+/// (retried, so it shows again), and the process keeps running: never a crash loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_rule_of_the_role_is_needed_and_without_it_the_operator_says_why_and_keeps_running() {
+    let rbac = std::fs::read_to_string(cluster_support::deploy().join("rbac.yaml")).unwrap();
+    let documents: Vec<Value> = serde_norway::Deserializer::from_str(&rbac)
+        .map(|document| serde::Deserialize::deserialize(document).unwrap())
+        .collect();
+    // (kind, rule index, what its absence is refused as)
+    let rules: &[(&str, usize, &str)] = &[
+        ("ClusterRole", 0, r#"cannot list resource "proxies""#),
+        (
+            "ClusterRole",
+            1,
+            r#"cannot patch resource "providerconfigs/status""#,
+        ),
+        ("ClusterRole", 2, r#"cannot list resource "secrets""#),
+        ("ClusterRole", 3, r#"cannot create resource "events""#),
+        ("ClusterRole", 4, r#"cannot get resource "namespaces""#),
+        ("Role", 0, r#"cannot get resource "leases""#),
+    ];
+    let role_rules = |kind: &str| {
+        documents
+            .iter()
+            .find(|document| document["kind"] == kind)
+            .unwrap()["rules"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(
+        role_rules("ClusterRole") + role_rules("Role"),
+        rules.len(),
+        "every rule of deploy/rbac.yaml is tried"
+    );
+    for (kind, index, refused) in rules {
+        let without: Vec<Value> = documents
+            .iter()
+            .cloned()
+            .map(|mut document| {
+                if document["kind"] == *kind {
+                    document["rules"].as_array_mut().unwrap().remove(*index);
+                }
+                document
+            })
+            .collect();
+        let text: String = without
+            .iter()
+            .map(|document| format!("---\n{}", serde_norway::to_string(document).unwrap()))
+            .collect();
+        let world = World::start_with_rbac("Delete", &text).await;
+        let operator = OperatorProcess::start(&world, "a", 3).await;
+        world.create_proxy("web", PC).await;
+        let deadline = Instant::now() + LIMIT;
+        // Seen twice: refused, retried, refused again.
+        while operator.log().matches(refused).count() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "without {kind} rule {index}, no {refused:?} in the log:\n{}",
+                operator.log()
+            );
+            assert!(operator.alive(), "it exited:\n{}", operator.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(operator.alive(), "it exited:\n{}", operator.log());
+    }
+}
+
+/// Every Proxy `names` has exactly one VM and one seed on pvesim, and pvesim holds no other
+/// VM or seed: nothing duplicated, nothing half-made left behind.
+async fn one_vm_and_seed_each(world: &World, names: &[String]) {
+    let mut expected_vms = Vec::new();
+    for name in names {
+        let uid = world.proxy(name).await.unwrap().uid().unwrap();
+        let vms = world.vms_named(&vm_name(&uid));
+        assert_eq!(vms.len(), 1, "{name}: {vms:?}");
+        expected_vms.push(vms[0].vmid);
+    }
+    let state = world.pve.state();
+    let mut all: Vec<u32> = state
+        .vmids()
+        .into_iter()
+        .filter(|vmid| {
+            state
+                .guest(*vmid)
+                .is_some_and(|guest| !guest.config.contains_key("template"))
+        })
+        .collect();
+    all.sort();
+    expected_vms.sort();
+    assert_eq!(all, expected_vms, "no other VM");
+    assert_eq!(
+        state.volumes("proxy-seeds").len(),
+        names.len(),
+        "one seed each"
+    );
+}
+
+/// Issue 31: two replicas of the binary on one server. Only the leader reconciles; the leader
+/// killed (SIGKILL) in the middle of creating Proxies is replaced by the other within the lease's
+/// bound, and no Proxy gets a second VM; a graceful stop releases the lease at once, so the next
+/// replica leads without waiting out the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_leader_is_replaced_within_the_lease_and_no_proxy_gets_a_second_vm() {
+    const LEASE: u64 = 4;
+    let world = World::start().await;
+    let a = OperatorProcess::start(&world, "a", LEASE).await;
+    eventually("a leads", || async {
+        lease_holder(&world).await.as_deref() == Some("a")
+    })
+    .await;
+    let b = OperatorProcess::start(&world, "b", LEASE).await;
+    eventually("b stands by", || async {
+        b.log().contains("standing by for the lease")
+    })
+    .await;
+
+    let names: Vec<String> = (0..6).map(|index| format!("p{index}")).collect();
+    for name in &names {
+        world.create_proxy(name, PC).await;
+    }
+    // In the middle of it: one VM made, not every Proxy running yet.
+    eventually("a first VM", || async {
+        world
+            .proxy("p0")
+            .await
+            .and_then(|proxy| proxy.status?.provider_id)
+            .is_some()
+    })
+    .await;
+    a.kill();
+    let killed = Instant::now();
+    eventually("b takes the lease", || async {
+        lease_holder(&world).await.as_deref() == Some("b")
+    })
+    .await;
+    let takeover = killed.elapsed();
+    // The lease runs out LEASE seconds after a's last renewal, which was at most now; b tries
+    // again within a second of that.
+    assert!(
+        takeover <= Duration::from_secs(LEASE + 2),
+        "b took over after {takeover:?}"
+    );
+    assert!(b.log().contains("leading: reconciling"), "{}", b.log());
+    for name in &names {
+        world.until_running(name).await;
+    }
+    one_vm_and_seed_each(&world, &names).await;
+    assert_eq!(clones(&world), names.len(), "one clone per Proxy");
+
+    // SIGTERM: the lease is released at once, not left to run out.
+    let stopped = Instant::now();
+    assert!(b.terminate().await.success());
+    let c = OperatorProcess::start(&world, "c", LEASE).await;
+    eventually("c leads", || async {
+        lease_holder(&world).await.as_deref() == Some("c")
+    })
+    .await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(LEASE),
+        "c waited out the lease: {:?}",
+        stopped.elapsed()
+    );
+    world.create_proxy("after", PC).await;
+    world.until_running("after").await;
+    let mut all = names.clone();
+    all.push("after".into());
+    one_vm_and_seed_each(&world, &all).await;
+    drop(c);
+}
+
+/// Issue 31: the API server misbehaving under a running operator (the binary): kube-apiserver
+/// killed in the middle of creating Proxies and started again; etcd killed and started again; its
+/// history compacted under a restarted API server, so the operator's watches resume from a
+/// version the server no longer has (410 Gone) and list again; another writer changing a
+/// Proxy's status. Each time the operator keeps running, reconnects and converges, and pvesim
+/// holds exactly one VM and one seed per Proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operator_survives_the_api_server_and_etcd_going_away_and_expired_watches() {
+    let mut world = World::start().await;
+    let operator = OperatorProcess::start(&world, "a", 5).await;
+    eventually("a leads", || async {
+        lease_holder(&world).await.as_deref() == Some("a")
+    })
+    .await;
+    let mut names: Vec<String> = Vec::new();
+
+    // kube-apiserver dies while the Proxies are being made.
+    create_more(&world, &mut names, 4).await;
+    eventually("a first VM", || async {
+        world
+            .proxy("p0")
+            .await
+            .and_then(|proxy| proxy.status?.provider_id)
+            .is_some()
+    })
+    .await;
+    world.cluster.plane.kill_apiserver();
+    let deadline = Instant::now() + LIMIT;
+    while !operator.log().contains("watch failed; retrying") {
+        assert!(Instant::now() < deadline, "{}", operator.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(operator.alive(), "{}", operator.log());
+    world.cluster.plane.start_apiserver().await.unwrap();
+    for name in &names {
+        world.until_running(name).await;
+    }
+    one_vm_and_seed_each(&world, &names).await;
+
+    // etcd dies under the API server.
+    create_more(&world, &mut names, 2).await;
+    world.cluster.plane.kill_etcd();
+    world.cluster.plane.start_etcd().await.unwrap();
+    for name in &names {
+        world.until_running(name).await;
+    }
+    one_vm_and_seed_each(&world, &names).await;
+
+    // A watch that expired: history compacted, the API server's watch cache restarted from now.
+    create_more(&world, &mut names, 1).await;
+    world.until_running(names.last().unwrap()).await;
+    let expired = || operator.log().matches("too old resource version").count();
+    let before = expired();
+    world.cluster.plane.kill_apiserver();
+    world.cluster.plane.compact().await.unwrap();
+    world.cluster.plane.start_apiserver().await.unwrap();
+    let deadline = Instant::now() + LIMIT;
+    while expired() <= before {
+        assert!(
+            Instant::now() < deadline,
+            "no expired watch:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_more(&world, &mut names, 1).await;
+    let last = names.last().unwrap().clone();
+    let deadline = Instant::now() + LIMIT;
+    while !world
+        .proxy(&last)
+        .await
+        .and_then(|proxy| proxy.status)
+        .is_some_and(|status| status.phase == Some(Phase::Running))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{last} was never made after the watch expired:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for name in &names {
+        world.until_running(name).await;
+    }
+
+    // Another writer takes a Proxy's status: the operator's next write takes it back.
+    let patch = json!({"status": {"phase": "Failed"}});
+    let someone_else = PatchParams {
+        field_manager: Some("someone-else".into()),
+        ..PatchParams::default()
+    };
+    world
+        .proxies()
+        .patch_status("p0", &someone_else, &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    world.until_running("p0").await;
+    one_vm_and_seed_each(&world, &names).await;
+    assert!(operator.alive(), "{}", operator.log());
+}
+
+/// Creates `count` more Proxies named after their position in `names`.
+async fn create_more(world: &World, names: &mut Vec<String>, count: usize) {
+    for _ in 0..count {
+        let name = format!("p{}", names.len());
+        world.create_proxy(&name, PC).await;
+        names.push(name);
+    }
 }
