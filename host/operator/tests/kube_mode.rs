@@ -5,6 +5,7 @@
 //! TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
 
 mod cluster_support;
+mod local_support;
 mod metrics_support;
 mod oci_support;
 mod proxmox_support;
@@ -1771,4 +1772,92 @@ async fn create_more(world: &World, names: &mut Vec<String>, count: usize) {
         world.create_proxy(&name, PC).await;
         names.push(name);
     }
+}
+
+/// Issue 32: a local-mode folder beside a cluster, each with a ProviderConfig of the same name on
+/// one pvesim, both sweeping in `Delete` mode every second. Through a minute of sweeps (60 of
+/// each) every VM of both stays: each installation sees the other's VMs as foreign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_folder_beside_a_cluster_with_the_same_provider_config_name_keeps_every_vm() {
+    let world = World::start().await;
+    let replica = Replica::leader(&world, "a").await;
+    let mut local = local_support::Folder::new(&[local_support::component()]);
+    local.write(
+        "providerconfig.yaml",
+        &local_support::provider_config_named(&world.pve, PC, "Delete"),
+    );
+    local.write(
+        "credentials.yaml",
+        &local_support::credentials(&world.pve, world.pve.token()),
+    );
+    for name in ["l1", "l2"] {
+        local.write(
+            &format!("proxy-{name}.yaml"),
+            &local_support::proxy("default", name).replace("proxmox-lab", PC),
+        );
+    }
+    local.start_listening();
+    for name in ["k1", "k2"] {
+        world.create_proxy(name, PC).await;
+    }
+    for name in ["k1", "k2"] {
+        world.until_running(name).await;
+    }
+    local.wait_until("both local Proxies running", LIMIT, |proxies| {
+        proxies.len() == 2 && proxies.iter().all(local_support::running)
+    });
+    let vms = world.pve.state().vmids();
+
+    // Each sweep with suspects lists twice: by ProviderConfig, then by installation.
+    let listings = format!(
+        r#"egress_provider_calls_total{{provider="{PC}",operation="list-by-tag",outcome="ok"}}"#
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        assert_eq!(
+            world.pve.state().vmids(),
+            vms,
+            "a VM went:\n{}",
+            local.log()
+        );
+        let local_sweeps = counter(&local.metrics().await.unwrap_or_default(), &listings) / 2;
+        let cluster_sweeps = counter(&replica.operator.metrics.encode(), &listings) / 2;
+        if local_sweeps >= 60 && cluster_sweeps >= 60 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "too few sweeps: local {local_sweeps}, cluster {cluster_sweeps}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for name in ["k1", "k2"] {
+        world.until_running(name).await;
+    }
+    assert!(local.proxies().iter().all(local_support::running));
+    let orphans = world
+        .provider_config(PC)
+        .await
+        .status
+        .unwrap()
+        .orphans
+        .unwrap();
+    assert_eq!((orphans.foreign, orphans.deleted), (2, 0), "{orphans:?}");
+    eventually("ForeignVMs recorded once", || async {
+        world
+            .event_reasons(PC)
+            .await
+            .iter()
+            .filter(|reason| *reason == "ForeignVMs")
+            .count()
+            == 1
+    })
+    .await;
+    assert_eq!(
+        local.log().matches("ForeignVMs").count(),
+        1,
+        "{}",
+        local.log()
+    );
+    replica.stop().await;
 }

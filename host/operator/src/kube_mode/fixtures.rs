@@ -88,6 +88,8 @@ pub enum Scenario {
     FinalizerPatchStale,
     /// The status is applied (checked by the closure), then one Event per reason, in order.
     StatusApplied(fn(&Value), &'static [&'static str]),
+    /// The status apply is refused with this HTTP status (and a `metav1.Status` body).
+    StatusRefused(u16),
     /// Events with these reasons, then the finalizer is removed; `before_removal` checks the
     /// world when the removal arrives.
     EventsThenFinalizerRemoved(&'static [&'static str], Box<dyn Fn() + Send>),
@@ -111,6 +113,17 @@ impl Verifier {
                         "message": "the server rejected our request due to an error in our request",
                     }));
                     *refused.status_mut() = http::StatusCode::UNPROCESSABLE_ENTITY;
+                    send.send_response(refused);
+                }
+                Scenario::StatusRefused(code) => {
+                    let (request, send) = next(&mut handle).await;
+                    assert!(request.uri().path().ends_with("/status"));
+                    let mut refused = json_response(&json!({
+                        "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "code": code,
+                        "message": format!("the test's API server answers {code}"),
+                    }));
+                    *refused.status_mut() = http::StatusCode::from_u16(code).unwrap();
                     send.send_response(refused);
                 }
                 Scenario::StatusApplied(check, reasons) => {
@@ -467,6 +480,30 @@ mod tests {
                 .calls(PROVIDER_CONFIG, "create", "ok"),
             1
         );
+    }
+
+    /// Issue 31: whatever the API server answers a status write (forbidden, gone, a conflict,
+    /// an expired version, invalid, too many requests, a server error), the reconcile is retried
+    /// after the API wait and counted as a `kube` failure: never a crash, never a Proxy left
+    /// waiting for a change. Nothing is lost: the VM made is found again by name on the retry.
+    #[tokio::test]
+    async fn every_refusal_of_a_status_write_is_retried() {
+        for code in [403, 404, 409, 410, 422, 429, 500] {
+            let test = TestContext::new().await;
+            let mocks = test.verifier.run(Scenario::StatusRefused(code));
+            let proxy = Arc::new(Proxy::test().finalized());
+            let error = reconcile(Arc::clone(&proxy), Arc::clone(&test.context))
+                .await
+                .expect_err("the status write was refused");
+            timeout_after_1s(mocks).await;
+            assert_eq!(error.metric_label(), "reconcile", "{code}: {error}");
+            assert!(error.to_string().contains(&code.to_string()), "{error}");
+            assert_eq!(
+                error_policy(proxy, &error, Arc::clone(&test.context)),
+                Action::requeue(api_retry(&test.context)),
+                "{code}"
+            );
+        }
     }
 
     #[tokio::test]

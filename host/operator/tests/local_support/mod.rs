@@ -17,11 +17,16 @@ use pvesim::{SimConfig, Simulator};
 
 /// The ProviderConfig of the tests, pointed at a simulator: small budgets, a one-second sweep.
 pub fn provider_config(sim: &Simulator, sweep: &str) -> String {
+    provider_config_named(sim, "proxmox-lab", sweep)
+}
+
+/// [`provider_config`] named `name`.
+pub fn provider_config_named(sim: &Simulator, name: &str, sweep: &str) -> String {
     format!(
         r#"apiVersion: egress-operator.io/v1alpha1
 kind: ProviderConfig
 metadata:
-  name: proxmox-lab
+  name: {name}
 spec:
   component: {{file: proxmox.wasm}}
   config:
