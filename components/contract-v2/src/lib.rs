@@ -22,7 +22,7 @@ wit_bindgen::generate!({
 use egress::http_broker::broker::{self, Refusal};
 use egress::log::log::{self as host_log, Field, Level};
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, InstanceState,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, InstanceState, Listing,
 };
 use exports::egress::provider::provider::Guest;
 use wasi::http::outgoing_handler;
@@ -76,8 +76,11 @@ impl Guest for ContractV2 {
         Ok(())
     }
 
-    fn list_by_tag(_config: String, _key: String, _value: String) -> Result<Vec<Instance>, Error> {
-        Ok(Vec::new())
+    fn list_by_tag(_config: String, _key: String, _value: String) -> Result<Listing, Error> {
+        Ok(Listing {
+            instances: Vec::new(),
+            unanswered: Vec::new(),
+        })
     }
 
     fn check(config: String) -> CheckResult {

@@ -17,7 +17,7 @@ wit_bindgen::generate!({
 
 use egress::libvirt::libvirt::{Connection, Error as LibvirtError};
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, Listing,
 };
 use exports::egress::provider::provider::Guest;
 
@@ -53,7 +53,7 @@ impl Guest for LibvirtProbe {
         Err(Error::Permanent(REFUSAL.to_string()))
     }
 
-    fn list_by_tag(_config: String, _key: String, _value: String) -> Result<Vec<Instance>, Error> {
+    fn list_by_tag(_config: String, _key: String, _value: String) -> Result<Listing, Error> {
         Err(Error::Permanent(REFUSAL.to_string()))
     }
 

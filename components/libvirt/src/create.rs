@@ -4,9 +4,8 @@
 //! 1. The name is looked up on every connection, in list order. The first that has a domain with
 //!    the name goes to adoption there:
 //!    * its mark carries the request's UID: adopted ([`adoption`]). Running it is returned at
-//!      once; stopped it is started; paused or pm-suspended it is `permanent` (kvm2: a person
-//!      paused it, or the guest suspended itself: resume or destroy it), except paused while
-//!      starting up, which is returned as provisioning. An adopted domain gets autostart (so one
+//!      once; stopped it is started; paused or pm-suspended it is returned in the state `get`
+//!      reports (paused by a person, on its way, or failed). An adopted domain gets autostart (so one
 //!      made before the provider set it gains it), and its mark the request's tags when they
 //!      differ (so one made before the operator named its installation gains it).
 //!    * its mark carries another UID, or it has none: `permanent`, never adopted (the kvm2
@@ -16,9 +15,11 @@
 //!      definition, because only the host knows its metadata namespace); it is marked and
 //!      started.
 //!
-//!    A connection that cannot be opened or does not answer, when no other has the domain, fails
-//!    create (`transient` unless retrying cannot help, naming the connection): the domain may be
-//!    there, and making one elsewhere would give the Proxy two.
+//!    A connection that cannot be opened or does not answer is left out, and the VM is placed on
+//!    those that answered; when none answers, create fails (`transient` unless retrying cannot
+//!    help, naming the connection). A domain a cut create left on the silent one would give the
+//!    Proxy two VMs once it answers again: the operator's sweep deletes the one its Proxy does not
+//!    record.
 //! 2. Otherwise every connection's pool is read: whether it holds this VM's disk or seed (left by
 //!    a cut attempt), its available bytes, and whether it holds the base image. [`placement`]
 //!    chooses: the pool holding our volume, else the config's rule.
@@ -53,9 +54,6 @@ const CHUNK_BYTES: usize = 1024 * 1024;
 /// `VIR_ERR_STORAGE_VOL_EXIST`: another create imported the base at the same time.
 const STORAGE_VOL_EXIST: i32 = 90;
 
-/// `VIR_DOMAIN_PAUSED_STARTING_UP`: libvirt pauses a domain while it starts it.
-const PAUSED_STARTING_UP: i32 = 11;
-
 /// Whether `text` is a UUID in the `8-4-4-4-12` form (Kubernetes UIDs are).
 pub fn is_uuid(text: &str) -> bool {
     text.len() == 36
@@ -71,31 +69,26 @@ pub fn is_own_unmarked(uid: &str, domain_uuid: &str, status: &DomainStatus) -> b
 }
 
 /// What create does with a domain of its own, by its state.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Adoption {
-    /// Return it as it is (running, or on its way).
+    /// Return it as it is (running, on its way, paused or suspended), in the state `get` reports.
     Return,
     /// Start it first.
     Start,
-    /// Leave it to a person: `permanent`, with why.
-    Refuse(String),
 }
 
-/// The adoption rule for our own domain in `status`. Paused or pm-suspended is not stopped: kvm2
-/// refused to adopt it ("resume or destroy it"), since starting it fails and returning it as
-/// stopped would only loop. Paused while starting up is a start under way.
+/// The adoption rule for our own domain in `status`. A start fails on a paused or pm-suspended
+/// domain, so it is returned as it is, its state saying what it is (paused by a person, on its
+/// way, or failed): kvm2 answered `permanent` ("resume or destroy it", K34), which latched the
+/// Proxy until an object changed even after a person resumed the domain.
 pub fn adoption(status: DomainStatus) -> Adoption {
     match status.state {
-        DomainState::Paused if status.reason == PAUSED_STARTING_UP => Adoption::Return,
-        DomainState::Paused => Adoption::Refuse(format!(
-            "is paused (reason {}): resume or destroy it",
-            status.reason
-        )),
-        DomainState::PmSuspended => {
-            Adoption::Refuse("is suspended by the guest: resume or destroy it".into())
-        }
         DomainState::Shutoff | DomainState::Crashed | DomainState::Shutdown => Adoption::Start,
-        DomainState::Running | DomainState::Blocked | DomainState::NoState => Adoption::Return,
+        DomainState::Paused
+        | DomainState::PmSuspended
+        | DomainState::Running
+        | DomainState::Blocked
+        | DomainState::NoState => Adoption::Return,
     }
 }
 
@@ -151,9 +144,14 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
             }
         }
     }
-    if let Some(error) = unanswered {
+    if connections.is_empty()
+        && let Some(error) = unanswered
+    {
         return Err(error);
     }
+    // A connection that did not answer is left out: the VM goes on one that did (issue 32: one
+    // dead hypervisor stopped every new Proxy). Should a cut create's domain be waiting on it, the
+    // operator's sweep removes the one of the two its Proxy does not record.
 
     // Step 2: where this VM goes.
     let seed_iso = nocloud::build_seed_iso(&nocloud::Seed {
@@ -350,12 +348,6 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
             start(domain)?;
             domain.status().at("read the domain state")?
         }
-        Adoption::Refuse(why) => {
-            return Err(Error::Permanent(format!(
-                "domain {} on connection {connection} {why}",
-                request.name
-            )));
-        }
     };
     Ok(instance(connection, &request.name, status, &mark))
 }
@@ -438,32 +430,15 @@ mod tests {
     fn adoption_table() {
         use Adoption::{Return, Start};
         use DomainState as D;
-        let refused = |reason: &str| Adoption::Refuse(reason.to_owned());
         let rows = [
             (D::Running, 1, Return),
             (D::Blocked, 0, Return),
             (D::NoState, 0, Return),
             (D::Paused, 11, Return),
-            (
-                D::Paused,
-                1,
-                refused("is paused (reason 1): resume or destroy it"),
-            ),
-            (
-                D::Paused,
-                5,
-                refused("is paused (reason 5): resume or destroy it"),
-            ),
-            (
-                D::Paused,
-                0,
-                refused("is paused (reason 0): resume or destroy it"),
-            ),
-            (
-                D::PmSuspended,
-                1,
-                refused("is suspended by the guest: resume or destroy it"),
-            ),
+            (D::Paused, 1, Return),
+            (D::Paused, 5, Return),
+            (D::Paused, 0, Return),
+            (D::PmSuspended, 1, Return),
             (D::Shutoff, 1, Start),
             (D::Shutoff, 3, Start),
             (D::Crashed, 0, Start),

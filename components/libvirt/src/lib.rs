@@ -42,7 +42,7 @@ wit_bindgen::generate!({
 });
 
 use egress::libvirt::libvirt::Error as LibvirtError;
-use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance};
+use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance, Listing};
 use exports::egress::provider::provider::Guest;
 
 /// The contract version this provider implements (the WIT package version).
@@ -96,7 +96,7 @@ impl Guest for LibvirtProvider {
         delete::delete(&config, &provider_id)
     }
 
-    fn list_by_tag(config: String, key: String, value: String) -> Result<Vec<Instance>, Error> {
+    fn list_by_tag(config: String, key: String, value: String) -> Result<Listing, Error> {
         list_by_tag::list_by_tag(&config, &key, &value)
     }
 

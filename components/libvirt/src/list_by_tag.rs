@@ -3,34 +3,49 @@
 //! Addresses are not read here (one more call per domain); states are as `get` reports them
 //! without an address.
 //!
-//! A connection that cannot be opened or listed fails the whole call (`transient` unless
-//! retrying cannot help): a partial list would read as VMs gone.
+//! A connection that cannot be opened or listed is named in the answer's `unanswered`, and the
+//! others' domains are listed: its domains are unknown, never gone (the operator deletes nothing
+//! it did not list, and a Proxy's deletion waits for it). Only a configuration that does not parse
+//! fails the call.
 
 use crate::Step;
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::Connection;
-use crate::egress::provider::types::{Error, Instance};
+use crate::egress::provider::types::{Error, Instance, Listing};
 use crate::mark::Mark;
 use crate::state::instance_state;
 
 /// The operation.
-pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Vec<Instance>, Error> {
+pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Listing, Error> {
     let config = Config::parse(config).map_err(Error::Permanent)?;
-    let mut instances = Vec::new();
+    let mut listing = Listing {
+        instances: Vec::new(),
+        unanswered: Vec::new(),
+    };
     for name in &config.connections {
-        let connection = Connection::open(name).on(name, "open the connection")?;
-        let domains = connection.list_domains().on(name, "list the domains")?;
-        instances.extend(domains.into_iter().filter_map(|summary| {
-            let mark = Mark::parse(summary.metadata.as_deref())?;
-            mark.has_tag(key, value).then(|| Instance {
-                provider_id: crate::id::format(name, &summary.name),
-                state: instance_state(summary.status, false),
-                name: summary.name,
-                addresses: Vec::new(),
-                created_at: mark.created_at,
-                uid: mark.uid,
-            })
-        }));
+        let listed = Connection::open(name)
+            .on(name, "open the connection")
+            .and_then(|connection| connection.list_domains().on(name, "list the domains"));
+        let domains = match listed {
+            Ok(domains) => domains,
+            Err(_) => {
+                listing.unanswered.push(name.clone());
+                continue;
+            }
+        };
+        listing
+            .instances
+            .extend(domains.into_iter().filter_map(|summary| {
+                let mark = Mark::parse(summary.metadata.as_deref())?;
+                mark.has_tag(key, value).then(|| Instance {
+                    provider_id: crate::id::format(name, &summary.name),
+                    state: instance_state(summary.status, false),
+                    name: summary.name,
+                    addresses: Vec::new(),
+                    created_at: mark.created_at,
+                    uid: mark.uid,
+                })
+            }));
     }
-    Ok(instances)
+    Ok(listing)
 }

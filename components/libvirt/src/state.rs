@@ -6,10 +6,12 @@ use std::net::Ipv4Addr;
 use crate::egress::libvirt::libvirt::{AddressType, DomainState, DomainStatus, InterfaceAddresses};
 use crate::egress::provider::types::InstanceState;
 
-/// `VIR_DOMAIN_PAUSED_STARTING_UP`: paused by libvirt while the domain starts.
-const PAUSED_STARTING_UP: i32 = 11;
-/// `VIR_DOMAIN_PAUSED_IOERROR`, `_WATCHDOG`, `_CRASHED`, `_POSTCOPY_FAILED`: paused by a failure.
-const PAUSED_BY_FAILURE: &[i32] = &[5, 6, 10, 13];
+/// `VIR_DOMAIN_PAUSED_MIGRATION`, `_SAVE`, `_DUMP`, `_SNAPSHOT`, `_STARTING_UP`, `_POSTCOPY`:
+/// paused by libvirt for a job it resumes the domain after.
+const PAUSED_FOR_A_JOB: &[i32] = &[2, 3, 4, 9, 11, 12];
+/// `VIR_DOMAIN_PAUSED_WATCHDOG`, `_CRASHED`, `_POSTCOPY_FAILED`, `_API_ERROR`: paused by a
+/// failure a resume does not mend.
+const PAUSED_BY_FAILURE: &[i32] = &[6, 10, 13, 14];
 /// `VIR_DOMAIN_SHUTOFF_CRASHED`, `_FAILED` (failed to start).
 const SHUTOFF_BY_FAILURE: &[i32] = &[3, 6];
 
@@ -20,16 +22,21 @@ pub fn instance_state(status: DomainStatus, has_address: bool) -> InstanceState 
         DomainState::Running | DomainState::Blocked | DomainState::NoState => {
             InstanceState::Provisioning
         }
-        DomainState::Paused if status.reason == PAUSED_STARTING_UP => InstanceState::Provisioning,
+        DomainState::Paused if PAUSED_FOR_A_JOB.contains(&status.reason) => {
+            InstanceState::Provisioning
+        }
         DomainState::Paused if PAUSED_BY_FAILURE.contains(&status.reason) => InstanceState::Failed,
+        // By a person (`virsh suspend`, reason user; after a snapshot revert; unknown), or on a
+        // storage error (I/O error): it runs again when resumed, once its cause is dealt with,
+        // and the operator leaves it to a person.
+        DomainState::Paused => InstanceState::Paused,
         DomainState::Shutoff if SHUTOFF_BY_FAILURE.contains(&status.reason) => {
             InstanceState::Failed
         }
-        DomainState::Crashed => InstanceState::Failed,
-        DomainState::Paused
-        | DomainState::PmSuspended
-        | DomainState::Shutdown
-        | DomainState::Shutoff => InstanceState::Stopped,
+        // A guest that suspended itself cannot be woken through the capability (no pm-wakeup):
+        // the operator replaces it, as a broken proxy.
+        DomainState::Crashed | DomainState::PmSuspended => InstanceState::Failed,
+        DomainState::Shutdown | DomainState::Shutoff => InstanceState::Stopped,
     }
 }
 
@@ -68,13 +75,19 @@ mod tests {
             (D::Blocked, 0, true, I::Running),
             (D::Blocked, 0, false, I::Provisioning),
             (D::NoState, 0, true, I::Provisioning),
-            (D::Paused, 1, true, I::Stopped),
+            (D::Paused, 0, true, I::Paused),
+            (D::Paused, 1, true, I::Paused),
+            (D::Paused, 7, true, I::Paused),
+            (D::Paused, 2, true, I::Provisioning),
+            (D::Paused, 3, true, I::Provisioning),
             (D::Paused, 11, false, I::Provisioning),
-            (D::Paused, 5, true, I::Failed),
+            (D::Paused, 12, true, I::Provisioning),
+            (D::Paused, 5, true, I::Paused),
             (D::Paused, 6, true, I::Failed),
             (D::Paused, 10, true, I::Failed),
             (D::Paused, 13, true, I::Failed),
-            (D::PmSuspended, 0, true, I::Stopped),
+            (D::Paused, 14, true, I::Failed),
+            (D::PmSuspended, 0, true, I::Failed),
             (D::Shutdown, 1, true, I::Stopped),
             (D::Shutoff, 1, false, I::Stopped),
             (D::Shutoff, 2, false, I::Stopped),

@@ -61,7 +61,7 @@ pub enum Verdict {
     Adopt,
     /// Demonstrably someone else's (another name): probe past it.
     Foreign,
-    /// Stop: a person has to look (our name without our mark, or ours but hibernated).
+    /// Stop: a person has to look (our name without our mark, or another Proxy's).
     Refuse(String),
 }
 
@@ -72,16 +72,9 @@ pub fn judge(vmid: u32, config: &VmConfig, name: &str, uid: &str) -> Verdict {
     }
     let mark = Mark::parse(config.get("description").map(String::as_str));
     match mark {
-        Some(mark) if mark.uid == uid => {
-            if lock_state(config.get("lock").map(String::as_str)) == LockState::Suspended {
-                // Phase 6 judgment: ours but hibernated is not waited on and not re-provisioned.
-                Verdict::Refuse(format!(
-                    "VM {vmid} named {name:?} is ours but hibernated: resume or destroy it"
-                ))
-            } else {
-                Verdict::Adopt
-            }
-        }
+        // Ours, hibernated or not: a hibernated one is returned as it is (Phase 6: never waited
+        // on, never provisioned again), paused, for a person to resume.
+        Some(mark) if mark.uid == uid => Verdict::Adopt,
         Some(mark) => Verdict::Refuse(format!(
             "VM {vmid} is named {name:?} but belongs to another Proxy (uid {:?}): not ours to touch",
             mark.uid
@@ -294,18 +287,35 @@ pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<In
         }
     };
     if adopted {
+        if lock_state(found.config.get("lock").map(String::as_str)) == LockState::Suspended {
+            // Hibernated: `get` reports it paused; a person resumes it.
+            return finish(&found, InstanceState::Paused);
+        }
         let status = pve
             .vm_status(&found.node, found.vmid)
             .map_err(|error| classify(&format!("read status of VM {}", found.vmid), &error))?;
         if status.status == "running" {
-            // Entry 10: an adopted running VM returns at once, whatever its qmpstatus; it is not
-            // provisioned again, only given what its config lacks.
+            if status.qmpstatus.as_deref() == Some("suspended") {
+                // Its guest put itself to sleep (ACPI S3): wake it, as a start would a stopped VM.
+                wake(pve, &found)?;
+            }
+            // Entry 10: an adopted running VM returns at once; it is not provisioned again, only
+            // given what its config lacks.
             refresh(pve, &found, request)?;
-            return finish(&found);
+            return finish(&found, InstanceState::Provisioning);
         }
     }
     provision(pve, &found, request, &seed)?;
-    finish(&found)
+    finish(&found, InstanceState::Provisioning)
+}
+
+/// Resume a VM its guest suspended (`status/resume`, a task, waited for).
+fn wake<I: Io>(pve: &mut Pve<'_, I>, found: &Found) -> Result<(), Error> {
+    let what = format!("wake VM {}", found.vmid);
+    let upid = pve
+        .vm_power(&found.node, found.vmid, "resume")
+        .map_err(|error| classify(&what, &error))?;
+    wait_task(pve, &what, &upid)
 }
 
 /// Write what an adopted running VM's config lacks ([`refresh_params`]), if anything.
@@ -333,14 +343,14 @@ fn template_error(vmid: u32, error: &crate::api::ApiError) -> Error {
     }
 }
 
-fn finish(found: &Found) -> Result<Instance, Error> {
+fn finish(found: &Found, state: InstanceState) -> Result<Instance, Error> {
     let mark = Mark::parse(found.config.get("description").map(String::as_str)).unwrap_or_default();
     Ok(instance(
         &found.node,
         found.vmid,
         &found.config,
         &mark,
-        InstanceState::Provisioning,
+        state,
         Vec::new(),
     ))
 }
@@ -590,14 +600,15 @@ mod tests {
                 "refuse",
             ),
             (vm(&[("name", "proxy-a")]), "refuse"),
-            // Phase 6 judgment: ours but hibernated is refused, not adopted or waited on.
+            // Ours but hibernated: adopted and returned as it is (paused), never waited on or
+            // provisioned again (Phase 6); refusing it latched its Proxy (issue 32).
             (
                 vm(&[
                     ("name", "proxy-a"),
                     ("description", OURS),
                     ("lock", "suspended"),
                 ]),
-                "refuse",
+                "adopt",
             ),
         ];
         for (config, expected) in rows {

@@ -283,7 +283,7 @@ fn a_vm_that_migrated_is_found_through_the_listing_on_its_new_node() {
 }
 
 #[test]
-fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_the_agent() {
+fn phase5_issue32_suspended_lock_passes_the_mark_check_then_answers_paused_without_the_agent() {
     let config = simulator_config();
     let status = r#"{"status":"stopped","qmpstatus":"stopped","lock":"suspended"}"#;
     let suspended_config =
@@ -293,7 +293,7 @@ fn phase5_suspended_lock_passes_the_mark_check_then_answers_stopped_without_the_
         ok(Method::Get, config_path(100_123), &suspended_config),
     ];
     let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
-    assert_eq!(result.unwrap().state, InstanceState::Stopped);
+    assert_eq!(result.unwrap().state, InstanceState::Paused);
 
     // Foreign hibernated VM at our VMID: not ours, not-found.
     let steps = vec![
@@ -556,6 +556,46 @@ fn an_adopted_running_vm_gains_the_requests_tags_in_its_mark_and_onboot_in_one_w
     assert_eq!(body.as_bytes(), expected.as_slice());
 }
 
+/// Issue 32: create adopts a VM of its own whose guest suspended itself (ACPI S3) and wakes it,
+/// as it starts a stopped one; a hibernated one is returned paused, untouched.
+#[test]
+fn create_wakes_a_suspended_vm_of_its_own_and_returns_a_hibernated_one_paused() {
+    let config = create_config();
+    let upid = upid("qmresume", "100777");
+    let steps = vec![
+        resources(&vm_entry(100_777, "proxy-a", "running")),
+        ok(
+            Method::Get,
+            config_path(100_777),
+            &our_config(100_777, "proxy-a"),
+        ),
+        ok(
+            Method::Get,
+            status_path(100_777),
+            r#"{"status":"running","qmpstatus":"suspended"}"#,
+        ),
+        ok(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/100777/status/resume"),
+            &format!("\"{upid}\""),
+        ),
+        task_done(&upid, "OK"),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
+    assert_eq!(result.unwrap().provider_id, "pv1-1/100777");
+    assert_eq!(requests, 5);
+
+    let hibernated =
+        our_config(100_777, "proxy-a").replace(r#""digest""#, r#""lock":"suspended","digest""#);
+    let steps = vec![
+        resources(&vm_entry(100_777, "proxy-a", "stopped")),
+        ok(Method::Get, config_path(100_777), &hibernated),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
+    assert_eq!(result.unwrap().state, InstanceState::Paused);
+    assert_eq!(requests, 2, "no status read, no write, no start");
+}
+
 #[test]
 fn correction2_name_ours_mark_not_is_permanent_and_nothing_is_cloned() {
     let config = create_config();
@@ -760,12 +800,72 @@ fn list_by_tag_reads_marks_and_leaves_out_markless_and_other_tags() {
         ok(Method::Get, config_path(100_003), r#"{"name":"hand-made"}"#),
     ];
     let (result, _, _) = run(&config, steps, |pve| list_by_tag(pve, "pool", "blue"));
-    let instances = result.unwrap();
-    assert_eq!(instances.len(), 1);
+    let listing = result.unwrap();
+    assert_eq!(listing.instances.len(), 1);
+    assert!(listing.unanswered.is_empty());
     assert_eq!(
-        (instances[0].provider_id.as_str(), instances[0].state),
+        (
+            listing.instances[0].provider_id.as_str(),
+            listing.instances[0].state
+        ),
         ("pv1-1/100001", InstanceState::Running)
     );
+}
+
+/// Issue 32: a node that does not answer for its VMs is named, and the others' VMs listed; a
+/// refusal (a 403) still fails the whole listing.
+#[test]
+fn list_by_tag_names_a_node_that_does_not_answer_and_lists_the_others() {
+    let config = simulator_config();
+    let on = |node: &str, vmid: u32, name: &str| {
+        format!(
+            r#"{{"type":"qemu","vmid":{vmid},"node":"{node}","name":"{name}","status":"running","tags":"proxy_operator"}}"#
+        )
+    };
+    let steps = vec![
+        resources(&format!(
+            "{},{},{}",
+            on("pv1-2", 100_002, "proxy-b"),
+            on("pv1-1", 100_001, "proxy-a"),
+            on("pv1-2", 100_003, "proxy-c")
+        )),
+        fail(
+            Method::Get,
+            "/nodes/pv1-2/qemu/100002/config",
+            595,
+            "no route to host",
+        ),
+        ok(
+            Method::Get,
+            config_path(100_001),
+            &our_config(100_001, "proxy-a"),
+        ),
+    ];
+    let (result, _, requests) = run(&config, steps, |pve| list_by_tag(pve, "pool", "blue"));
+    let listing = result.unwrap();
+    assert_eq!(listing.unanswered, ["pv1-2"]);
+    let ids: Vec<&str> = listing
+        .instances
+        .iter()
+        .map(|vm| vm.provider_id.as_str())
+        .collect();
+    assert_eq!(ids, ["pv1-1/100001"]);
+    assert_eq!(
+        requests, 3,
+        "no second read on the node that did not answer"
+    );
+
+    let refused = vec![
+        resources(&on("pv1-1", 100_001, "proxy-a")),
+        fail(
+            Method::Get,
+            config_path(100_001),
+            403,
+            "Permission check failed",
+        ),
+    ];
+    let (result, _, _) = run(&config, refused, |pve| list_by_tag(pve, "pool", "blue"));
+    assert!(matches!(result, Err(Error::Permanent(_))), "{result:?}");
 }
 
 #[test]

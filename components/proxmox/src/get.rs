@@ -147,12 +147,14 @@ fn read_on_node<I: Io>(
         ))
     })?;
     if lock == LockState::Suspended || status_lock == LockState::Suspended {
+        // Hibernated (`qm suspend --todisk`): it resumes from its saved state when a person
+        // starts it; a person's to do, as a pause is.
         return Ok(Some(instance(
             node,
             vmid,
             &config,
             &mark,
-            InstanceState::Stopped,
+            InstanceState::Paused,
             Vec::new(),
         )));
     }

@@ -1,6 +1,6 @@
 //! # The Proxmox VE provider
 //!
-//! An egress provider component (`egress:provider@0.1.0`, world `provider-world`) that makes
+//! An egress provider component (`egress:provider@0.2.0`, world `provider-world`) that makes
 //! egress-proxy VMs on Proxmox VE by full-cloning a template, attaching a NoCloud seed on ide2 and
 //! reading addresses from the QEMU guest agent. It behaves as the Go predecessor's execution log
 //! recorded against a real PVE 9.2.20 host; the facts (F1–F23), corrections (1–10) and judgment
@@ -42,7 +42,7 @@ pub mod wasi_io;
 mod flow_tests;
 
 wit_bindgen::generate!({
-    path: "../../wit/since_v0.1.0",
+    path: "../../wit/provider",
     world: "provider-world",
     generate_all,
 });
@@ -50,14 +50,14 @@ wit_bindgen::generate!({
 use api::{Io, LogLevel, Pve};
 use config::Config;
 use egress::provider::types::{
-    Capability, CheckReason, CheckResult, CreateRequest, Description, Error, Instance,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, Listing,
 };
 use exports::egress::provider::provider::Guest;
 use id::VmId;
 use wasi_io::WasiIo;
 
 /// The contract version this provider implements (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 
 /// The exported provider; each method hands over to its operation's module.
 struct ProxmoxProvider;
@@ -99,7 +99,6 @@ impl Guest for ProxmoxProvider {
             version: env!("CARGO_PKG_VERSION").into(),
             contract_version: CONTRACT_VERSION.into(),
             config_schema: config::SCHEMA.into(),
-            capabilities: vec![Capability::Http],
         }
     }
 
@@ -128,7 +127,7 @@ impl Guest for ProxmoxProvider {
         run(&config, "delete", |pve| delete::delete(pve, &id))
     }
 
-    fn list_by_tag(config: String, key: String, value: String) -> Result<Vec<Instance>, Error> {
+    fn list_by_tag(config: String, key: String, value: String) -> Result<Listing, Error> {
         run(&config, "list-by-tag", |pve| {
             list::list_by_tag(pve, &key, &value)
         })
@@ -153,6 +152,6 @@ impl Guest for ProxmoxProvider {
 }
 
 // Only the component exports these functions. A host build (for unit tests) leaves them out:
-// export names like `egress:provider/provider@0.1.0#create` are not valid native symbols.
+// export names like `egress:provider/provider@0.2.0#create` are not valid native symbols.
 #[cfg(target_arch = "wasm32")]
 export!(ProxmoxProvider);

@@ -8,7 +8,7 @@
 
 use crate::api::{Io, Pve, Resource};
 use crate::create::PROXMOX_TAG;
-use crate::egress::provider::types::{Error, Instance};
+use crate::egress::provider::types::{Error, Listing};
 use crate::errors::{api_missing_vm, classify};
 use crate::get::instance;
 use crate::mark::Mark;
@@ -19,22 +19,29 @@ pub fn is_candidate(entry: &Resource) -> bool {
     entry.is_qemu() && !entry.template && entry.has_tag(PROXMOX_TAG)
 }
 
-/// `list-by-tag` for `key=value`.
-pub fn list_by_tag<I: Io>(
-    pve: &mut Pve<'_, I>,
-    key: &str,
-    value: &str,
-) -> Result<Vec<Instance>, Error> {
+/// `list-by-tag` for `key=value`. A node whose VM configs cannot be read (it is down, or does
+/// not answer the cluster) is named in `unanswered` and its VMs left out: unknown, never gone.
+pub fn list_by_tag<I: Io>(pve: &mut Pve<'_, I>, key: &str, value: &str) -> Result<Listing, Error> {
     let entries = pve
         .resources()
         .map_err(|error| classify("list VMs", &error))?;
     let mut instances = Vec::new();
+    let mut unanswered: Vec<String> = Vec::new();
     for entry in entries.iter().filter(|entry| is_candidate(entry)) {
+        if unanswered.contains(&entry.node) {
+            continue;
+        }
         let config = match pve.vm_config(&entry.node, entry.vmid) {
             // Destroyed between the listing and this read.
             Err(error) if api_missing_vm(&error) => continue,
-            other => other
-                .map_err(|error| classify(&format!("read config of VM {}", entry.vmid), &error))?,
+            Err(error) => match classify(&format!("read config of VM {}", entry.vmid), &error) {
+                Error::Transient(_) => {
+                    unanswered.push(entry.node.clone());
+                    continue;
+                }
+                refused => return Err(refused),
+            },
+            Ok(config) => config,
         };
         let Some(mark) = Mark::parse(config.get("description").map(String::as_str)) else {
             continue;
@@ -50,7 +57,10 @@ pub fn list_by_tag<I: Io>(
             ));
         }
     }
-    Ok(instances)
+    Ok(Listing {
+        instances,
+        unanswered,
+    })
 }
 
 #[cfg(test)]

@@ -24,18 +24,26 @@ pub enum Power {
     Unsettled(String),
 }
 
-/// F14, correction 6: `status/current` tells paused from running. Paused, suspended and the other
-/// "will not run by itself" QMP states are stopped; prelaunch and migration states are
-/// provisioning.
+/// F14, correction 6: `status/current` tells paused from running, and the QMP state says what a
+/// recovery can do about a VM that does not run (issue 32: each used to be `stopped`, which
+/// the operator restarted in vain, since a start of a "running" VM does nothing):
+///
+/// | QMP state | state | why |
+/// |---|---|---|
+/// | `paused` (`qm suspend`), `io-error` (QEMU paused it on a storage error) | `paused` | it runs again when resumed, once its cause is dealt with; a person's to do |
+/// | `suspended` (the guest slept, ACPI S3) | `stopped` | `create` wakes it (`status/resume`) |
+/// | `guest-panicked`, `internal-error`, `watchdog`, `shutdown` | `failed` | neither a start nor a resume brings it back: replaced |
+/// | `prelaunch`, migration and save states | `provisioning` | on its way |
 pub fn power(status: &VmStatus) -> Power {
     match status.status.as_str() {
         "stopped" => Power::Settled(InstanceState::Stopped),
         "running" => match status.qmpstatus.as_deref() {
             None | Some("running") => Power::AskAgent,
-            Some(
-                "paused" | "suspended" | "shutdown" | "guest-panicked" | "io-error"
-                | "internal-error" | "watchdog",
-            ) => Power::Settled(InstanceState::Stopped),
+            Some("paused" | "io-error") => Power::Settled(InstanceState::Paused),
+            Some("suspended") => Power::Settled(InstanceState::Stopped),
+            Some("guest-panicked" | "internal-error" | "watchdog" | "shutdown") => {
+                Power::Settled(InstanceState::Failed)
+            }
             Some(
                 "prelaunch" | "inmigrate" | "postmigrate" | "finish-migrate" | "restore-vm"
                 | "save-vm" | "colo" | "debug",
@@ -119,7 +127,8 @@ pub fn agent_state(
 /// The cheap state `list-by-tag` reports from a resources entry alone (no addresses).
 pub fn entry_state(entry: &Resource) -> InstanceState {
     if lock_state(entry.lock.as_deref()) == LockState::Suspended {
-        return InstanceState::Stopped;
+        // Hibernated: a person's to resume.
+        return InstanceState::Paused;
     }
     if entry_in_progress(entry) {
         return InstanceState::Provisioning;
@@ -178,15 +187,26 @@ mod tests {
     }
 
     #[test]
-    fn f14_correction6_power_table() {
+    fn f14_correction6_issue32_power_table() {
         use InstanceState::*;
         let rows = [
             (status("stopped", Some("stopped")), Power::Settled(Stopped)),
-            (status("running", Some("paused")), Power::Settled(Stopped)),
+            (status("running", Some("paused")), Power::Settled(Paused)),
+            (status("running", Some("io-error")), Power::Settled(Paused)),
             (
                 status("running", Some("suspended")),
                 Power::Settled(Stopped),
             ),
+            (
+                status("running", Some("guest-panicked")),
+                Power::Settled(Failed),
+            ),
+            (
+                status("running", Some("internal-error")),
+                Power::Settled(Failed),
+            ),
+            (status("running", Some("watchdog")), Power::Settled(Failed)),
+            (status("running", Some("shutdown")), Power::Settled(Failed)),
             (
                 status("running", Some("prelaunch")),
                 Power::Settled(Provisioning),
@@ -259,6 +279,7 @@ mod tests {
                     InstanceState::Running => "Running",
                     InstanceState::Stopped => "Stopped",
                     InstanceState::Failed => "Failed",
+                    InstanceState::Paused => "Paused",
                 };
                 format!("{state} {addresses:?}")
             }
@@ -308,7 +329,8 @@ mod tests {
         );
         assert_eq!(
             entry_state(&entry(Some("running"), Some("suspended"), Some("p"))),
-            Stopped
+            Paused,
+            "hibernated"
         );
         assert_eq!(
             entry_state(&entry(Some("running"), Some("clone"), Some("p"))),

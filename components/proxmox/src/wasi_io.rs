@@ -6,7 +6,7 @@
 use egress_guest::{Endpoint, Scheme, time};
 
 use crate::api::{Io, LogLevel, Method, Request, Response, TransportError};
-use crate::egress::provider::log::{self, Field, Level};
+use crate::egress::log::log::{self, Field, Level};
 
 /// The largest response body read (the biggest answer is a resources listing).
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;

@@ -182,8 +182,11 @@ pub enum Phase {
     Provisioning,
     /// The VM runs and answers at its addresses.
     Running,
-    /// The VM exists but is stopped or paused.
+    /// The VM exists but is stopped.
     Stopped,
+    /// A person paused or hibernated the VM: it runs again when resumed; the operator looks
+    /// again at a slow interval and does not fight the person.
+    Paused,
     /// The VM kept stopping: `recovery.maxRestarts` recoveries within the window, so the operator
     /// leaves it until a person starts it or changes the Proxy.
     Degraded,

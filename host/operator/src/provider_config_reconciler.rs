@@ -19,7 +19,6 @@
 //! Every provider call goes through [`ProviderCalls`], counted in the call metrics under the
 //! ProviderConfig's name ([`Metered`]); the steps after binding are tested with a fake provider.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
@@ -36,7 +35,7 @@ use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_calls::{Metered, ProviderCalls};
 use crate::providers::{Bound, NotReady, ProviderSet, Source};
-use crate::sweep::{SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
+use crate::sweep::{LiveProxies, SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
 use crate::{Note, Objects, now};
 
 /// A ProviderConfig as the reconciler sees it.
@@ -121,7 +120,7 @@ impl ProviderConfigReconciler {
         providers: &ProviderSet,
         state: &ProviderConfigState,
         objects: &dyn Objects,
-        live_proxy_uids: impl Future<Output = Option<HashSet<String>>> + Send,
+        live_proxy_uids: impl Future<Output = Option<LiveProxies>> + Send,
     ) -> ProviderConfigOutcome {
         let started = std::time::Instant::now();
         let loaded = providers
@@ -189,7 +188,7 @@ impl ProviderConfigReconciler {
         &self,
         state: &ProviderConfigState,
         observed: Observed<'_, P>,
-        live_proxy_uids: impl Future<Output = Option<HashSet<String>>> + Send,
+        live_proxy_uids: impl Future<Output = Option<LiveProxies>> + Send,
     ) -> ProviderConfigOutcome {
         let Observed {
             spec_refused,
@@ -458,7 +457,9 @@ fn check_reason(reason: CheckReason) -> &'static str {
 mod tests {
     use std::sync::Mutex;
 
-    use egress_runtime::types::{CheckResult, Instance, InstanceState, Operation, ProviderError};
+    use egress_runtime::types::{
+        CheckResult, Instance, InstanceState, Listing, Operation, ProviderError,
+    };
 
     use super::*;
     use crate::crd::SweepMode;
@@ -479,6 +480,8 @@ mod tests {
         /// Another installation's VMs of the same ProviderConfig name: listed by ProviderConfig
         /// only.
         foreign: Vec<Instance>,
+        /// The hypervisors every listing says did not answer.
+        unanswered: Vec<String>,
         asked: Mutex<Vec<Operation>>,
         /// The provider IDs `delete` was called with.
         deleted: Mutex<Vec<String>>,
@@ -513,7 +516,10 @@ mod tests {
                         INSTALLATION_TAG => assert_eq!(value, INSTALLED),
                         other => panic!("listed by {other}"),
                     }
-                    Ok(Response::ListByTag(vms))
+                    Ok(Response::ListByTag(Listing {
+                        instances: vms,
+                        unanswered: self.unanswered.clone(),
+                    }))
                 }
                 Request::Delete { provider_id, .. } => {
                     lock(&self.deleted).push(provider_id);
@@ -605,8 +611,13 @@ mod tests {
         )
     }
 
-    async fn no_proxies() -> Option<HashSet<String>> {
-        Some(HashSet::new())
+    async fn no_proxies() -> Option<LiveProxies> {
+        Some(LiveProxies::new())
+    }
+
+    /// The live Proxies `uids`, each recording no VM.
+    fn live(uids: &[&str]) -> Option<LiveProxies> {
+        Some(uids.iter().map(|uid| (uid.to_string(), None)).collect())
     }
 
     /// The status and reason of condition `kind`.
@@ -874,7 +885,7 @@ mod tests {
             ..FakeProvider::default()
         };
         let settings = sweep(mode, 1);
-        let live = || async { Some(HashSet::from(["here".to_owned()])) };
+        let live = || async { live(&["here"]) };
         let pc = state(Default::default());
         let first = core
             .follow(&pc, observed(serving(&provider, &settings)), live())
@@ -934,7 +945,7 @@ mod tests {
             ..FakeProvider::default()
         };
         let settings = sweep(SweepMode::Delete, 1);
-        let live = || async { Some(HashSet::from(["here".to_owned()])) };
+        let live = || async { live(&["here"]) };
         let mut status = ProviderConfigStatus::default();
         let mut foreign_reports = 0;
         for _ in 0..5 {
@@ -963,6 +974,47 @@ mod tests {
         );
     }
 
+    /// Issue 32: a second VM carrying a live Proxy's UID (a create placed elsewhere while the
+    /// first VM's hypervisor did not answer) is reported once and never deleted.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_vm_of_a_live_proxy_is_reported_once_and_left_alone() {
+        let core = reconciler();
+        let provider = FakeProvider {
+            vms: vec![vm("pv1/101", "here"), vm("pv2/101", "here")],
+            ..FakeProvider::default()
+        };
+        let settings = sweep(SweepMode::Delete, 1);
+        let live = || async {
+            Some(LiveProxies::from([(
+                "here".to_owned(),
+                Some("pv1/101".to_owned()),
+            )]))
+        };
+        let mut status = ProviderConfigStatus::default();
+        let mut reported = Vec::new();
+        for _ in 0..3 {
+            let outcome = core
+                .follow(
+                    &state(status),
+                    observed(serving(&provider, &settings)),
+                    live(),
+                )
+                .await;
+            reported.extend(
+                outcome
+                    .notes
+                    .iter()
+                    .filter(|note| note.reason == "SecondVM")
+                    .map(|note| note.message.clone()),
+            );
+            status = outcome.status;
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert!(reported[0].starts_with("pv2/101"), "{reported:?}");
+        assert!(lock(&provider.deleted).is_empty());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn without_suspects_the_installation_is_not_listed() {
         let core = reconciler();
@@ -971,7 +1023,7 @@ mod tests {
             ..FakeProvider::default()
         };
         let settings = sweep(SweepMode::Delete, 1);
-        let live = || async { Some(HashSet::from(["here".to_owned()])) };
+        let live = || async { live(&["here"]) };
         core.follow(
             &state(Default::default()),
             observed(serving(&provider, &settings)),

@@ -253,14 +253,24 @@ impl Reconciler {
             Err(why) => return step.not_ready(why, self.timing.not_ready_retry),
         };
         let handled = binding.handled_by();
-        if blocked(&proxy.status, proxy.generation, Some(&handled)) {
-            // Permanent, and nothing it depends on changed since: do not ask again.
-            return step.finish(Next::AwaitChange);
-        }
-        if let Some(status) = self.failed_permanently(proxy, &handled) {
+        let latched = if blocked(&proxy.status, proxy.generation, Some(&handled)) {
+            Some(proxy.status.clone())
+        } else {
             // The same, though the status given has not caught up with the one written.
+            self.failed_permanently(proxy, &handled)
+        };
+        if let Some(status) = latched {
+            // Permanent, and nothing it depends on changed since: do not ask again. A VM the
+            // answer was about is re-read at the resync, so a person who fixed it (resumed a
+            // paused VM, say) is seen without changing any object.
             step.status = status;
-            return step.finish(Next::AwaitChange);
+            return match step.status.provider_id.clone() {
+                Some(provider_id) => {
+                    self.recheck(proxy, step, &binding, provider_id, &user_data)
+                        .await
+                }
+                None => step.finish(Next::AwaitChange),
+            };
         }
         step.status.provider = Some(handled);
         match proxy.status.provider_id.clone() {
@@ -299,12 +309,7 @@ impl Reconciler {
                 step.status.installation = Some(self.installation.to_string());
                 step.note(Note::normal(
                     "VMCreated",
-                    format!(
-                        "{} is {} at {}",
-                        vm.name,
-                        state_word(vm.state),
-                        vm.provider_id
-                    ),
+                    format!("{} is {} at {}", vm.name, vm.state.as_str(), vm.provider_id),
                 ));
                 self.vm_observed(proxy, step, binding, vm, user_data, true)
                     .await
@@ -408,6 +413,35 @@ impl Reconciler {
         }
     }
 
+    /// A Proxy latched on a permanent answer about its VM: read the VM again; running at an
+    /// address it is this Proxy's again (the latch is lifted), else the latch stays and the VM is
+    /// read again at the next resync.
+    async fn recheck(
+        &self,
+        proxy: &ProxyState,
+        step: Step,
+        binding: &Binding,
+        provider_id: String,
+        user_data: &str,
+    ) -> Outcome {
+        let request = Request::Get {
+            config: binding.config.clone(),
+            provider_id,
+        };
+        match self.call(binding, proxy, request).await {
+            Ok(Response::Get(vm))
+                if vm.uid == proxy.uid
+                    && vm.state == InstanceState::Running
+                    && !vm.addresses.is_empty() =>
+            {
+                lock(&self.permanent).remove(&proxy.uid);
+                self.vm_observed(proxy, step, binding, vm, user_data, false)
+                    .await
+            }
+            _ => step.finish(Next::After(self.resync(binding))),
+        }
+    }
+
     /// Forget the VM: the next reconcile (now) creates one.
     fn gone(&self, proxy: &ProxyState, mut step: Step, why: String) -> Outcome {
         step.status.provider_id = None;
@@ -469,6 +503,25 @@ impl Reconciler {
                 step.ready(false, waiting.0, waiting.1);
                 let poll = self.poll_delay(proxy);
                 step.finish(Next::After(poll))
+            }
+            InstanceState::Paused => {
+                // A person paused or hibernated it: not the operator's to undo. It is read
+                // again at the resync and is Running again once resumed; no recovery counts.
+                let why = format!(
+                    "{} is paused or hibernated: it runs again when resumed; looked at again every {}s",
+                    vm.provider_id,
+                    self.resync(binding).as_secs()
+                );
+                let was_ready = is_true(&proxy.status, conditions::READY);
+                step.status.addresses.clear();
+                step.status.phase = Some(Phase::Paused);
+                step.provisioned(false, "VMPaused", &why);
+                step.ready(false, "VMPaused", &why);
+                if was_ready {
+                    step.note(Note::warning("VMPaused", why));
+                }
+                self.reset(proxy);
+                step.finish(Next::After(self.resync(binding)))
             }
             InstanceState::Stopped => {
                 let recovery = self.recovery(proxy, binding, just_made);
@@ -710,7 +763,13 @@ impl Reconciler {
                 }
                 self.reset(proxy);
                 lock(&self.permanent).insert(proxy.uid.clone(), step.status.clone());
-                step.finish(Next::AwaitChange)
+                // Nothing retries the refused call until an object changes; a VM it was about
+                // is read again at the resync (see `recheck`), so a person who fixed the VM
+                // itself is seen too.
+                match step.status.provider_id {
+                    Some(_) => step.finish(Next::After(self.timing.resync)),
+                    None => step.finish(Next::AwaitChange),
+                }
             }
             ErrorClass::QuotaExceeded => {
                 step.synced(false, "QuotaExceeded", &message);
@@ -759,6 +818,7 @@ impl Reconciler {
             }
         };
         step.ready(false, "Deleting", "the Proxy is being deleted");
+        let mut unanswered = Vec::new();
         let targets = match &proxy.status.provider_id {
             Some(provider_id) => vec![provider_id.clone()],
             None => {
@@ -769,11 +829,15 @@ impl Reconciler {
                     value: proxy.uid.clone(),
                 };
                 match self.call(&binding, proxy, request).await {
-                    Ok(Response::ListByTag(vms)) => vms
-                        .into_iter()
-                        .filter(|vm| vm.uid == proxy.uid)
-                        .map(|vm| vm.provider_id)
-                        .collect(),
+                    Ok(Response::ListByTag(listing)) => {
+                        unanswered = listing.unanswered;
+                        listing
+                            .instances
+                            .into_iter()
+                            .filter(|vm| vm.uid == proxy.uid)
+                            .map(|vm| vm.provider_id)
+                            .collect()
+                    }
                     Ok(other) => return self.unexpected(proxy, step, &other),
                     Err(error) => return self.failed(proxy, step, &error),
                 }
@@ -789,6 +853,17 @@ impl Reconciler {
                 Err(error) if error.class() == ErrorClass::NotFound => {}
                 Err(error) => return self.failed(proxy, step, &error),
             }
+        }
+        if !unanswered.is_empty() {
+            // The VM may be on a hypervisor that did not answer: an unreachable one is never
+            // read as "gone", so the finalizer stays until every one has answered.
+            let why = format!(
+                "{} did not answer; the VM may be there, so the Proxy waits for it",
+                unanswered.join(", ")
+            );
+            step.synced(false, "HypervisorUnreachable", &why);
+            let wait = self.backoff(proxy);
+            return step.finish(Next::After(wait));
         }
         self.reset(proxy);
         step.status.provider_id = None;
@@ -1012,15 +1087,6 @@ fn tags(proxy: &ProxyState, provider_config: &str, installation: &Installation) 
     tags.into_iter()
         .map(|(key, value)| Tag { key, value })
         .collect()
-}
-
-fn state_word(state: InstanceState) -> &'static str {
-    match state {
-        InstanceState::Provisioning => "provisioning",
-        InstanceState::Running => "running",
-        InstanceState::Stopped => "stopped",
-        InstanceState::Failed => "failed",
-    }
 }
 
 fn outcome_label(outcome: &Outcome) -> &'static str {

@@ -33,7 +33,8 @@ pub struct RunArgs {
     /// it for its Proxies.
     #[arg(long, default_value_t = 60)]
     pub resync_seconds: u64,
-    /// Local mode: exit once every Proxy is Ready or failed (status 0 if all are Ready, 1 if not).
+    /// Local mode: exit once every Proxy is Ready, failed or paused by a person (status 0 if all
+    /// are Ready, 1 if not).
     #[arg(long)]
     pub exit_when_settled: bool,
     /// Local mode: print log lines only, no live table on stdout.

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use egress_runtime::types::{ErrorClass, Instance, Request, Response};
+use egress_runtime::types::{ErrorClass, Listing, Request, Response};
 use egress_runtime::{CallContext, CallError};
 use tokio::time::Instant;
 
@@ -31,6 +31,10 @@ use crate::{Note, lock};
 
 /// At most this many provider IDs are named in one report of foreign VMs.
 const NAMED: usize = 10;
+
+/// Every existing Proxy, by UID, with the provider ID its status records (none yet while its
+/// first create runs).
+pub type LiveProxies = HashMap<String, Option<String>>;
 
 /// What one sweep of one ProviderConfig found and did.
 #[derive(Debug, Default)]
@@ -69,13 +73,13 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Sweep `target`'s VMs, listed and deleted through `calls`, against `live_uids`, the UIDs
-    /// of every existing Proxy.
+    /// Sweep `target`'s VMs, listed and deleted through `calls`, against `live`, every existing
+    /// Proxy.
     pub async fn sweep(
         &self,
         calls: &impl ProviderCalls,
         target: SweepTarget<'_>,
-        live_uids: &HashSet<String>,
+        live: &LiveProxies,
     ) -> SweepReport {
         let mut report = SweepReport::default();
         if target.mode == SweepMode::Off {
@@ -90,16 +94,29 @@ impl Sweeper {
             key: key.to_owned(),
             value: value.to_owned(),
         };
-        let vms = match listed(calls.call(list(PROVIDER_CONFIG_TAG, name), &context).await) {
-            Ok(vms) => vms,
+        let listing = match listed(calls.call(list(PROVIDER_CONFIG_TAG, name), &context).await) {
+            Ok(listing) => listing,
             Err(note) => {
                 report.notes.push(note);
                 return report;
             }
         };
+        if !listing.unanswered.is_empty() {
+            // Their VMs are unknown, never gone: none of them is a suspect this time, and a VM
+            // is deleted only once two sweeps in a row listed it.
+            report.notes.push(Note::warning(
+                "SweepPartial",
+                format!(
+                    "{} did not answer; its VMs are not swept this time",
+                    listing.unanswered.join(", ")
+                ),
+            ));
+        }
+        let vms = listing.instances;
+        self.report_second_vms(name, &vms, live, &mut report);
         let mut suspects: HashSet<String> = vms
             .iter()
-            .filter(|vm| !live_uids.contains(&vm.uid))
+            .filter(|vm| !live.contains_key(&vm.uid))
             .map(|vm| vm.provider_id.clone())
             .collect();
         if !suspects.is_empty() {
@@ -109,7 +126,11 @@ impl Sweeper {
                     .call(list(INSTALLATION_TAG, installation), &context)
                     .await,
             ) {
-                Ok(ours) => ours.into_iter().map(|vm| vm.provider_id).collect(),
+                Ok(ours) => ours
+                    .instances
+                    .into_iter()
+                    .map(|vm| vm.provider_id)
+                    .collect(),
                 Err(note) => {
                     // Without it no suspect can be proven ours: nothing is deleted.
                     report.notes.push(note);
@@ -166,6 +187,37 @@ impl Sweeper {
         report
     }
 
+    /// One Event for each VM, not reported before, that carries a live Proxy's UID but is not the
+    /// VM the Proxy records: a create placed elsewhere while the hypervisor holding the first one
+    /// did not answer, or a VM copied by hand. It is the Proxy's, but which of the two to keep is
+    /// a person's call (a VM that moved to another node changes its ID too): never deleted.
+    fn report_second_vms(
+        &self,
+        name: &str,
+        vms: &[egress_runtime::types::Instance],
+        live: &LiveProxies,
+        report: &mut SweepReport,
+    ) {
+        let mut reported = lock(&self.reported);
+        let seen = reported.entry(name.to_owned()).or_default();
+        for vm in vms {
+            let Some(Some(recorded)) = live.get(&vm.uid) else {
+                continue;
+            };
+            if *recorded != vm.provider_id && seen.insert(vm.provider_id.clone()) {
+                report.notes.push(Note::warning(
+                    "SecondVM",
+                    format!(
+                        "{} carries the UID of the Proxy whose VM is {recorded}: a second VM of \
+                         that Proxy (made while the first did not answer?); left for a person to \
+                         delete the one not wanted",
+                        vm.provider_id
+                    ),
+                ));
+            }
+        }
+    }
+
     /// One Event for the foreign VMs not reported before.
     fn report_foreign(
         &self,
@@ -207,10 +259,10 @@ impl Sweeper {
     }
 }
 
-/// The VMs a `list-by-tag` answered, or the Event saying why there are none.
-fn listed(answer: Result<Response, CallError>) -> Result<Vec<Instance>, Note> {
+/// What a `list-by-tag` answered, or the Event saying why there is nothing.
+fn listed(answer: Result<Response, CallError>) -> Result<Listing, Note> {
     match answer {
-        Ok(Response::ListByTag(vms)) => Ok(vms),
+        Ok(Response::ListByTag(listing)) => Ok(listing),
         Ok(other) => Err(Note::warning(
             "SweepFailed",
             format!("list-by-tag answered {}", other.operation().as_str()),

@@ -214,7 +214,7 @@ async fn the_lifecycle_runs_through_the_broker_with_the_mark() {
     )
     .await;
     assert!(
-        matches!(&listed, Ok(Response::ListByTag(vms)) if vms.len() == 1 && vms[0].provider_id == created.provider_id),
+        matches!(&listed, Ok(Response::ListByTag(listing)) if listing.instances.len() == 1 && listing.instances[0].provider_id == created.provider_id),
         "{listed:?}"
     );
 

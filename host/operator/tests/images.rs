@@ -12,7 +12,7 @@
 mod local_support;
 mod oci_support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -171,7 +171,7 @@ impl Harness {
                 &self.operator.providers,
                 &self.state,
                 &self.objects,
-                async { None::<HashSet<String>> },
+                async { None::<egress_operator::sweep::LiveProxies> },
             )
             .await;
         self.state.status = outcome.status.clone();

@@ -248,3 +248,173 @@ async fn a_vm_that_stops_after_every_start_ends_degraded_and_is_not_restarted_ag
     stop.store(true, Ordering::Relaxed);
     killer.join().unwrap();
 }
+
+/// Issue 32, the state table: a VM a person paused (`qm suspend`), hibernated
+/// (`qm suspend --todisk`) or that QEMU paused on a storage error is the person's to resume: its
+/// Proxy says `Paused`, no restart is spent on it and no start issued, and once resumed by hand it
+/// is Running again, with no change to any object.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_paused_or_hibernated_waits_for_a_person_and_runs_again_once_resumed() {
+    let mut local = Local::new().await;
+    let before = three_running(&mut local, "");
+    let starts = tasks(&local.sim, "qmstart");
+    let state = local.sim.state();
+    let paused = vmid(&before[0].1);
+    let hibernated = vmid(&before[1].1);
+    let io_error = vmid(&before[2].1);
+    state.set_run_state(paused, RunState::Paused);
+    state.set_run_state(hibernated, RunState::Stopped);
+    state.set_lock(hibernated, Some("suspended"));
+    state.set_run_state(io_error, RunState::IoError);
+    local.wait_until("all three Paused", LIMIT, |proxies| {
+        proxies.len() == 3
+            && proxies.iter().all(|record| {
+                record.status.phase == Some(Phase::Paused)
+                    && reason(record, conditions::READY) == "VMPaused"
+            })
+    });
+    // Looked at again over several resyncs (one second each here): never restarted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        assert!(
+            local
+                .proxies()
+                .iter()
+                .all(|record| record.status.restarts == 0
+                    && record.status.phase == Some(Phase::Paused)),
+            "{:#?}",
+            local.proxies()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        tasks(&local.sim, "qmstart"),
+        starts,
+        "no start on a paused VM"
+    );
+
+    // A person resumes them (the hibernated one by starting it).
+    state.set_run_state(paused, RunState::Running);
+    state.set_lock(hibernated, None);
+    state.set_run_state(hibernated, RunState::Running);
+    state.set_run_state(io_error, RunState::Running);
+    local.wait_until("all three Running again", LIMIT, |proxies| {
+        proxies.len() == 3
+            && proxies
+                .iter()
+                .all(|record| running(record) && record.status.restarts == 0)
+    });
+    let after: Vec<_> = local
+        .proxies()
+        .into_iter()
+        .map(|record| record.status.provider_id.unwrap())
+        .collect();
+    let mut expected: Vec<_> = before.into_iter().map(|(_, id)| id).collect();
+    let mut after = after;
+    after.sort();
+    expected.sort();
+    assert_eq!(after, expected, "the same VMs");
+}
+
+/// Issue 32, the state table: a VM whose guest suspended itself (ACPI S3) is woken by the
+/// restart (`create` resumes it), counted as one recovery.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_whose_guest_suspended_itself_is_woken_by_its_restart() {
+    let mut local = Local::new().await;
+    let before = three_running(&mut local, "");
+    let (key, id) = before[0].clone();
+    local
+        .sim
+        .state()
+        .set_run_state(vmid(&id), RunState::Suspended);
+    local.wait_until("woken and running", LIMIT, |proxies| {
+        proxies
+            .iter()
+            .any(|record| record.key() == key && running(record) && record.status.restarts == 1)
+    });
+    assert_eq!(tasks(&local.sim, "qmresume"), 1, "woken by a resume");
+    let record = local.proxy(&key).unwrap();
+    assert_eq!(record.status.provider_id, Some(id), "the same VM");
+    assert_eq!(
+        record.status.last_recovery.unwrap().action,
+        RecoveryPolicy::Restart
+    );
+}
+
+/// Issue 32, the state table: a VM whose guest panicked, or that QEMU stopped on an internal error
+/// or its watchdog, runs no more however it is started: it is replaced (a new VM, the old one
+/// deleted), counted as a recovery of a failed VM.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_that_panicked_or_hung_is_replaced() {
+    let mut local = Local::new().await;
+    let before = three_running(&mut local, "");
+    let clones = tasks(&local.sim, "qmclone");
+    let destroys = tasks(&local.sim, "qmdestroy");
+    let state = local.sim.state();
+    for ((_, id), run) in before.iter().zip([
+        RunState::GuestPanicked,
+        RunState::InternalError,
+        RunState::Watchdog,
+    ]) {
+        state.set_run_state(vmid(id), run);
+    }
+    local.wait_until("all three replaced and running", LIMIT, |proxies| {
+        proxies.len() == 3
+            && proxies
+                .iter()
+                .all(|record| running(record) && record.status.restarts == 1)
+    });
+    // Three new VMs (a new one may reuse its VMID), the three old ones destroyed.
+    assert_eq!(tasks(&local.sim, "qmclone"), clones + 3);
+    assert_eq!(tasks(&local.sim, "qmdestroy"), destroys + 3);
+    for record in local.proxies() {
+        let last = record.status.last_recovery.unwrap();
+        assert_eq!(
+            (last.action, last.reason.as_str()),
+            (RecoveryPolicy::Replace, "failed")
+        );
+        let vm = local
+            .sim
+            .state()
+            .guest(vmid(&record.status.provider_id.unwrap()))
+            .unwrap();
+        assert_eq!(vm.run_state, RunState::Running);
+    }
+}
+
+/// Issue 32: a permanent answer about a VM no longer latches its Proxy until an object changes.
+/// The restart of a stopped VM is refused (the start answers 403); the Proxy is
+/// `PermanentError`; a person then starts the VM by hand, and at the next resync the operator
+/// reads the VM again and the Proxy is Running, no object changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_refused_about_its_vm_is_running_again_once_a_person_fixes_the_vm() {
+    let mut local = Local::new().await;
+    let before = three_running(&mut local, "");
+    let (key, id) = before[0].clone();
+    let refusal = local.sim.faults().add(pvesim::FaultRule::new(
+        "POST",
+        &format!("/nodes/*/qemu/{}/status/start", vmid(&id)),
+        pvesim::Trigger::Always,
+        pvesim::FaultAction::Status {
+            status: 403,
+            message: "Permission check failed (/vms/…, VM.PowerMgmt)".into(),
+        },
+    ));
+    local.sim.stop_vm(vmid(&id)).unwrap();
+    local.wait_until("the restart refused", LIMIT, |proxies| {
+        proxies.iter().any(|record| {
+            record.key() == key && reason(record, conditions::READY) == "PermanentError"
+        })
+    });
+    local.sim.faults().remove(refusal);
+    local
+        .sim
+        .state()
+        .set_run_state(vmid(&id), RunState::Running);
+    local.wait_until("running again without any change", LIMIT, |proxies| {
+        proxies
+            .iter()
+            .any(|record| record.key() == key && running(record))
+    });
+    assert_eq!(local.proxy(&key).unwrap().generation, 1, "no spec change");
+}

@@ -251,6 +251,8 @@ const MAX_MESSAGE: usize = 4 * 1024;
 const MAX_IDENTIFIER: usize = 256;
 /// Most addresses accepted for one VM.
 const MAX_ADDRESSES: usize = 64;
+/// The most hypervisors a listing may name as unanswered.
+const MAX_UNANSWERED: usize = 64;
 /// Longest JSON Schema accepted from `describe`.
 const MAX_SCHEMA: usize = 256 * 1024;
 
@@ -290,9 +292,18 @@ fn bound(
             }
         }
         Response::Create(vm) | Response::Get(vm) => check_vm(vm).map_err(invalid)?,
-        Response::ListByTag(vms) => {
-            for vm in vms.iter() {
+        Response::ListByTag(listing) => {
+            for vm in &listing.instances {
                 check_vm(vm).map_err(invalid)?;
+            }
+            if listing.unanswered.len() > MAX_UNANSWERED {
+                return Err(invalid(format!(
+                    "{} hypervisors named as unanswered; at most {MAX_UNANSWERED}",
+                    listing.unanswered.len()
+                )));
+            }
+            for name in &listing.unanswered {
+                check_identifier("unanswered", name).map_err(invalid)?;
             }
         }
         Response::Check(result) => result.message = bounded_message(&result.message),
@@ -420,11 +431,30 @@ mod tests {
         many.addresses = vec!["192.0.2.1".into(); MAX_ADDRESSES + 1];
         let listed = bound(
             Operation::ListByTag,
-            Ok(Response::ListByTag(vec![vm("pve/1", "a"), many])),
+            Ok(Response::ListByTag(crate::types::Listing {
+                instances: vec![vm("pve/1", "a"), many],
+                unanswered: Vec::new(),
+            })),
         );
         assert!(
             matches!(listed, Err(CallError::InvalidResult { .. })),
             "{listed:?}"
         );
+        for unanswered in [
+            vec!["a\nforged log line".to_owned()],
+            vec!["node".to_owned(); MAX_UNANSWERED + 1],
+        ] {
+            let listed = bound(
+                Operation::ListByTag,
+                Ok(Response::ListByTag(crate::types::Listing {
+                    instances: Vec::new(),
+                    unanswered,
+                })),
+            );
+            assert!(
+                matches!(listed, Err(CallError::InvalidResult { .. })),
+                "{listed:?}"
+            );
+        }
     }
 }

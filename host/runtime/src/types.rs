@@ -18,10 +18,39 @@ pub enum InstanceState {
     Provisioning,
     /// Running and reachable at its addresses.
     Running,
-    /// Stopped, paused or hibernated: will not become running by itself.
+    /// Stopped: a start (the provider's `create`) makes it running again.
     Stopped,
     /// Broken beyond repair: the operator replaces it.
     Failed,
+    /// Paused or hibernated by a person: runs again when resumed; a start cannot fix it
+    /// (contract 0.2.0 on; 0.1.0 providers say `stopped`).
+    Paused,
+}
+
+impl InstanceState {
+    /// The contract's word for it (`provisioning`, `running`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Provisioning => "provisioning",
+            InstanceState::Running => "running",
+            InstanceState::Stopped => "stopped",
+            InstanceState::Failed => "failed",
+            InstanceState::Paused => "paused",
+        }
+    }
+}
+
+/// What `list-by-tag` found: the VMs on the hypervisors that answered, and the hypervisors that
+/// did not (whose VMs are unknown, never gone). A 0.1.0 provider answers all or fails, so its
+/// `unanswered` is empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listing {
+    /// The VMs carrying the tag on the hypervisors that answered.
+    pub instances: Vec<Instance>,
+    /// The hypervisors that did not answer, in the provider's own names.
+    #[serde(default)]
+    pub unanswered: Vec<String>,
 }
 
 /// A key/value label a provider stores on the VM so it can be found again.
@@ -371,8 +400,8 @@ pub enum Response {
     Get(Instance),
     /// The VM is gone.
     Delete,
-    /// The VMs carrying the tag.
-    ListByTag(Vec<Instance>),
+    /// The VMs carrying the tag, and the hypervisors that did not answer.
+    ListByTag(Listing),
     /// The outcome of the check.
     Check(CheckResult),
 }

@@ -222,15 +222,10 @@ macro_rules! served_version {
                     }
                     Request::ListByTag { config, key, value } => {
                         let params = (config.as_str(), key.as_str(), value.as_str());
-                        call::<_, Answer<Vec<wit::Instance>>>(
-                            instance,
-                            store,
-                            &exports.list_by_tag,
-                            params,
-                        )
-                        .await?
-                        .map(|vms| Response::ListByTag(vms.into_iter().map(Into::into).collect()))
-                        .map_err(Into::into)
+                        call::<_, Answer<Listed>>(instance, store, &exports.list_by_tag, params)
+                            .await?
+                            .map(|listed| Response::ListByTag(listing(listed)))
+                            .map_err(Into::into)
                     }
                     Request::Check { config } => {
                         let result: wit::CheckResult =
@@ -270,17 +265,6 @@ macro_rules! served_version {
                 instance_pre,
                 exports,
             }))
-        }
-
-        impl From<wit::InstanceState> for types::InstanceState {
-            fn from(state: wit::InstanceState) -> Self {
-                match state {
-                    wit::InstanceState::Provisioning => types::InstanceState::Provisioning,
-                    wit::InstanceState::Running => types::InstanceState::Running,
-                    wit::InstanceState::Stopped => types::InstanceState::Stopped,
-                    wit::InstanceState::Failed => types::InstanceState::Failed,
-                }
-            }
         }
 
         impl From<types::Tag> for wit::Tag {

@@ -14,6 +14,7 @@
 //! | `GET /_sim/requests` | `{"total", "unanswered"}`: requests logged, and those reset without an answer |
 //! | `GET /_sim/vms` | `[{"vmid", "name", "template", "lock"}]`, every QEMU guest |
 //! | `POST /_sim/vms/{vmid}/stop` | `null`: the VM stopped, as by `qm stop <vmid>` on the node (see below) |
+//! | `POST /_sim/vms/{vmid}/qmpstatus`, body `{"qmpstatus": "…"}` | `null`: a running VM put in a QMP state only its guest or QEMU reaches: `suspended` (the guest slept, ACPI S3), `io-error`, `guest-panicked`, `internal-error`, `watchdog`, or back to `running`; 400 for another word, 500 for a stopped VM |
 //! | `POST /_sim/nodes/{node}/reboot`, body: empty or `{"startOnboot": false}` | `{"stopped": [vmid…], "startall": UPID or null}` (see below) |
 //!
 //! **Stop** (`qm stop`): when the answer comes the VM is stopped (`status` and `qmpstatus`
@@ -59,6 +60,10 @@ pub(crate) fn dispatch(
             host_events::stop_vm(server, parse_vmid("vmid", vmid)?)?;
             Ok(Value::Null)
         }
+        ("POST", ["vms", vmid, "qmpstatus"]) => {
+            host_events::set_qmpstatus(server, parse_vmid("vmid", vmid)?, &qmpstatus(body)?)?;
+            Ok(Value::Null)
+        }
         ("POST", ["nodes", node, "reboot"]) => {
             let reboot =
                 host_events::reboot_node(server, node, reboot_options(body)?.start_onboot)?;
@@ -66,6 +71,24 @@ pub(crate) fn dispatch(
         }
         _ => dispatch_route(server, method, path, route, body),
     }
+}
+
+/// The body of a QMP state change: `{"qmpstatus": "guest-panicked"}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QmpStatus {
+    qmpstatus: String,
+}
+
+fn qmpstatus(body: &[u8]) -> Result<String, ApiError> {
+    serde_json::from_slice::<QmpStatus>(body)
+        .map(|body| body.qmpstatus)
+        .map_err(|error| {
+            ApiError::new(
+                400,
+                format!("the body is not {{\"qmpstatus\": …}}: {error}"),
+            )
+        })
 }
 
 /// The body of a node reboot; empty means the defaults.

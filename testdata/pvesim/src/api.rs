@@ -1060,12 +1060,8 @@ fn status_current(server: &Server, vmid: u32, params: &Params) -> Result<Value, 
     let inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
     let config = &guest.config;
-    let (status, qmpstatus) = match guest.run {
-        RunState::Stopped => ("stopped", "stopped"),
-        RunState::Running => ("running", "running"),
-        // F14: paused is status running, qmpstatus paused.
-        RunState::Paused => ("running", "paused"),
-    };
+    // F14: paused (and the other QMP states but stopped) is status running.
+    let (status, qmpstatus) = guest.run.words();
     let mut object = json!({
         "vmid": vmid, "status": status, "qmpstatus": qmpstatus,
         "cpus": numeric(config, "cores", 1) * numeric(config, "sockets", 1),
@@ -1137,7 +1133,12 @@ fn status_action(
             if run == RunState::Stopped {
                 return Err(ApiError::internal(format!("VM {vmid} not running")));
             }
-            ("qmpause", Work::Pause { vmid })
+            if params.get("todisk").is_some_and(|todisk| todisk == "1") {
+                // Hibernation: the state saved to disk, the VM stopped with `lock: suspended`.
+                ("qmsuspend", Work::Hibernate { vmid })
+            } else {
+                ("qmpause", Work::Pause { vmid })
+            }
         }
         "resume" => {
             params.allow(&["skiplock", "nocheck"])?;
@@ -1242,8 +1243,9 @@ fn agent_interfaces(server: &Server, vmid: u32, params: &Params) -> Result<Value
         (RunState::Stopped, _) | (_, None) => {
             return Err(ApiError::internal(format!("VM {vmid} is not running")));
         }
-        (RunState::Paused, _) => return Err(ApiError::internal("QEMU guest agent is not running")),
         (RunState::Running, Some((at, _))) => at,
+        // Paused, suspended or stuck: the agent cannot answer.
+        (_, _) => return Err(ApiError::internal("QEMU guest agent is not running")),
     };
     if Instant::now().duration_since(started) < server.agent_delay {
         return Err(ApiError::internal("QEMU guest agent is not running"));

@@ -34,6 +34,22 @@ pub(crate) fn stop_vm(server: &Server, vmid: u32) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Puts running VM `vmid` in the QMP state `qmpstatus` (what its guest or QEMU does: a kernel
+/// panic, an I/O error, a suspend to RAM). `paused` and `stopped` come through the API instead
+/// (`status/suspend`, `status/stop`).
+pub(crate) fn set_qmpstatus(server: &Server, vmid: u32, qmpstatus: &str) -> Result<(), ApiError> {
+    let run = RunState::from_qmp(qmpstatus)
+        .filter(|run| !matches!(run, RunState::Stopped | RunState::Paused))
+        .ok_or_else(|| ApiError::new(400, format!("no QMP state {qmpstatus:?} to put a VM in")))?;
+    let mut inner = server.state.lock();
+    let guest = qemu_mut(&mut inner, vmid)?;
+    if guest.run == RunState::Stopped {
+        return Err(ApiError::internal(format!("VM {vmid} not running")));
+    }
+    guest.run = run;
+    Ok(())
+}
+
 /// Reboots `node`: every guest on it stops at once. With `start_onboot`, a `startall` task then
 /// starts those with `onboot=1`, as `pve-guests.service` does at boot; each starts as after any
 /// start, so its agent answers after the agent delay. Without it the guests stay stopped, as on

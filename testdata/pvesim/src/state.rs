@@ -23,8 +23,51 @@ pub enum RunState {
     Stopped,
     /// `status: running`, `qmpstatus: running`.
     Running,
-    /// `status: running`, `qmpstatus: paused` (resources say plain running).
+    /// `status: running`, `qmpstatus: paused` (resources say plain running): `qm suspend`.
     Paused,
+    /// `status: running`, `qmpstatus: suspended`: the guest suspended itself (ACPI S3);
+    /// `status/resume` wakes it.
+    Suspended,
+    /// `status: running`, `qmpstatus: io-error`: QEMU paused it on a storage error.
+    IoError,
+    /// `status: running`, `qmpstatus: guest-panicked`: the guest's kernel panicked.
+    GuestPanicked,
+    /// `status: running`, `qmpstatus: internal-error`.
+    InternalError,
+    /// `status: running`, `qmpstatus: watchdog`: its watchdog fired and paused it.
+    Watchdog,
+}
+
+impl RunState {
+    /// `status` and `qmpstatus` as `status/current` reports them (F14).
+    pub fn words(self) -> (&'static str, &'static str) {
+        match self {
+            RunState::Stopped => ("stopped", "stopped"),
+            RunState::Running => ("running", "running"),
+            RunState::Paused => ("running", "paused"),
+            RunState::Suspended => ("running", "suspended"),
+            RunState::IoError => ("running", "io-error"),
+            RunState::GuestPanicked => ("running", "guest-panicked"),
+            RunState::InternalError => ("running", "internal-error"),
+            RunState::Watchdog => ("running", "watchdog"),
+        }
+    }
+
+    /// The run state `qmpstatus` names, for the admin API.
+    pub fn from_qmp(qmpstatus: &str) -> Option<RunState> {
+        [
+            RunState::Stopped,
+            RunState::Running,
+            RunState::Paused,
+            RunState::Suspended,
+            RunState::IoError,
+            RunState::GuestPanicked,
+            RunState::InternalError,
+            RunState::Watchdog,
+        ]
+        .into_iter()
+        .find(|run| run.words().1 == qmpstatus)
+    }
 }
 
 /// The storage a guest or volume lives on.

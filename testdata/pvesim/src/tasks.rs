@@ -27,6 +27,10 @@ pub(crate) enum Work {
     Pause {
         vmid: u32,
     },
+    /// `suspend` with `todisk=1`: hibernate.
+    Hibernate {
+        vmid: u32,
+    },
     Resume {
         vmid: u32,
     },
@@ -169,6 +173,11 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             let pausing = matches!(work, Work::Pause { .. });
             let err = missing(inner, vmid);
             let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            if !pausing && guest.lock() == Some("suspended") {
+                // Resuming a hibernated VM starts it from its saved state.
+                guest.config.remove("lock");
+                return start_guest(vmid, guest);
+            }
             if guest.run == RunState::Stopped {
                 return Err(format!("VM {vmid} not running"));
             }
@@ -177,6 +186,13 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             } else {
                 RunState::Running
             };
+            Ok(())
+        }
+        Work::Hibernate { vmid } => {
+            let err = missing(inner, vmid);
+            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            guest.power_off();
+            guest.config.insert("lock".into(), "suspended".into());
             Ok(())
         }
         Work::Config { .. } => Ok(()),
@@ -262,7 +278,10 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
 /// Starts one stopped guest, as every start does: the guest agent answers only after the
 /// simulator's agent delay from now (F5).
 fn start_guest(vmid: u32, guest: &mut Guest) -> Result<(), String> {
-    if let Some(lock) = guest.lock() {
+    if guest.lock() == Some("suspended") {
+        // A hibernated VM starts from its saved state, as `qm start` resumes it.
+        guest.config.remove("lock");
+    } else if let Some(lock) = guest.lock() {
         return Err(format!("VM is locked ({lock})"));
     }
     if guest.run != RunState::Stopped {

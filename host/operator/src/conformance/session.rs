@@ -341,7 +341,7 @@ impl Session {
             value: tag.value.clone(),
         };
         match self.call(request).await? {
-            Response::ListByTag(instances) => Ok(instances),
+            Response::ListByTag(listing) => Ok(listing.instances),
             other => Err(wrong_answer(Operation::ListByTag, &other)),
         }
     }

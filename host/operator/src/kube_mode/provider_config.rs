@@ -27,6 +27,7 @@ use super::caches::{Caches, StoreObjects, Touched};
 use super::{Context, Error, never_ending};
 use crate::crd::{FIELD_MANAGER, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus};
 use crate::provider_config_reconciler::ProviderConfigState;
+use crate::sweep::LiveProxies;
 
 /// Run the ProviderConfig controller until `stop` fires and the reconciles in flight finish.
 pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
@@ -221,8 +222,11 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, context: Arc<Context>) -> Result
                 .proxies
                 .state()
                 .iter()
-                .filter_map(|proxy| proxy.uid())
-                .collect::<HashSet<String>>(),
+                .filter_map(|proxy| {
+                    let recorded = proxy.status.as_ref().and_then(|s| s.provider_id.clone());
+                    Some((proxy.uid()?, recorded))
+                })
+                .collect::<LiveProxies>(),
         )
     };
     let outcome = operator

@@ -360,7 +360,12 @@ impl Local {
         // Every stored Proxy, those being deleted too: their VMs are not orphans.
         let live_proxy_uids = async move {
             match store.run(|store| store.proxies()).await {
-                Ok(records) => Some(records.into_iter().map(|record| record.uid).collect()),
+                Ok(records) => Some(
+                    records
+                        .into_iter()
+                        .map(|record| (record.uid, record.status.provider_id))
+                        .collect(),
+                ),
                 Err(error) => {
                     tracing::error!(%error, "reading the Proxies for the orphan sweep failed");
                     None
@@ -497,7 +502,8 @@ impl Local {
                 .is_some_and(|ready| ready.status == "True");
             match (ready, record.status.phase) {
                 (true, _) => {}
-                (false, Some(Phase::Failed)) => failed = true,
+                // Waiting on a person: refused, or paused by one. Neither ends by itself.
+                (false, Some(Phase::Failed | Phase::Paused)) => failed = true,
                 _ => return None,
             }
         }

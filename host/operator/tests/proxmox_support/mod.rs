@@ -249,7 +249,7 @@ impl Harness {
             value: value.into(),
         };
         match self.call(request).await? {
-            Response::ListByTag(instances) => Ok(instances),
+            Response::ListByTag(listing) => Ok(listing.instances),
             other => panic!("list-by-tag answered {other:?}"),
         }
     }

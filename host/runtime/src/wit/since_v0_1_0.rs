@@ -32,6 +32,27 @@ wasmtime::component::bindgen!({
 
 served_version!();
 
+/// What `list-by-tag` answers in 0.1.0: the VMs, all or an error.
+type Listed = Vec<wit::Instance>;
+
+fn listing(listed: Listed) -> types::Listing {
+    types::Listing {
+        instances: listed.into_iter().map(Into::into).collect(),
+        unanswered: Vec::new(),
+    }
+}
+
+impl From<wit::InstanceState> for types::InstanceState {
+    fn from(state: wit::InstanceState) -> Self {
+        match state {
+            wit::InstanceState::Provisioning => types::InstanceState::Provisioning,
+            wit::InstanceState::Running => types::InstanceState::Running,
+            wit::InstanceState::Stopped => types::InstanceState::Stopped,
+            wit::InstanceState::Failed => types::InstanceState::Failed,
+        }
+    }
+}
+
 impl From<wit::Capability> for types::DeclaredCapability {
     fn from(capability: wit::Capability) -> Self {
         match capability {

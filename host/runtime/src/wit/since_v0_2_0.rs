@@ -4,7 +4,9 @@
 //! What 0.2.0 changes against 0.1.0: capabilities are packages of their own
 //! (`egress:log/log`, `egress:libvirt/libvirt`, `egress:http-broker/broker`) that the world may
 //! import, and `describe` no longer lists capabilities (the closed `enum capability` could not
-//! grow): the host reads what a provider needs from its imports. See `docs/contract.md`.
+//! grow): the host reads what a provider needs from its imports. A VM can be `paused` (0.1.0 said
+//! `stopped`), and `list-by-tag` answers a `listing`: the VMs of the hypervisors that answered and
+//! which did not. See `docs/contract.md`.
 
 use semver::Version;
 
@@ -28,6 +30,29 @@ wasmtime::component::bindgen!({
 });
 
 served_version!();
+
+/// What `list-by-tag` answers from 0.2.0: the VMs of the hypervisors that answered, and which
+/// did not.
+type Listed = wit::Listing;
+
+fn listing(listed: Listed) -> types::Listing {
+    types::Listing {
+        instances: listed.instances.into_iter().map(Into::into).collect(),
+        unanswered: listed.unanswered,
+    }
+}
+
+impl From<wit::InstanceState> for types::InstanceState {
+    fn from(state: wit::InstanceState) -> Self {
+        match state {
+            wit::InstanceState::Provisioning => types::InstanceState::Provisioning,
+            wit::InstanceState::Running => types::InstanceState::Running,
+            wit::InstanceState::Stopped => types::InstanceState::Stopped,
+            wit::InstanceState::Failed => types::InstanceState::Failed,
+            wit::InstanceState::Paused => types::InstanceState::Paused,
+        }
+    }
+}
 
 impl From<wit::Description> for types::Description {
     fn from(description: wit::Description) -> Self {

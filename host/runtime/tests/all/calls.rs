@@ -151,7 +151,7 @@ async fn create_get_delete_list_and_check_answer() {
     };
     assert_eq!(
         provider.call(list, &ctx()).await.unwrap(),
-        Response::ListByTag(Vec::new())
+        Response::ListByTag(egress_runtime::types::Listing::default())
     );
 
     let check = Request::Check {
