@@ -188,8 +188,16 @@ enum ProviderCommand {
 /// Parses the command line, runs it and turns every failure into one line and an exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let guest_lines = matches!(cli.command, Command::Provider(_));
-    init_tracing(cli.log_format, guest_lines);
+    let shown = match cli.command {
+        Command::Run(_) => crate::logging::Default::Operator,
+        Command::Provider(_) => crate::logging::Default::ProviderCli,
+        _ => crate::logging::Default::Quiet,
+    };
+    let format = match cli.log_format {
+        LogFormat::Text => crate::logging::Format::Text,
+        LogFormat::Json => crate::logging::Format::Json,
+    };
+    crate::logging::init(format, shown);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -207,33 +215,6 @@ fn fail(err: &anyhow::Error) -> ExitCode {
     // `{:#}` joins the context chain on one line.
     eprintln!("error: {err:#}");
     ExitCode::from(2)
-}
-
-/// The log filter when `RUST_LOG` is unset: warnings, and for a person trying a provider with
-/// `provider call` also the provider's own lines from `info` up (an operator's would be noise).
-fn default_filter(guest_lines: bool) -> &'static str {
-    if guest_lines {
-        "warn,egress_runtime::guest=info"
-    } else {
-        "warn"
-    }
-}
-
-fn init_tracing(format: LogFormat, guest_lines: bool) {
-    use std::io::IsTerminal;
-    // Logs go to stderr so stdout stays parseable JSON; `RUST_LOG` overrides the level.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter(guest_lines)));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        // Colours only for a person at a terminal, never in a file or a pipe.
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

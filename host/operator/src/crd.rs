@@ -324,6 +324,34 @@ pub struct ProviderConfigSpec {
     /// operator's `--resync-seconds`: the bound on noticing a VM that stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resync_seconds: Option<u64>,
+    /// How much of its provider's calls the operator logs, beyond what it shows of every
+    /// provider: `Debug` adds one line per hypervisor call (the provider's and the broker's),
+    /// `Trace` everything. It only adds: the operator's own filter (`RUST_LOG`) still applies to
+    /// the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+}
+
+/// How much of one provider's calls is logged.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum LogLevel {
+    /// As every provider: each operation's outcome, warnings and errors.
+    Info,
+    /// And each call to the hypervisor.
+    Debug,
+    /// Everything the provider and the host log for its calls.
+    Trace,
+}
+
+impl LogLevel {
+    /// The level as a log filter names it (`debug`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
 }
 
 fn empty_object() -> serde_json::Value {

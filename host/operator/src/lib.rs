@@ -29,6 +29,7 @@ pub mod images;
 pub mod installation;
 pub mod kube_mode;
 pub mod local;
+pub mod logging;
 pub mod metrics;
 pub mod oci;
 pub mod operator;

@@ -123,6 +123,7 @@ impl ProviderConfigReconciler {
         live_proxy_uids: impl Future<Output = Option<LiveProxies>> + Send,
     ) -> ProviderConfigOutcome {
         let started = std::time::Instant::now();
+        crate::logging::set_provider_level(&state.name, state.spec.log_level);
         let loaded = providers
             .load(&state.name, &state.spec, &state.status, objects)
             .await;
@@ -156,6 +157,7 @@ impl ProviderConfigReconciler {
     /// memory.
     pub fn forget(&self, providers: &ProviderSet, name: &str) {
         providers.remove(name);
+        crate::logging::set_provider_level(name, None);
         self.sweeper.forget(name);
         self.sweeps.forget(name);
     }

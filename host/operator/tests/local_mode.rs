@@ -944,3 +944,41 @@ async fn sigterm_and_sigint_stop_local_mode_cleanly_while_it_is_busy() {
         );
     }
 }
+
+/// Issue 32: without `RUST_LOG` the operator shows each reconcile's and each provider call's
+/// outcome (info), not only warnings; a ProviderConfig's `logLevel: Debug` adds one line per
+/// hypervisor request of its provider's calls (the broker's), which the default hides.
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_outcomes_are_logged_and_a_provider_config_can_turn_its_provider_up() {
+    for level in [None, Some("Debug")] {
+        let mut local = Local::new().await;
+        let mut config = provider_config(&local.sim, "Off");
+        if let Some(level) = level {
+            config.push_str(&format!("  logLevel: {level}\n"));
+        }
+        local.write("providerconfig.yaml", &config);
+        local.write("proxy.yaml", &proxy("default", "web"));
+        let log = std::fs::File::create(local.path("operator.log")).unwrap();
+        let _operator = KillOnDrop(
+            local
+                .command(&[])
+                .env_remove("RUST_LOG")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("the operator starts"),
+        );
+        local.wait_until("the Proxy running", LIMIT, |proxies| {
+            proxies.iter().any(running)
+        });
+        let text = local.log();
+        assert!(text.contains("VMCreated"), "{text}");
+        assert!(text.contains("proxmox operation finished"), "{text}");
+        let requests = text.matches("outgoing HTTP").count();
+        match level {
+            None => assert_eq!(requests, 0, "{text}"),
+            Some(_) => assert!(requests > 3, "{text}"),
+        }
+    }
+}
