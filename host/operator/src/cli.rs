@@ -7,7 +7,7 @@
 //! - `egress-operator provider inspect|call FILE`: one provider component, one operation;
 //!   `inspect REF` pulls the component from a registry first.
 //! - `egress-operator provider push FILE REF [--sign KEY]`, `provider pull REF [-o FILE]`: a provider as an OCI
-//!   artifact in a registry ([`crate::oci`]).
+//!   artifact in a registry ([`egress_distribution::oci`]).
 //! - `egress-operator conformance FILE --config C --grants G`: the contract's rules against a
 //!   provider and its backend ([`crate::conformance`]); exit 0 when no rule fails.
 //!
@@ -27,9 +27,11 @@ use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig}
 use serde::Deserialize;
 
 use crate::grants::{Capabilities, GrantsFile};
-use crate::oci::{DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions};
 use crate::run_args::RunArgs;
-use crate::signing::SigningKey;
+use egress_distribution::oci::{
+    DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions,
+};
+use egress_distribution::signing::SigningKey;
 
 #[derive(Parser)]
 #[command(
@@ -322,7 +324,7 @@ impl RegistryArgs {
             options = options.with_ca_file(path)?;
         }
         if self.plain_http {
-            options.plain_http = vec![crate::oci::registry_of(reference)?];
+            options.plain_http = vec![egress_distribution::oci::registry_of(reference)?];
         }
         Ok(RegistryClient::new(options)?)
     }
@@ -346,7 +348,7 @@ async fn push(
     let bytes = runtime.read_component(file).await?;
     // Pushing what the operator would refuse helps no one: load it first, under the identity
     // `inspect REF` gives it.
-    let identity = crate::oci::repository_name(reference)?;
+    let identity = egress_distribution::oci::repository_name(reference)?;
     runtime.load_bytes(&identity, &bytes, file).await?;
     let client = registry.client(reference, DEFAULT_MAX_LAYER_BYTES)?;
     let digest = client.push(file, bytes, reference).await?;
@@ -367,7 +369,10 @@ async fn pull(
     let pulled = client.pull(reference).await?;
     let output = match output {
         Some(path) => path.to_owned(),
-        None => PathBuf::from(format!("{}.wasm", crate::oci::repository_name(reference)?)),
+        None => PathBuf::from(format!(
+            "{}.wasm",
+            egress_distribution::oci::repository_name(reference)?
+        )),
     };
     // Written beside, then renamed: a components folder being watched never sees half a file.
     let partial = output.with_file_name(format!(
@@ -380,7 +385,7 @@ async fn pull(
         .with_context(|| format!("renaming {} to {}", partial.display(), output.display()))?;
     println!(
         "{}",
-        crate::oci::pinned(reference, &pulled.manifest_digest)?
+        egress_distribution::oci::pinned(reference, &pulled.manifest_digest)?
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -406,7 +411,7 @@ async fn inspect(
             .pull(target)
             .await?;
         // The identity a file named after the repository would have (`…/proxmox:1` → `proxmox`).
-        let identity = crate::oci::repository_name(target)?;
+        let identity = egress_distribution::oci::repository_name(target)?;
         provider_runtime(&Capabilities::new())?
             .load_bytes(&identity, &pulled.bytes, Path::new(target))
             .await?

@@ -23,16 +23,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use egress_distribution::Reference;
 use egress_runtime::{Provider, Runtime};
-use oci_client::Reference;
 use sha2::Digest as _;
 
 use crate::crd::ComponentRef;
 use crate::metrics::Metrics;
-use crate::oci::{OciError, RegistryClient, RegistryOptions};
 use crate::providers::NotReady;
-use crate::signing::{self, Signature, TrustedKey};
 use crate::{Objects, lock};
+use egress_distribution::oci::{OciError, RegistryClient, RegistryOptions};
+use egress_distribution::signing::{self, Signature, TrustedKey};
 
 /// The key of a `kubernetes.io/dockerconfigjson` Secret holding the credentials.
 pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
@@ -168,7 +168,8 @@ impl Images {
             }
             None => self.tag_digest(image, recorded, serving, client).await?,
         };
-        let pinned = crate::oci::pinned(image, &digest).map_err(|e| oci_refusal(&e))?;
+        let pinned =
+            egress_distribution::oci::pinned(image, &digest).map_err(|e| oci_refusal(&e))?;
         let keys = self.trusted_keys(component, objects)?;
 
         let entry = self.entry(&digest)?;
@@ -308,12 +309,13 @@ impl Images {
                         self.namespace
                     ))
                 })?;
-            options.credentials = crate::oci::DockerConfig::parse(&json).map_err(|problem| {
-                invalid(format!(
-                    "the pull Secret {}/{secret}: {problem}",
-                    self.namespace
-                ))
-            })?;
+            options.credentials =
+                egress_distribution::oci::DockerConfig::parse(&json).map_err(|problem| {
+                    invalid(format!(
+                        "the pull Secret {}/{secret}: {problem}",
+                        self.namespace
+                    ))
+                })?;
         }
         if let Some(ca) = &access.ca_config_map_ref {
             let namespace = ca.namespace.as_deref().unwrap_or(&self.namespace);
@@ -334,7 +336,8 @@ impl Images {
             options.ca_pem = Some(pem.into_bytes());
         }
         if access.plain_http {
-            options.plain_http = vec![crate::oci::registry_of(image).map_err(|e| oci_refusal(&e))?];
+            options.plain_http =
+                vec![egress_distribution::oci::registry_of(image).map_err(|e| oci_refusal(&e))?];
         }
         RegistryClient::new(options).map_err(|e| oci_refusal(&e))
     }
@@ -464,8 +467,7 @@ fn read_entry(entry: &Path, digest: &str) -> Option<(Vec<u8>, Vec<Signature>)> {
     if sha256(&manifest) != digest {
         return None;
     }
-    let manifest: oci_client::manifest::OciImageManifest =
-        serde_json::from_slice(&manifest).ok()?;
+    let manifest: egress_distribution::OciImageManifest = serde_json::from_slice(&manifest).ok()?;
     let layer = manifest.layers.first()?;
     let bytes = std::fs::read(entry.join("component.wasm")).ok()?;
     if sha256(&bytes) != layer.digest {
@@ -519,8 +521,8 @@ mod tests {
     fn manifest_for(component: &[u8]) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2,
-            "config": {"mediaType": crate::oci::WASM_CONFIG_MEDIA_TYPE, "digest": sha256(b"{}"), "size": 2},
-            "layers": [{"mediaType": crate::oci::WASM_LAYER_MEDIA_TYPE, "digest": sha256(component), "size": component.len()}],
+            "config": {"mediaType": egress_distribution::oci::WASM_CONFIG_MEDIA_TYPE, "digest": sha256(b"{}"), "size": 2},
+            "layers": [{"mediaType": egress_distribution::oci::WASM_LAYER_MEDIA_TYPE, "digest": sha256(component), "size": component.len()}],
         }))
         .unwrap()
     }

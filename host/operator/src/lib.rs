@@ -31,7 +31,6 @@ pub mod kube_mode;
 pub mod local;
 pub mod logging;
 pub mod metrics;
-pub mod oci;
 pub mod operator;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
@@ -39,7 +38,6 @@ pub mod providers;
 pub mod reconciler;
 pub mod run_args;
 pub mod server;
-pub mod signing;
 pub mod sweep;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -951,7 +951,7 @@ async fn sigterm_and_sigint_stop_local_mode_cleanly_while_it_is_busy() {
 #[tokio::test(flavor = "multi_thread")]
 async fn by_default_outcomes_are_logged_and_a_provider_config_can_turn_its_provider_up() {
     for level in [None, Some("Debug")] {
-        let mut local = Local::new().await;
+        let local = Local::new().await;
         let mut config = provider_config(&local.sim, "Off");
         if let Some(level) = level {
             config.push_str(&format!("  logLevel: {level}\n"));

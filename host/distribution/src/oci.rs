@@ -17,8 +17,8 @@
 //!    than the layer declares, and a layer whose bytes do not hash to its digest.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), egress_operator::oci::OciError> {
-//! use egress_operator::oci::{RegistryClient, RegistryOptions};
+//! # async fn example() -> Result<(), egress_distribution::oci::OciError> {
+//! use egress_distribution::oci::{RegistryClient, RegistryOptions};
 //!
 //! let client = RegistryClient::new(RegistryOptions::default())?;
 //! let pulled = client.pull("registry.example:5000/providers/proxmox:1.0").await?;
