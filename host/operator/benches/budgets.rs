@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use egress_operator::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, Request};
 use egress_runtime::{CallContext, Limits, Operation, Runtime, RuntimeConfig};
 use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};

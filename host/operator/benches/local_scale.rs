@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use egress_operator::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, InstanceState, Request, Response, Tag};
 use egress_runtime::{CallContext, Limits, Runtime, RuntimeConfig};
 use futures::StreamExt;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use egress_operator::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, Request, Response};
 use egress_runtime::{CallContext, InstanceState, Limits, Provider, Runtime, RuntimeConfig};
 use pvesim::{SimConfig, Simulator};

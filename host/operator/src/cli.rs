@@ -26,8 +26,8 @@ use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
 use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig};
 use serde::Deserialize;
 
-use crate::grants::{Capabilities, GrantsFile};
 use crate::run_args::RunArgs;
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_distribution::oci::{
     DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions,
 };

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 pub use egress_capability_http::HttpGrant;
 pub use egress_capability_libvirt::LibvirtGrant;
+use egress_runtime::grant::ObjectRef;
 pub use egress_runtime::grant::SecretKeyRef;
-use egress_runtime::grant::{GrantDocument, ObjectRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -470,45 +470,8 @@ impl ComponentRef {
     }
 }
 
-/// What a provider may reach: one grant per capability, each the capability's own typed
-/// document (the same type its crate validates and the CLI's grants file holds). A key that names
-/// no capability is refused, naming it.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GrantSpec {
-    /// Outgoing HTTP through the egress broker: origins, the credential the host injects, TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http: Option<HttpGrant>,
-    /// libvirt hypervisors: connections and what may be used on each, image origins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub libvirt: Option<LibvirtGrant>,
-}
-
-impl GrantSpec {
-    /// The names of the capabilities it grants (`http`, `libvirt`).
-    pub fn granted(&self) -> Vec<&'static str> {
-        let mut names = Vec::new();
-        if self.http.is_some() {
-            names.push("http");
-        }
-        if self.libvirt.is_some() {
-            names.push("libvirt");
-        }
-        names
-    }
-
-    /// Every Secret and ConfigMap key its grants name.
-    pub fn references(&self) -> Vec<ObjectRef<'_>> {
-        let mut references = Vec::new();
-        if let Some(http) = &self.http {
-            references.extend(http.references());
-        }
-        if let Some(libvirt) = &self.libvirt {
-            references.extend(libvirt.references());
-        }
-        references
-    }
-}
+/// What a provider may reach: one grant per capability (`spec.grant`).
+pub use egress_capability_set::Grants as GrantSpec;
 
 /// Per-call limits for one ProviderConfig's provider.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
-use crate::grants::Capabilities;
 use crate::images::{ImageSettings, Images};
 use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_config_reconciler::ProviderConfigReconciler;
 use crate::providers::ProviderSet;
 use crate::reconciler::{Reconciler, Timing};
+use egress_capability_set::Capabilities;
 
 /// How the operator runs, in either mode.
 #[derive(Clone, Debug)]

@@ -32,9 +32,10 @@ use crate::crd::{
     EffectiveGrant, GrantSpec, LimitsSpec, OrphanSweep, ProviderConfigSpec, ProviderConfigStatus,
     Recovery,
 };
-use crate::grants::{Capabilities, ObjectsHost};
+use crate::grants::ObjectsHost;
 use crate::images::Images;
 use crate::{Objects, lock};
+use egress_capability_set::Capabilities;
 
 /// A ProviderConfig's provider, ready to serve Proxies.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use egress_operator::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CheckReason, CreateRequest, Request, Response, Tag};
 use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState, Provider, Runtime};
 use egress_runtime::{Limits, RuntimeConfig};

@@ -31,10 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use egress_runtime::http::HttpCapability;
 use egress_runtime::{Runtime, RuntimeConfig};
 
-use crate::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 
 pub use session::Session;
 
@@ -276,13 +275,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let broker = Arc::clone(&capabilities.http);
     let watch = Arc::new(watch::Watch::new(Arc::clone(&broker)));
     // The broker's grants, behind the watch; libvirt as the operator serves it.
-    let runtime = Runtime::new(
-        options
-            .runtime
-            .clone()
-            .capability(Arc::new(HttpCapability::new(watch.clone())))
-            .capability(Arc::clone(&capabilities.libvirt)),
-    )?;
+    let runtime = Runtime::new(capabilities.serve_through(options.runtime.clone(), watch.clone()))?;
     let identity = match &options.identity {
         Some(identity) => identity.clone(),
         None => file_stem(&options.file)?,
@@ -294,7 +287,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let grant = grants
         .grants
         .get(&identity)
-        .and_then(|grants| grants.http.clone());
+        .and_then(|entry| entry.grants.http.clone());
     let session = Session::start(provider, broker, watch, grant, config).await?;
     let mut reports = Vec::new();
     for rule in rules {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_operator::grants::{Capabilities, GrantsFile};
+use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CheckResult, CreateRequest, Instance, Request, Response, Tag};
 use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, RuntimeConfig};
 use pvesim::{SimConfig, Simulator};
