@@ -525,7 +525,7 @@ async fn call(
 async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
     let grants = std::fs::read_to_string(&args.grants)
         .with_context(|| format!("reading grants {}", args.grants.display()))?;
-    let options = crate::conformance::Options {
+    let options = egress_conformance::Options {
         file: args.file.clone(),
         config: read_config(&args.config)?,
         grants,
@@ -534,7 +534,7 @@ async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
         // A run of a few dozen calls: the same reasoning as `load`.
         runtime: RuntimeConfig::default().compilation(Compilation::Optimized),
     };
-    let report = crate::conformance::run(&options).await?;
+    let report = egress_conformance::run(&options).await?;
     print!("{}", report.text());
     if let Some(path) = &args.junit {
         std::fs::write(path, report.junit())

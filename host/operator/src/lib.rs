@@ -22,7 +22,6 @@
 //! [`oci`] pushes and pulls provider components as OCI artifacts.
 
 pub mod cli;
-pub mod conformance;
 pub mod crd;
 pub mod grants;
 pub mod images;
@@ -86,12 +85,7 @@ pub trait Objects: Send + Sync {
     fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
 }
 
-/// The value behind `mutex`, also after a holder panicked (as that holder left it).
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use egress_runtime::lock;
 
 /// Now, as a Kubernetes timestamp (whole seconds, as the API server writes them).
 pub fn now() -> Time {

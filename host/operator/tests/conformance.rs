@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use conformance_support::Inventory;
-use egress_operator::conformance::{self, Options, Outcome, RULES, Report};
+use egress_conformance::{self as conformance, Options, Outcome, RULES, Report};
 use egress_runtime::RuntimeConfig;
 use proxmox_support::*;
 use pvesim::Simulator;

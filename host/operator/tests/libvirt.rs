@@ -688,7 +688,7 @@ fn provisioned(proxy: Option<&egress_operator::crd::Proxy>) -> bool {
 /// reason, every other one passes, and the run leaves no domain behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_passes_every_rule_that_applies_on_libvirtd() {
-    use egress_operator::conformance::{self, Options, Outcome};
+    use egress_conformance::{self as conformance, Options, Outcome};
     let lab = Lab::start(None).await;
     let files = tempfile::tempdir().unwrap();
     let ca = files.path().join("ca.pem");

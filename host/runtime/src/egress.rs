@@ -33,6 +33,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use http::HeaderName;
+
+use crate::sync::lock;
 pub use wasmtime_wasi_http::{Error as EgressError, RequestOptions, WasiBody as EgressBody};
 
 /// A boxed future returned by [`Egress::send`].
@@ -225,13 +227,6 @@ impl RefusalSlot {
     pub(crate) fn last(&self) -> Option<Refusal> {
         lock(&self.state).refusal
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Only plain values are written under the lock: a poisoned one is still consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

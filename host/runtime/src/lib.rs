@@ -85,6 +85,7 @@ mod provider;
 mod registry;
 mod runtime;
 mod state;
+mod sync;
 mod tiering;
 pub mod types;
 pub mod wit;
@@ -99,6 +100,7 @@ pub use provider::{CallContext, Provider};
 pub use registry::{Registry, RegistryEvent};
 pub use runtime::{DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig};
 pub use state::HostState;
+pub use sync::lock;
 pub use types::{
     CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Instance, InstanceState,
     Operation, ProviderError, Request, Response, Tag, UnknownOperation,

@@ -1,6 +1,9 @@
-//! `egress-operator conformance`: the provider contract (`docs/contract.md`) as rules run against
-//! one component and the backend its configuration points at, through the real runtime (default
-//! limits) and the egress broker (the grants file).
+//! # egress-conformance
+//!
+//! The provider contract (`docs/contract.md`) as rules run against one component and the backend
+//! its configuration points at, through the real runtime (default limits) and the egress broker
+//! (the grants file): what `egress-operator conformance` runs. The seam is [`run`]: [`Options`]
+//! in, a [`Report`] out, printed as text or JUnit XML.
 //!
 //! Each rule has an id (`create.idempotent`, …) that `docs/contract.md` cites next to the rule of
 //! the contract it checks, and ends `pass`, `fail` with the reason, or `skip` with why. A run:
@@ -31,9 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use egress_runtime::{Runtime, RuntimeConfig};
-
 use egress_capability_set::{Capabilities, GrantsFile};
+use egress_runtime::{Runtime, RuntimeConfig, lock};
 
 pub use session::Session;
 
