@@ -49,14 +49,19 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
         });
     let related = {
         let caches = caches.clone();
-        let mut generations: HashMap<String, i64> = HashMap::new();
-        futures::stream::select(
-            caches.touches().map(Related::Touched),
-            rebound.map(Related::Rebound),
-        )
-        .flat_map(move |related| {
-            futures::stream::iter(related_proxies(&caches, &mut generations, related))
-        })
+        let touches = caches.touches();
+        // The ProviderConfigs as the initial reconciles see them: their next status write is
+        // not a change of spec (else a new leader would reconcile every Proxy twice).
+        let mut generations: HashMap<String, i64> = caches
+            .provider_configs
+            .state()
+            .iter()
+            .map(|pc| (pc.name_any(), pc.metadata.generation.unwrap_or(0)))
+            .collect();
+        futures::stream::select(touches.map(Related::Touched), rebound.map(Related::Rebound))
+            .flat_map(move |related| {
+                futures::stream::iter(related_proxies(&caches, &mut generations, related))
+            })
     };
     Controller::for_stream(never_ending(own), caches.proxies.clone())
         .reconcile_on(never_ending(related))
