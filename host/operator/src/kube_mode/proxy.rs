@@ -1,6 +1,8 @@
 //! The Proxy controller: kube's finalizer helper around the one reconciler core.
 //!
 //! - A Proxy without the finalizer gets it first (and comes back on the watch event).
+//! - A Proxy whose ProviderConfig a replica bound, but this one not yet (it has just started
+//!   leading), is left as it is until the binding is here: its status stays as written.
 //! - Otherwise its [`ProxyState`] and [`Resolved`] references go to
 //!   [`Reconciler::reconcile`](crate::reconciler::Reconciler::reconcile); the status it returns
 //!   is written by server-side apply on the status subresource with the field manager
@@ -47,14 +49,19 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
         });
     let related = {
         let caches = caches.clone();
-        let mut generations: HashMap<String, i64> = HashMap::new();
-        futures::stream::select(
-            caches.touches().map(Related::Touched),
-            rebound.map(Related::Rebound),
-        )
-        .flat_map(move |related| {
-            futures::stream::iter(related_proxies(&caches, &mut generations, related))
-        })
+        let touches = caches.touches();
+        // The ProviderConfigs as the initial reconciles see them: their next status write is
+        // not a change of spec (else a new leader would reconcile every Proxy twice).
+        let mut generations: HashMap<String, i64> = caches
+            .provider_configs
+            .state()
+            .iter()
+            .map(|pc| (pc.name_any(), pc.metadata.generation.unwrap_or(0)))
+            .collect();
+        futures::stream::select(touches.map(Related::Touched), rebound.map(Related::Rebound))
+            .flat_map(move |related| {
+                futures::stream::iter(related_proxies(&caches, &mut generations, related))
+            })
     };
     Controller::for_stream(never_ending(own), caches.proxies.clone())
         .reconcile_on(never_ending(related))
@@ -232,6 +239,15 @@ async fn apply(
     deleting: bool,
 ) -> Result<Action, Error> {
     let state = proxy_state(proxy, deleting)?;
+    if not_bound_here_yet(proxy, context) {
+        // Just leading: the status stays as the last leader wrote it until the binding is here
+        // (its rebound brings the Proxy back); the retry covers a bind that fails here.
+        let wait = context.operator.reconciler.timing().backoff_base;
+        return match deleting {
+            false => Ok(Action::requeue(wait)),
+            true => Err(Error::CleanupPending(wait)),
+        };
+    }
     let resolved = resolve(proxy, &state.namespace, context);
     let outcome = context
         .operator
@@ -268,6 +284,33 @@ pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
     })
 }
 
+/// Whether the Proxy's ProviderConfig has a provider serving by its status (a replica bound it)
+/// but none bound in this replica yet, as just after it started leading. Reconciling then would
+/// write `ProviderNotReady` over the Proxy's status and `Ready` back once bound: two status
+/// writes and an Event per Proxy on every restart or failover, and a Ready that flaps.
+fn not_bound_here_yet(proxy: &Proxy, context: &Context) -> bool {
+    let name = &proxy.spec.provider_config_ref;
+    let served = context.caches.provider_config(name).is_some_and(|pc| {
+        pc.status
+            .as_ref()
+            .is_some_and(|status| status.loaded.is_some())
+    });
+    // A refusal is this replica's own answer, not skipped; a load that fails here clears
+    // `loaded` in the status, which ends the skip.
+    served
+        && matches!(
+            context.operator.providers.binding(name),
+            Err(NotReady {
+                reason: NO_BINDING,
+                ..
+            })
+        )
+}
+
+/// The reason [`ProviderSet::binding`](crate::providers::ProviderSet::binding) gives while a
+/// ProviderConfig has no binding in this process.
+const NO_BINDING: &str = "ProviderNotReady";
+
 /// Its ProviderConfig's binding and its user-data, from the caches.
 pub fn resolve(proxy: &Proxy, namespace: &str, context: &Context) -> Resolved {
     let name = &proxy.spec.provider_config_ref;
@@ -297,4 +340,117 @@ pub async fn write_status(api: &Api<Proxy>, name: &str, status: &ProxyStatus) ->
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    use super::super::caches::{Caches, Writers};
+    use super::super::fixtures::{Scenario, TestContext, timeout_after_1s};
+    use super::*;
+    use crate::crd::{
+        ComponentRef, LoadedComponent, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus,
+    };
+
+    /// The test's context over caches holding only ProviderConfig `other`, unbound in this
+    /// process, with `status`.
+    fn with_unbound_provider_config(
+        test: &TestContext,
+        status: ProviderConfigStatus,
+    ) -> (Arc<Context>, Writers) {
+        let mut pc = ProviderConfig::new(
+            "other",
+            ProviderConfigSpec {
+                component: ComponentRef {
+                    file: "reference.wasm".into(),
+                    ..ComponentRef::default()
+                },
+                ..ProviderConfigSpec::default()
+            },
+        );
+        pc.metadata.generation = Some(1);
+        pc.status = Some(status);
+        let (caches, mut writers) = Caches::detached();
+        writers
+            .provider_configs
+            .apply_watcher_event(&Event::Apply(pc));
+        let context = Arc::new(Context {
+            client: test.context.client.clone(),
+            operator: Arc::clone(&test.context.operator),
+            caches,
+            recorder: test.context.recorder.clone(),
+            rebound: tokio::sync::broadcast::channel(4).0,
+        });
+        (context, writers)
+    }
+
+    /// Just after a restart or failover, a Proxy whose ProviderConfig a replica bound (its status
+    /// names the component serving it) is left as it is until this replica has bound it too: no
+    /// status write, no Event, no provider call; the finalizer stays on a deleting one.
+    #[tokio::test]
+    async fn a_new_leader_leaves_a_proxy_alone_until_it_has_bound_its_provider_config() {
+        let test = TestContext::new().await;
+        let served = ProviderConfigStatus {
+            loaded: Some(LoadedComponent {
+                file: "reference.wasm".into(),
+                ..LoadedComponent::default()
+            }),
+            ..ProviderConfigStatus::default()
+        };
+        let (context, _writers) = with_unbound_provider_config(&test, served);
+        let backoff = context.operator.reconciler.timing().backoff_base;
+        // The mock answers nothing: any API call would hang past the timeout.
+        let proxy = Proxy::test()
+            .finalized()
+            .with_vm("ref/proxy-abc")
+            .naming("other");
+        let action = tokio::time::timeout(
+            Duration::from_secs(1),
+            reconcile(Arc::new(proxy.clone()), Arc::clone(&context)),
+        )
+        .await
+        .expect("no API call")
+        .expect("reconciled");
+        assert_eq!(action, Action::requeue(backoff));
+        let error = tokio::time::timeout(
+            Duration::from_secs(1),
+            reconcile(Arc::new(proxy.deleting()), Arc::clone(&context)),
+        )
+        .await
+        .expect("no API call")
+        .expect_err("the finalizer stays");
+        assert_eq!(error.metric_label(), "cleanuppending");
+        let metrics = &context.operator.metrics;
+        assert_eq!(metrics.calls("other", "get", "ok"), 0);
+        assert_eq!(metrics.calls("other", "delete", "ok"), 0);
+    }
+
+    /// A ProviderConfig no replica has bound yet (a new one) is not waited for: its Proxies say
+    /// why they are not Ready.
+    #[tokio::test]
+    async fn a_proxy_of_a_provider_config_never_bound_says_it_is_not_ready() {
+        let test = TestContext::new().await;
+        let (context, _writers) =
+            with_unbound_provider_config(&test, ProviderConfigStatus::default());
+        let mocks = test.verifier.run(Scenario::StatusApplied(
+            |status| {
+                let ready = status["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "Ready")
+                    .unwrap();
+                assert_eq!(ready["status"], "False");
+                assert_eq!(ready["reason"], json!(NO_BINDING));
+            },
+            &[],
+        ));
+        let proxy = Proxy::test().finalized().naming("other");
+        reconcile(Arc::new(proxy), context)
+            .await
+            .expect("reconciled");
+        timeout_after_1s(mocks).await;
+    }
 }
