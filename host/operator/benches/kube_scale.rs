@@ -32,7 +32,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use cluster_support::{Cluster, OPERATOR_NAMESPACE};
-use egress_operator::crd::{ProviderConfig, Proxy, ProxySpec, conditions};
+use egress_operator::conditions::{self};
+use egress_operator::crd::{ProviderConfig, Proxy, ProxySpec};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

@@ -643,72 +643,9 @@ pub struct OrphanReport {
     pub foreign: u32,
 }
 
-/// Condition types and reasons, as constants so tests and code agree.
-pub mod conditions {
-    /// The Proxy's VM runs with an address; the ProviderConfig's `check` passed.
-    pub const READY: &str = "Ready";
-    /// The last reconcile reached the provider without error.
-    pub const SYNCED: &str = "Synced";
-    /// The VM exists and is running; its reason names what is waited for otherwise.
-    pub const PROVISIONED: &str = "Provisioned";
-    /// The ProviderConfig serves an older generation than it asks for (a replacement failed).
-    pub const DEGRADED: &str = "Degraded";
-}
-
-/// Set condition `kind` in `conditions`, keeping its transition time when its status is
-/// unchanged. Returns whether anything changed.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    kind: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: &Time,
-) -> bool {
-    let status = if status { "True" } else { "False" };
-    let message = message.to_owned();
-    match conditions.iter_mut().find(|c| c.type_ == kind) {
-        Some(existing) => {
-            let changed = existing.status != status
-                || existing.reason != reason
-                || existing.message != message
-                || existing.observed_generation != generation;
-            if existing.status != status {
-                existing.last_transition_time = now.clone();
-            }
-            existing.status = status.to_owned();
-            existing.reason = reason.to_owned();
-            existing.message = message;
-            existing.observed_generation = generation;
-            changed
-        }
-        None => {
-            conditions.push(Condition {
-                type_: kind.to_owned(),
-                status: status.to_owned(),
-                reason: reason.to_owned(),
-                message,
-                observed_generation: generation,
-                last_transition_time: now.clone(),
-            });
-            true
-        }
-    }
-}
-
-/// The condition `kind`, if set.
-pub fn condition<'a>(conditions: &'a [Condition], kind: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == kind)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn time(seconds: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
-    }
 
     #[test]
     fn a_grant_key_that_names_no_capability_is_refused_naming_it() {
@@ -730,50 +667,5 @@ mod tests {
         )
         .unwrap_err();
         assert!(error.to_string().contains("sshKey"), "{error}");
-    }
-
-    #[test]
-    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
-        let mut conditions = Vec::new();
-        assert!(set_condition(
-            &mut conditions,
-            "Ready",
-            false,
-            "Provisioning",
-            "booting",
-            Some(1),
-            &time(10)
-        ));
-        assert!(set_condition(
-            &mut conditions,
-            "Ready",
-            false,
-            "Provisioning",
-            "no address yet",
-            Some(1),
-            &time(20)
-        ));
-        assert_eq!(conditions[0].last_transition_time, time(10));
-        assert!(!set_condition(
-            &mut conditions,
-            "Ready",
-            false,
-            "Provisioning",
-            "no address yet",
-            Some(1),
-            &time(25)
-        ));
-        assert!(set_condition(
-            &mut conditions,
-            "Ready",
-            true,
-            "Running",
-            "at 192.0.2.7",
-            Some(1),
-            &time(30)
-        ));
-        assert_eq!(conditions[0].last_transition_time, time(30));
-        assert_eq!(conditions.len(), 1);
-        assert_eq!(condition(&conditions, "Ready").unwrap().reason, "Running");
     }
 }

@@ -27,9 +27,9 @@ use egress_distribution::Reference;
 use egress_runtime::{Provider, Runtime};
 use sha2::Digest as _;
 
+use crate::conditions::NotReady;
 use crate::crd::ComponentRef;
 use crate::metrics::Metrics;
-use crate::providers::NotReady;
 use crate::{Objects, lock};
 use egress_distribution::oci::{OciError, RegistryClient, RegistryOptions};
 use egress_distribution::signing::{self, Signature, TrustedKey};

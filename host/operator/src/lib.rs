@@ -22,6 +22,7 @@
 //! [`oci`] pushes and pulls provider components as OCI artifacts.
 
 pub mod cli;
+pub mod conditions;
 pub mod crd;
 pub mod grants;
 pub mod images;
@@ -41,8 +42,8 @@ pub mod sweep;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::conditions::NotReady;
 use crate::crd::ProxySpec;
-use crate::providers::NotReady;
 
 /// An event to record on a resource: Kubernetes Events in Kubernetes mode, log lines and the
 /// live table in local mode.

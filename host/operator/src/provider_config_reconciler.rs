@@ -27,14 +27,15 @@ use egress_runtime::{CallContext, CallError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
+use crate::conditions::{self, NotReady, set_condition};
 use crate::crd::{
     EffectiveGrant, LoadedComponent, OrphanReport, OrphanSweep, ProviderConfigSpec,
-    ProviderConfigStatus, condition, conditions, set_condition,
+    ProviderConfigStatus,
 };
 use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_calls::{Metered, ProviderCalls};
-use crate::providers::{Bound, NotReady, ProviderSet, Source};
+use crate::providers::{Bound, ProviderSet, Source};
 use crate::sweep::{LiveProxies, SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
 use crate::{Note, Objects, now};
 
@@ -293,7 +294,7 @@ fn subject(name: &str) -> CallContext {
 }
 
 fn is_ready(status: &ProviderConfigStatus) -> bool {
-    condition(&status.conditions, conditions::READY).is_some_and(|ready| ready.status == "True")
+    conditions::is_true(&status.conditions, conditions::READY)
 }
 
 /// The status and notes one reconcile builds, step by step; pure.
@@ -624,7 +625,7 @@ mod tests {
 
     /// The status and reason of condition `kind`.
     fn said(outcome: &ProviderConfigOutcome, kind: &str) -> (String, String) {
-        let found = condition(&outcome.status.conditions, kind).expect("the condition is set");
+        let found = conditions::condition(&outcome.status.conditions, kind).expect("the condition is set");
         (found.status.clone(), found.reason.clone())
     }
 

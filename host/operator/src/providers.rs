@@ -28,6 +28,7 @@ use egress_runtime::grant::{GrantContext, ObjectRef, digest_hex};
 use egress_runtime::types::Operation;
 use egress_runtime::{Limits, Provider, Registry, RegistryEvent};
 
+use crate::conditions::NotReady;
 use crate::crd::{
     EffectiveGrant, GrantSpec, LimitsSpec, OrphanSweep, ProviderConfigSpec, ProviderConfigStatus,
     Recovery,
@@ -85,15 +86,6 @@ pub enum Source {
     File(String),
     /// An image, pinned to its digest (`REGISTRY/REPOSITORY[:TAG]@sha256:…`).
     Image(String),
-}
-
-/// Why a ProviderConfig cannot serve a Proxy now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NotReady {
-    /// A condition reason (`ProviderConfigNotFound`, `ComponentNotLoaded`, …).
-    pub reason: &'static str,
-    /// For people.
-    pub message: String,
 }
 
 /// A spec's component, found, its configuration matching the component's schema: what

@@ -30,13 +30,14 @@ use egress_runtime::{CallContext, CallError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sha2::{Digest, Sha256};
 
+use crate::conditions::{self, NotReady, condition, set_condition};
 use crate::crd::{
     EffectiveRecovery, HandledBy, Phase, ProxySpec, ProxyStatus, Recovery, RecoveryPolicy,
-    RecoveryRecord, condition, conditions, set_condition,
+    RecoveryRecord,
 };
 use crate::installation::{INSTALLATION_TAG, Installation};
 use crate::metrics::Metrics;
-use crate::providers::{Binding, NotReady};
+use crate::providers::Binding;
 use crate::{Note, lock, now};
 
 /// The tag every VM carries with the UID of the Proxy it was made for (the ownership mark is the
@@ -473,7 +474,8 @@ impl Reconciler {
         step.synced(true, "Synced", "the provider answered");
         match vm.state {
             InstanceState::Running if !vm.addresses.is_empty() => {
-                let became_ready = !is_true(&proxy.status, conditions::READY);
+                let became_ready =
+                    !conditions::is_true(&proxy.status.conditions, conditions::READY);
                 step.status.addresses = vm.addresses.clone();
                 step.status.phase = Some(Phase::Running);
                 let at = vm.addresses.join(", ");
@@ -512,7 +514,7 @@ impl Reconciler {
                     vm.provider_id,
                     self.resync(binding).as_secs()
                 );
-                let was_ready = is_true(&proxy.status, conditions::READY);
+                let was_ready = conditions::is_true(&proxy.status.conditions, conditions::READY);
                 step.status.addresses.clear();
                 step.status.phase = Some(Phase::Paused);
                 step.provisioned(false, "VMPaused", &why);
@@ -579,7 +581,7 @@ impl Reconciler {
     ) -> Outcome {
         let id = vm.provider_id.clone();
         step.status.addresses.clear();
-        let was_ready = is_true(&proxy.status, conditions::READY);
+        let was_ready = conditions::is_true(&proxy.status.conditions, conditions::READY);
         let reason = match trouble {
             Trouble::Stopped => "VMStopped",
             Trouble::Failed => "VMFailed",
@@ -1034,10 +1036,6 @@ fn blocked(status: &ProxyStatus, generation: i64, handled: Option<&HandledBy>) -
         && ready.observed_generation == Some(generation)
         && status.provider.is_some()
         && status.provider.as_ref() == handled
-}
-
-fn is_true(status: &ProxyStatus, kind: &str) -> bool {
-    condition(&status.conditions, kind).is_some_and(|condition| condition.status == "True")
 }
 
 fn is_reason(status: &ProxyStatus, kind: &str, reason: &str) -> bool {

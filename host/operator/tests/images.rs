@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use egress_operator::Objects;
-use egress_operator::crd::{ProviderConfigSpec, ProviderConfigStatus, condition, conditions};
+use egress_operator::conditions::{self, condition};
+use egress_operator::crd::{ProviderConfigSpec, ProviderConfigStatus};
 use egress_operator::installation::Installation;
 use egress_operator::operator::{Operator, Settings};
 use egress_operator::provider_config_reconciler::{ProviderConfigOutcome, ProviderConfigState};

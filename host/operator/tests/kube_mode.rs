@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster_support::{Cluster, OPERATOR_NAMESPACE};
+use egress_operator::conditions::{self};
 use egress_operator::crd::{
     FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
-    conditions,
 };
 use egress_operator::installation::{INSTALLATION_TAG, Installation};
 use egress_operator::kube_mode::{self, Options};
@@ -418,7 +418,7 @@ fn condition(
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     kind: &str,
 ) -> (String, String) {
-    egress_operator::crd::condition(conditions, kind)
+    egress_operator::conditions::condition(conditions, kind)
         .map(|c| (c.status.clone(), c.reason.clone()))
         .unwrap_or_default()
 }

@@ -20,7 +20,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use egress_operator::crd::{Phase, condition, conditions};
+use egress_operator::conditions::{self, condition};
+use egress_operator::crd::Phase;
 use kvmlab::Lab;
 use local_support::{Folder, reason, running};
 use serde_json::json;
@@ -368,7 +369,8 @@ mod kube {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use egress_operator::crd::{ProviderConfig, Proxy, condition, conditions};
+    use egress_operator::conditions::{self, condition};
+    use egress_operator::crd::{ProviderConfig, Proxy};
     use egress_operator::kube_mode::{self, Options};
     use egress_operator::operator::{Operator, Settings};
     use egress_operator::reconciler::Timing;

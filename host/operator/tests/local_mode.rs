@@ -8,7 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use egress_operator::crd::conditions;
+use egress_operator::conditions;
 use egress_operator::local::store::Store;
 use egress_operator::reconciler::vm_name;
 use local_support::{Local, credentials, provider_config, proxy, reason, running};
@@ -183,7 +183,7 @@ async fn a_permanent_failure_waits_for_a_spec_change_then_recovers() {
     });
     let record = local.proxy("default/stuck").unwrap();
     assert!(
-        egress_operator::crd::condition(&record.status.conditions, conditions::READY)
+        egress_operator::conditions::condition(&record.status.conditions, conditions::READY)
             .unwrap()
             .message
             .contains("template 9999 does not exist")
@@ -717,7 +717,7 @@ async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
     loop {
         let store = Store::open_read_only(&local.path(".egress-operator/state.db")).unwrap();
         let degraded = store.configs().unwrap().into_iter().any(|config| {
-            egress_operator::crd::condition(&config.status.conditions, conditions::DEGRADED)
+            egress_operator::conditions::condition(&config.status.conditions, conditions::DEGRADED)
                 .is_some_and(|c| c.status == "True" && c.reason == "ComponentRejected")
         });
         if degraded {
@@ -756,7 +756,7 @@ async fn a_rotated_secret_is_used_from_the_next_request() {
             .unwrap()
             .iter()
             .any(|config| {
-                egress_operator::crd::condition(&config.status.conditions, conditions::READY)
+                egress_operator::conditions::condition(&config.status.conditions, conditions::READY)
                     .is_some_and(|c| c.reason == reason)
             })
     };

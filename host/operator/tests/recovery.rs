@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use egress_operator::crd::{Phase, RecoveryPolicy, conditions};
+use egress_operator::conditions::{self};
+use egress_operator::crd::{Phase, RecoveryPolicy};
 use local_support::{Local, provider_config, proxy, reason, running};
 use metrics_support::counter;
 use pvesim::{RunState, Simulator};

@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 
 use super::caches::{StoreObjects, Touched};
 use super::{Context, Error, never_ending};
+use crate::conditions::NotReady;
 use crate::crd::{FIELD_MANAGER, FINALIZER, Proxy, ProxyStatus};
-use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
 
 /// Run the Proxy controller until `stop` fires and the reconciles in flight finish.

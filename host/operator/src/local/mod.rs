@@ -32,10 +32,11 @@ use arc_swap::ArcSwap;
 use notify::Watcher as _;
 use tokio::time::Instant;
 
-use crate::crd::{Phase, ProxyStatus, condition, conditions};
+use crate::conditions::NotReady;
+use crate::conditions::{self, condition};
+use crate::crd::{Phase, ProxyStatus};
 use crate::operator::Operator;
 use crate::provider_config_reconciler::ProviderConfigState;
-use crate::providers::NotReady;
 use crate::reconciler::{Next, ProxyState, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
@@ -498,8 +499,7 @@ impl Local {
             if record.deleting {
                 return None;
             }
-            let ready = condition(&record.status.conditions, conditions::READY)
-                .is_some_and(|ready| ready.status == "True");
+            let ready = conditions::is_true(&record.status.conditions, conditions::READY);
             match (ready, record.status.phase) {
                 (true, _) => {}
                 // Waiting on a person: refused, or paused by one. Neither ends by itself.

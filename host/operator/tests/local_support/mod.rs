@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use egress_operator::crd::{Phase, condition, conditions};
+use egress_operator::conditions::{self, condition};
+use egress_operator::crd::Phase;
 use egress_operator::local::store::{ProxyRecord, Store};
 use pvesim::{SimConfig, Simulator};
 
