@@ -3,7 +3,7 @@
 //! Several installations can share one hypervisor: two clusters, or a local-mode folder beside a
 //! cluster, each with a ProviderConfig of the same name. A VM's Proxy UID says which Proxy it is
 //! for, but a Proxy that is gone cannot say whose VM was made for it. So every VM carries the
-//! installation that made it, as the tag [`INSTALLATION_TAG`] written into its mark, and the
+//! installation that made it, as the tag [`INSTALLATION_TAG`](crate::marks::INSTALLATION_TAG) written into its mark, and the
 //! orphan sweep deletes only VMs that carry this installation's: a VM of another installation is
 //! foreign, left alone and reported once.
 //!
@@ -13,9 +13,6 @@
 //! operators in one cluster, or a state folder moved to a new machine).
 
 use std::fmt;
-
-/// The tag naming the installation that made a VM.
-pub const INSTALLATION_TAG: &str = "egress-operator.io/installation";
 
 /// An installation's identity: 1 to 63 characters of lower-case letters, digits, `-` and `.`,
 /// starting and ending with a letter or digit (a Kubernetes label value, lower case).

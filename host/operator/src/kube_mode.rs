@@ -22,7 +22,7 @@
 //! What triggers a reconcile of a Proxy: a change of its spec, finalizers or deletion (not of its
 //! own status), a change of its ProviderConfig's spec, a rebinding of its ProviderConfig (a hot
 //! swap or a new spec bound), a change of a Secret or ConfigMap its user-data names, and the
-//! time its last [`Outcome`](crate::reconciler::Outcome) asked for. Of a ProviderConfig: its
+//! time its last [`Outcome`](crate::proxy_reconciler::Outcome) asked for. Of a ProviderConfig: its
 //! spec, a Secret or ConfigMap it references (a rotated credential is in the broker from the
 //! next request on), a registry event for its component file, and every resync.
 

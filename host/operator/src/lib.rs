@@ -21,6 +21,7 @@
 //! prints the CRDs; [`conformance`] runs the contract's rules against a provider component;
 //! [`oci`] pushes and pulls provider components as OCI artifacts.
 
+pub mod bindings;
 pub mod cli;
 pub mod conditions;
 pub mod crd;
@@ -30,20 +31,18 @@ pub mod installation;
 pub mod kube_mode;
 pub mod local;
 pub mod logging;
+pub mod marks;
 pub mod metrics;
 pub mod operator;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
-pub mod providers;
-pub mod reconciler;
+pub mod proxy_reconciler;
 pub mod run_args;
 pub mod server;
 pub mod sweep;
+pub mod timing;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-use crate::conditions::NotReady;
-use crate::crd::ProxySpec;
 
 /// An event to record on a resource: Kubernetes Events in Kubernetes mode, log lines and the
 /// live table in local mode.
@@ -92,48 +91,6 @@ pub(crate) use egress_runtime::lock;
 pub fn now() -> Time {
     let now = k8s_openapi::jiff::Timestamp::now();
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
-/// A Proxy's user-data, resolved from its spec in `namespace`.
-pub fn user_data(
-    spec: &ProxySpec,
-    namespace: &str,
-    objects: &dyn Objects,
-) -> Result<String, NotReady> {
-    let Some(source) = &spec.user_data else {
-        return Ok(String::new());
-    };
-    let missing = |kind: &str, name: &str, key: &str| NotReady {
-        reason: "UserDataNotFound",
-        message: format!("{kind} {namespace}/{name} has no key {key} (the Proxy's user-data)"),
-    };
-    match (
-        &source.inline,
-        &source.secret_key_ref,
-        &source.config_map_key_ref,
-    ) {
-        (Some(inline), None, None) => Ok(inline.clone()),
-        (None, Some(secret), None) => {
-            let bytes = objects
-                .secret_value(namespace, &secret.name, &secret.key)
-                .ok_or_else(|| missing("Secret", &secret.name, &secret.key))?;
-            String::from_utf8(bytes).map_err(|_| NotReady {
-                reason: "InvalidUserData",
-                message: format!(
-                    "Secret {namespace}/{} key {} is not UTF-8",
-                    secret.name, secret.key
-                ),
-            })
-        }
-        (None, None, Some(map)) => objects
-            .config_map_value(namespace, &map.name, &map.key)
-            .ok_or_else(|| missing("ConfigMap", &map.name, &map.key)),
-        _ => Err(NotReady {
-            reason: "InvalidUserData",
-            message: "userData must set exactly one of inline, secretKeyRef, configMapKeyRef"
-                .into(),
-        }),
-    }
 }
 
 /// SIGTERM or SIGINT, in either mode. Listening starts at the first poll: keep one future

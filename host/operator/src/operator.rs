@@ -8,12 +8,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use egress_runtime::{Compilation, Limits, Registry, Runtime, RuntimeConfig};
 
+use crate::bindings::ProviderSet;
 use crate::images::{ImageSettings, Images};
 use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_config_reconciler::ProviderConfigReconciler;
-use crate::providers::ProviderSet;
-use crate::reconciler::{Reconciler, Timing};
+use crate::proxy_reconciler::ProxyReconciler;
+use crate::timing::Timing;
 use egress_capability_set::Capabilities;
 
 /// How the operator runs, in either mode.
@@ -78,7 +79,7 @@ pub struct Operator {
     /// The capabilities the runtime serves, whose grants the bindings set.
     pub capabilities: Capabilities,
     /// The Proxy reconciler.
-    pub reconciler: Reconciler,
+    pub reconciler: ProxyReconciler,
     /// The ProviderConfig reconciler (binding, `check`, the orphan sweep).
     pub provider_configs: ProviderConfigReconciler,
     /// Every series exported.
@@ -127,7 +128,7 @@ impl Operator {
         Ok(Arc::new(Operator {
             providers,
             capabilities,
-            reconciler: Reconciler::new(
+            reconciler: ProxyReconciler::new(
                 settings.installation.clone(),
                 settings.timing.clone(),
                 metrics.clone(),

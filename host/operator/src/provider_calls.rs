@@ -1,11 +1,12 @@
-//! The seam between the ProviderConfig reconciler and a provider: [`ProviderCalls`].
+//! The seam between the reconcilers and a provider: [`ProviderCalls`].
 //!
-//! The ProviderConfig reconciler ([`crate::provider_config_reconciler`]) and the orphan sweep
-//! ([`crate::sweep`]) make every provider call through this trait: `validate-config` on the
-//! component a spec names, `check`, `list-by-tag` and `delete` on its binding. The runtime's
-//! [`Provider`] implements it; unit tests implement it with a fake, so the reconciler's steps are
-//! tested without a compiled component. [`Metered`] counts and times each call in the call
-//! metrics, as the Proxy reconciler does its own.
+//! Both reconcilers make every provider call through this trait: the Proxy reconciler
+//! ([`crate::proxy_reconciler`]) `create`, `get`, `delete` and `list-by-tag` on its
+//! ProviderConfig's binding; the ProviderConfig reconciler ([`crate::provider_config_reconciler`])
+//! and the orphan sweep ([`crate::sweep`]) `validate-config` on the component a spec names,
+//! `check`, `list-by-tag` and `delete`. The runtime's [`Provider`] implements it; unit tests
+//! implement it with a fake, so the reconcilers' decisions are tested without a compiled
+//! component. [`Counted`] counts and times each call in the call metrics.
 
 use std::future::Future;
 use std::time::Instant;
@@ -38,7 +39,7 @@ impl ProviderCalls for Provider {
 /// `calls`, each counted and timed in `metrics` (`egress_provider_calls_total`,
 /// `egress_provider_call_duration_seconds`) under the ProviderConfig `provider_config`, with its
 /// operation and outcome (`ok` or the error class).
-pub struct Metered<'a, P> {
+pub struct Counted<'a, P> {
     /// What makes the calls.
     pub calls: &'a P,
     /// The ProviderConfig the calls are for: the `provider` label.
@@ -47,7 +48,7 @@ pub struct Metered<'a, P> {
     pub metrics: &'a Metrics,
 }
 
-impl<P: ProviderCalls> ProviderCalls for Metered<'_, P> {
+impl<P: ProviderCalls> ProviderCalls for Counted<'_, P> {
     async fn call(&self, request: Request, context: &CallContext) -> Result<Response, CallError> {
         let operation = request.operation();
         let started = Instant::now();

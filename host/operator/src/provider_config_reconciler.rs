@@ -17,7 +17,7 @@
 //!    first.
 //!
 //! Every provider call goes through [`ProviderCalls`], counted in the call metrics under the
-//! ProviderConfig's name ([`Metered`]); the steps after binding are tested with a fake provider.
+//! ProviderConfig's name ([`Counted`]); the steps after binding are tested with a fake provider.
 
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +27,7 @@ use egress_runtime::{CallContext, CallError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
+use crate::bindings::{Bound, ProviderSet, Source};
 use crate::conditions::{self, NotReady, set_condition};
 use crate::crd::{
     EffectiveGrant, LoadedComponent, OrphanReport, OrphanSweep, ProviderConfigSpec,
@@ -34,8 +35,7 @@ use crate::crd::{
 };
 use crate::installation::Installation;
 use crate::metrics::Metrics;
-use crate::provider_calls::{Metered, ProviderCalls};
-use crate::providers::{Bound, ProviderSet, Source};
+use crate::provider_calls::{Counted, ProviderCalls};
 use crate::sweep::{LiveProxies, SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
 use crate::{Note, Objects, now};
 
@@ -174,7 +174,7 @@ impl ProviderConfigReconciler {
             config: config.to_owned(),
         };
         match self
-            .metered(name, component)
+            .counted(name, component)
             .call(request, &subject(name))
             .await
         {
@@ -211,7 +211,7 @@ impl ProviderConfigReconciler {
         if !step.serves(&serving, fresh) {
             return step.finish(self.resync, rebound);
         }
-        let provider = self.metered(&state.name, serving.provider);
+        let provider = self.counted(&state.name, serving.provider);
         let request = Request::Check {
             config: serving.config.to_owned(),
         };
@@ -242,8 +242,8 @@ impl ProviderConfigReconciler {
         step.finish(next, rebound)
     }
 
-    fn metered<'a, P>(&'a self, name: &'a str, calls: &'a P) -> Metered<'a, P> {
-        Metered {
+    fn counted<'a, P>(&'a self, name: &'a str, calls: &'a P) -> Counted<'a, P> {
+        Counted {
             calls,
             provider_config: name,
             metrics: &self.metrics,
@@ -466,9 +466,8 @@ mod tests {
 
     use super::*;
     use crate::crd::SweepMode;
-    use crate::installation::INSTALLATION_TAG;
     use crate::lock;
-    use crate::reconciler::PROVIDER_CONFIG_TAG;
+    use crate::marks::{INSTALLATION_TAG, PROVIDER_CONFIG_TAG};
 
     /// A provider answering from a script, recording what it was asked.
     #[derive(Default)]
@@ -625,7 +624,8 @@ mod tests {
 
     /// The status and reason of condition `kind`.
     fn said(outcome: &ProviderConfigOutcome, kind: &str) -> (String, String) {
-        let found = conditions::condition(&outcome.status.conditions, kind).expect("the condition is set");
+        let found =
+            conditions::condition(&outcome.status.conditions, kind).expect("the condition is set");
         (found.status.clone(), found.reason.clone())
     }
 

@@ -8,7 +8,7 @@ use egress_runtime::Compilation;
 
 use crate::installation::Installation;
 use crate::operator::Settings;
-use crate::reconciler::Timing;
+use crate::timing::Timing;
 
 /// `run`'s options.
 #[derive(clap::Args, Debug)]

@@ -24,9 +24,9 @@ use egress_runtime::{CallContext, CallError};
 use tokio::time::Instant;
 
 use crate::crd::{OrphanSweep, SweepMode};
-use crate::installation::{INSTALLATION_TAG, Installation};
+use crate::installation::Installation;
+use crate::marks::{INSTALLATION_TAG, PROVIDER_CONFIG_TAG};
 use crate::provider_calls::ProviderCalls;
-use crate::reconciler::PROVIDER_CONFIG_TAG;
 use crate::{Note, lock};
 
 /// At most this many provider IDs are named in one report of foreign VMs.

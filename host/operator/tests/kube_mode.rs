@@ -22,10 +22,12 @@ use egress_operator::conditions::{self};
 use egress_operator::crd::{
     FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
 };
-use egress_operator::installation::{INSTALLATION_TAG, Installation};
+use egress_operator::installation::Installation;
 use egress_operator::kube_mode::{self, Options};
+use egress_operator::marks::{INSTALLATION_TAG, PROVIDER_CONFIG_TAG, vm_name};
 use egress_operator::operator::{Operator, Settings};
-use egress_operator::reconciler::{Next, PROVIDER_CONFIG_TAG, Resolved, Timing, vm_name};
+use egress_operator::proxy_reconciler::{Next, Resolved};
+use egress_operator::timing::Timing;
 use egress_runtime::types::{CreateRequest, Request, Response, Tag};
 use egress_runtime::{CallContext, Provider};
 use k8s_openapi::api::coordination::v1::Lease;

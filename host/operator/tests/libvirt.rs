@@ -373,7 +373,7 @@ mod kube {
     use egress_operator::crd::{ProviderConfig, Proxy};
     use egress_operator::kube_mode::{self, Options};
     use egress_operator::operator::{Operator, Settings};
-    use egress_operator::reconciler::Timing;
+    use egress_operator::timing::Timing;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{DeleteParams, PostParams};
     use kube::{Api, Client};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use egress_operator::conditions;
 use egress_operator::local::store::Store;
-use egress_operator::reconciler::vm_name;
+use egress_operator::marks::vm_name;
 use local_support::{Local, credentials, provider_config, proxy, reason, running};
 use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, RunState, SimConfig, Trigger};

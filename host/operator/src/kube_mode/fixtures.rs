@@ -27,7 +27,7 @@ use crate::crd::{
 use crate::installation::Installation;
 use crate::operator::{Operator, Settings};
 use crate::provider_config_reconciler::ProviderConfigState;
-use crate::reconciler::Timing;
+use crate::timing::Timing;
 
 pub type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 

@@ -4,7 +4,7 @@
 //! - A Proxy whose ProviderConfig a replica bound, but this one not yet (it has just started
 //!   leading), is left as it is until the binding is here: its status stays as written.
 //! - Otherwise its [`ProxyState`] and [`Resolved`] references go to
-//!   [`Reconciler::reconcile`](crate::reconciler::Reconciler::reconcile); the status it returns
+//!   [`ProxyReconciler::reconcile`](crate::proxy_reconciler::ProxyReconciler::reconcile); the status it returns
 //!   is written by server-side apply on the status subresource with the field manager
 //!   [`FIELD_MANAGER`] (only when it changed), its notes become Events, and its `next` becomes
 //!   the controller's [`Action`].
@@ -27,7 +27,7 @@ use super::caches::{StoreObjects, Touched};
 use super::{Context, Error, never_ending};
 use crate::conditions::NotReady;
 use crate::crd::{FIELD_MANAGER, FINALIZER, Proxy, ProxyStatus};
-use crate::reconciler::{Next, ProxyState, Resolved};
+use crate::proxy_reconciler::{Next, ProxyState, Resolved};
 
 /// Run the Proxy controller until `stop` fires and the reconciles in flight finish.
 pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
@@ -307,23 +307,22 @@ fn not_bound_here_yet(proxy: &Proxy, context: &Context) -> bool {
         )
 }
 
-/// The reason [`ProviderSet::binding`](crate::providers::ProviderSet::binding) gives while a
+/// The reason [`ProviderSet::binding`](crate::bindings::ProviderSet::binding) gives while a
 /// ProviderConfig has no binding in this process.
 const NO_BINDING: &str = "ProviderNotReady";
 
 /// Its ProviderConfig's binding and its user-data, from the caches.
 pub fn resolve(proxy: &Proxy, namespace: &str, context: &Context) -> Resolved {
-    let name = &proxy.spec.provider_config_ref;
-    let binding = if context.caches.provider_config(name).is_none() {
-        Err(NotReady {
-            reason: "ProviderConfigNotFound",
-            message: format!("ProviderConfig {name} does not exist"),
-        })
-    } else {
-        context.operator.providers.binding(name)
-    };
-    let user_data = crate::user_data(&proxy.spec, namespace, &StoreObjects(&context.caches));
-    Resolved { binding, user_data }
+    let declared = (context.caches)
+        .provider_config(&proxy.spec.provider_config_ref)
+        .is_some();
+    Resolved::lookup(
+        &proxy.spec,
+        namespace,
+        declared,
+        &context.operator.providers,
+        &StoreObjects(&context.caches),
+    )
 }
 
 /// Server-side apply of the whole status, as the operator's one field manager.

@@ -32,12 +32,11 @@ use arc_swap::ArcSwap;
 use notify::Watcher as _;
 use tokio::time::Instant;
 
-use crate::conditions::NotReady;
 use crate::conditions::{self, condition};
 use crate::crd::{Phase, ProxyStatus};
 use crate::operator::Operator;
 use crate::provider_config_reconciler::ProviderConfigState;
-use crate::reconciler::{Next, ProxyState, Resolved};
+use crate::proxy_reconciler::{Next, ProxyState, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 use crate::{Note, Objects, lock};
@@ -432,21 +431,15 @@ impl Local {
             self.queue.forget(key);
             return Ok(());
         };
-        let folder = self.snapshot.load_full();
-        let reference = &record.spec.provider_config_ref;
-        let binding = if folder.provider_configs().contains_key(reference) {
-            self.operator.providers.binding(reference)
-        } else {
-            Err(NotReady {
-                reason: "ProviderConfigNotFound",
-                message: format!("ProviderConfig {reference} does not exist"),
-            })
-        };
-        let objects = self.objects();
-        let resolved = Resolved {
-            binding,
-            user_data: crate::user_data(&record.spec, &record.namespace, &objects),
-        };
+        let declared = (self.snapshot.load().provider_configs())
+            .contains_key(&record.spec.provider_config_ref);
+        let resolved = Resolved::lookup(
+            &record.spec,
+            &record.namespace,
+            declared,
+            &self.operator.providers,
+            &self.objects(),
+        );
         let state = ProxyState {
             namespace: record.namespace.clone(),
             name: record.name.clone(),

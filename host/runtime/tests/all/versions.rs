@@ -24,7 +24,6 @@ async fn every_0_1_0_component_loads_unchanged_and_needs_what_it_imports() {
         ("reference", &["http"][..]),
         ("misbehave", &[][..]),
         ("hostile", &["http"][..]),
-        ("proxmox", &["http"][..]),
     ] {
         let provider = load(&runtime, name).await;
         assert_eq!(provider.contract_version().to_string(), "0.1.0", "{name}");
@@ -36,6 +35,16 @@ async fn every_0_1_0_component_loads_unchanged_and_needs_what_it_imports() {
             .unwrap_or_else(|error| panic!("{name} describes itself: {error}"));
         assert_eq!(response, Response::Describe(provider.description().clone()));
     }
+}
+
+#[tokio::test]
+async fn the_proxmox_provider_speaks_0_2_0_for_its_paused_state() {
+    // The paused state (issue 32) exists only in 0.2.0, so the Proxmox provider moved up;
+    // the Python Proxmox provider stays on 0.1.0 (tests/python_proxmox.rs).
+    let provider = load(&runtime(), "proxmox").await;
+    assert_eq!(provider.contract_version().to_string(), "0.2.0");
+    assert_eq!(provider.description().contract_version, "0.2.0");
+    assert_eq!(provider.capabilities(), ["http"]);
 }
 
 #[tokio::test]

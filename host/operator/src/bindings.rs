@@ -30,23 +30,24 @@ use egress_runtime::{Limits, Provider, Registry, RegistryEvent};
 
 use crate::conditions::NotReady;
 use crate::crd::{
-    EffectiveGrant, GrantSpec, LimitsSpec, OrphanSweep, ProviderConfigSpec, ProviderConfigStatus,
-    Recovery,
+    EffectiveGrant, GrantSpec, HandledBy, LimitsSpec, OrphanSweep, ProviderConfigSpec,
+    ProviderConfigStatus, Recovery,
 };
 use crate::grants::ObjectsHost;
 use crate::images::Images;
 use crate::{Objects, lock};
 use egress_capability_set::Capabilities;
 
-/// A ProviderConfig's provider, ready to serve Proxies.
+/// A ProviderConfig's provider, ready to serve Proxies. `P` is what answers the calls: the
+/// runtime's [`Provider`] in the operator, a fake in the Proxy reconciler's unit tests.
 #[derive(Debug)]
-pub struct Binding {
+pub struct Binding<P = Provider> {
     /// The ProviderConfig, which is the provider's identity.
     pub provider_config: String,
     /// The ProviderConfig's generation this binding was made from.
     pub generation: i64,
     /// The component bound under that identity with the spec's limits.
-    pub provider: Arc<Provider>,
+    pub provider: Arc<P>,
     /// Where the component came from: a file of the components directory, or an image pinned
     /// to its digest.
     pub source: Source,
@@ -62,21 +63,8 @@ pub struct Binding {
     /// content of the Secrets and ConfigMaps its grant references (a rotated credential can fix
     /// what failed permanently, so Proxies blocked on the old one try again).
     pub revision: u64,
-}
-
-impl Binding {
     /// What a Proxy records of the provider that handled it.
-    pub fn handled_by(&self) -> crate::crd::HandledBy {
-        let description = self.provider.description();
-        crate::crd::HandledBy {
-            provider_config: self.provider_config.clone(),
-            provider_config_generation: self.generation,
-            provider_config_revision: self.revision,
-            name: description.name.clone(),
-            version: description.version.clone(),
-            digest: format!("sha256:{}", self.provider.digest()),
-        }
-    }
+    pub handled_by: HandledBy,
 }
 
 /// Where a binding's component came from.
@@ -445,6 +433,8 @@ impl ProviderSet {
         entry.retired.retain(|old| Arc::strong_count(old) > 1);
         let candidate = match attempt {
             Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
+                let description = fresh.provider.description();
+                let revision = entry.revision + 1;
                 Some(Arc::new(Binding {
                     provider_config: name.to_owned(),
                     generation,
@@ -456,7 +446,15 @@ impl ProviderSet {
                     resync: spec
                         .resync_seconds
                         .map(|seconds| Duration::from_secs(seconds.max(1))),
-                    revision: entry.revision + 1,
+                    revision,
+                    handled_by: HandledBy {
+                        provider_config: name.to_owned(),
+                        provider_config_generation: generation,
+                        provider_config_revision: revision,
+                        name: description.name.clone(),
+                        version: description.version.clone(),
+                        digest: format!("sha256:{}", fresh.provider.digest()),
+                    },
                 }))
             }
             _ => None,
