@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::config::tests::simulator_config;
 use crate::create::{create, start_vmid};
 use crate::delete::delete;
-use crate::egress::provider::types::{CreateRequest, Error, InstanceState, Tag};
+use crate::egress::provider::types::{CheckReason, CreateRequest, Error, InstanceState, Tag};
 use crate::get::get;
 use crate::id::VmId;
 use crate::list::list_by_tag;
@@ -882,4 +882,201 @@ fn phase6_several_vms_with_our_name_are_permanent_before_any_inspection() {
         "{result:?}"
     );
     assert_eq!(requests, 1);
+}
+
+/// F17: a privilege the config task's worker checks (the seed drive's `VM.Config.CDROM`) fails the
+/// task, not the call; that is as permanent as the 403 would be.
+#[test]
+fn f17_a_config_task_that_failed_a_permission_check_is_permanent() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut steps = clean_create_steps(vmid, "OK");
+    let configure = upid("qmconfig", &vmid.to_string());
+    steps.truncate(9); // up to the config write
+    steps.push(task_done(
+        &configure,
+        &format!("Permission check failed (/vms/{vmid}, VM.Config.CDROM)"),
+    ));
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("VM.Config.CDROM")),
+        "{result:?}"
+    );
+}
+
+/// The check's steps up to the privileges: version, nodes, listing, template, seed storage.
+fn check_steps() -> Vec<Step> {
+    vec![
+        ok(
+            Method::Get,
+            "/version",
+            r#"{"release":"9.2","version":"9.2.20"}"#,
+        ),
+        ok(
+            Method::Get,
+            "/nodes",
+            r#"[{"node":"pv1-1","status":"online"}]"#,
+        ),
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+        ok(
+            Method::Get,
+            format!("/nodes/{NODE}/storage/proxy-seeds/status"),
+            r#"{"content":"iso","type":"dir"}"#,
+        ),
+    ]
+}
+
+fn permissions(path: &str, privileges: &[&str]) -> Step {
+    let held: Vec<String> = privileges.iter().map(|p| format!("\"{p}\":1")).collect();
+    ok(
+        Method::Get,
+        format!("/access/permissions?path={}", escape(path)),
+        &format!("{{\"{path}\":{{{}}}}}", held.join(",")),
+    )
+}
+
+/// The role the Phase 0 token held on `/` (F17).
+const ROLE: &[&str] = &[
+    "Datastore.AllocateSpace",
+    "Datastore.AllocateTemplate",
+    "Datastore.Audit",
+    "SDN.Use",
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Clone",
+    "VM.Config.CDROM",
+    "VM.Config.CPU",
+    "VM.Config.Disk",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.Options",
+    "VM.GuestAgent.Audit",
+    "VM.PowerMgmt",
+];
+
+/// F17: check reads each path the provider's calls are checked on, once, and names every missing
+/// privilege with its path in one message.
+#[test]
+fn f17_check_names_every_missing_privilege_and_its_path() {
+    let config = create_config(); // vlanTag 4, diskGiB 8, targetStorage local-lvm
+    let without = |missing: &[&str]| -> Vec<&str> {
+        ROLE.iter()
+            .copied()
+            .filter(|p| !missing.contains(p))
+            .collect()
+    };
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", ROLE),
+        permissions(
+            "/vms",
+            &without(&["VM.Config.Network", "VM.GuestAgent.Audit"]),
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions("/storage/proxy-seeds", &without(&["Datastore.Allocate"])),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+        permissions("/sdn/zones/localnetwork/vmbr0/4", &without(&["SDN.Use"])),
+    ]);
+    let (answer, _, requests) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    for named in [
+        "VM.Config.Network on /vms",
+        "VM.GuestAgent.Audit on /vms",
+        "Datastore.Allocate on /storage/proxy-seeds",
+        "SDN.Use on /sdn/zones/localnetwork/vmbr0/4",
+    ] {
+        assert!(
+            answer.message.contains(named),
+            "{named}: {}",
+            answer.message
+        );
+    }
+    assert!(!answer.message.contains("VM.Clone"), "{}", answer.message);
+    assert_eq!(requests, 11, "one permissions read per path");
+
+    // Everything held: ok, and the count says what was verified.
+    let mut steps = check_steps();
+    for path in [
+        "/vms/9001",
+        "/vms",
+        "/storage/local-lvm",
+        "/sdn/zones/localnetwork/vmbr0",
+        "/sdn/zones/localnetwork/vmbr0/4",
+    ] {
+        steps.push(permissions(path, ROLE));
+    }
+    steps.insert(
+        8,
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+    );
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Ok, "{}", answer.message);
+    assert!(
+        answer.message.contains("holds 14 of the 14"),
+        "{}",
+        answer.message
+    );
+}
+
+/// F17: where the permissions endpoint does not answer, check still answers `ok` (the rest
+/// passed, and a create that lacks a privilege fails with a 403 naming it) but says which
+/// privileges it could not verify; a missing one elsewhere is still `forbidden`.
+#[test]
+fn f17_check_says_which_privileges_it_could_not_verify() {
+    let config = simulator_config();
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", ROLE),
+        fail(
+            Method::Get,
+            format!("/access/permissions?path={}", escape("/vms")),
+            501,
+            "Method 'GET /api2/json/access/permissions' not implemented",
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+    ]);
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Ok, "{}", answer.message);
+    assert!(
+        answer.message.contains("NOT verified") && answer.message.contains("/vms (HTTP 501"),
+        "{}",
+        answer.message
+    );
+
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", &[]),
+        fail(
+            Method::Get,
+            format!("/access/permissions?path={}", escape("/vms")),
+            501,
+            "not implemented",
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+    ]);
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    assert!(
+        answer.message.contains("VM.Clone on /vms/9001") && answer.message.contains("NOT verified"),
+        "{}",
+        answer.message
+    );
 }
