@@ -23,10 +23,29 @@ struct Step {
     body: String,
 }
 
-/// An [`Io`] that answers a fixed script in order and keeps the requests it saw.
+/// One log call: level, message and fields.
+#[derive(Debug)]
+struct Line {
+    level: LogLevel,
+    message: String,
+    fields: Vec<(String, String)>,
+}
+
+impl Line {
+    fn field(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// An [`Io`] that answers a fixed script in order and keeps the requests it saw and the lines it
+/// was asked to log.
 struct ScriptIo {
     script: VecDeque<Step>,
     seen: Vec<Request>,
+    logs: Vec<Line>,
     clock_ms: u64,
 }
 
@@ -35,6 +54,7 @@ impl ScriptIo {
         ScriptIo {
             script: steps.into(),
             seen: Vec::new(),
+            logs: Vec::new(),
             clock_ms: 0,
         }
     }
@@ -75,7 +95,16 @@ impl Io for ScriptIo {
     fn now_rfc3339(&mut self) -> String {
         "2026-09-18T15:02:00Z".into()
     }
-    fn log(&mut self, _level: LogLevel, _message: &str, _fields: &[(&str, &str)]) {}
+    fn log(&mut self, level: LogLevel, message: &str, fields: &[(&str, &str)]) {
+        self.logs.push(Line {
+            level,
+            message: message.to_string(),
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .collect(),
+        });
+    }
 }
 
 fn ok(method: Method, path: impl Into<String>, data: &str) -> Step {
@@ -882,6 +911,162 @@ fn phase6_several_vms_with_our_name_are_permanent_before_any_inspection() {
         "{result:?}"
     );
     assert_eq!(requests, 1);
+}
+
+/// P4: the predecessor logged one line per API call with identifiers; a seven-minute VLAN stall
+/// could only be read from such lines. A create logs one debug line per request, naming the VM,
+/// its node and the answer, and then its outcome line at info; no body reaches a line.
+#[test]
+fn p4_a_create_logs_one_debug_line_per_request_then_its_outcome() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut io = ScriptIo::new(clean_create_steps(vmid, "OK"));
+    crate::operate(&mut io, &config, "create", |pve| create(pve, &request(""))).unwrap();
+    assert!(io.script.is_empty());
+
+    let (calls, rest) = io.logs.split_at(io.logs.len() - 1);
+    assert_eq!(
+        calls.len(),
+        io.seen.len(),
+        "one line per request, nothing else"
+    );
+    for (line, request) in calls.iter().zip(&io.seen) {
+        assert_eq!(
+            (line.level, line.message.as_str()),
+            (LogLevel::Debug, "proxmox api call")
+        );
+        assert_eq!(
+            line.field("path").map(|path| format!("/api2/json{path}")),
+            Some(request.path.clone())
+        );
+        assert_eq!(
+            line.field("method"),
+            Some(format!("{:?}", request.method).to_uppercase().as_str())
+        );
+        assert_eq!(line.field("status"), Some("200"), "{line:?}");
+        assert!(
+            line.field("ms").is_some_and(|ms| ms.parse::<u64>().is_ok()),
+            "{line:?}"
+        );
+        if request.path.starts_with("/api2/json/nodes/") {
+            assert_eq!(line.field("node"), Some(NODE), "{line:?}");
+        }
+        for (key, value) in &line.fields {
+            for body_text in [
+                "#cloud-config",
+                "uid-1",
+                "egress-operator",
+                "media=cdrom",
+                "ISO",
+            ] {
+                assert!(!value.contains(body_text), "{key}={value} carries a body");
+            }
+        }
+    }
+    let line_of = |method: &str, path: &str| {
+        calls
+            .iter()
+            .find(|line| line.field("method") == Some(method) && line.field("path") == Some(path))
+            .unwrap_or_else(|| panic!("no line for {method} {path}"))
+    };
+    // The clone names the template (by its listed name) and the VM it makes.
+    let clone = line_of("POST", &format!("/nodes/{NODE}/qemu/9001/clone"));
+    let vmid_text = vmid.to_string();
+    assert_eq!(
+        (
+            clone.field("vmid"),
+            clone.field("name"),
+            clone.field("newid"),
+            clone.field("newname")
+        ),
+        (
+            Some("9001"),
+            Some("debian-13-template"),
+            Some(vmid_text.as_str()),
+            Some("proxy-a")
+        )
+    );
+    // Every later call on the new VM carries its VMID and name.
+    for (method, path) in [
+        ("POST", config_path(vmid)),
+        ("PUT", format!("/nodes/{NODE}/qemu/{vmid}/resize")),
+        ("POST", format!("/nodes/{NODE}/qemu/{vmid}/status/start")),
+        ("GET", status_path(vmid)),
+    ] {
+        let line = line_of(method, &path);
+        assert_eq!(
+            (line.field("vmid"), line.field("name")),
+            (Some(vmid_text.as_str()), Some("proxy-a")),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(
+        line_of("POST", &format!("/nodes/{NODE}/storage/proxy-seeds/upload")).field("file"),
+        Some("proxy-a-seed.iso")
+    );
+
+    let outcome = &rest[0];
+    assert_eq!(
+        (outcome.level, outcome.message.as_str()),
+        (LogLevel::Info, "proxmox operation finished")
+    );
+    let requests = io.seen.len().to_string();
+    assert_eq!(
+        (
+            outcome.field("operation"),
+            outcome.field("requests"),
+            outcome.field("result")
+        ),
+        (
+            Some("create"),
+            Some(requests.as_str()),
+            Some(format!("pv1-1/{vmid} proxy-a provisioning").as_str())
+        )
+    );
+    assert!(outcome.field("ms").is_some());
+}
+
+/// P4: a refused call's line carries the status and Proxmox's text (F1: also the reason phrase),
+/// and the outcome line says how the operation ended.
+#[test]
+fn p4_f17_a_refused_call_logs_its_status_and_text() {
+    let config = create_config();
+    let steps = vec![
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+        fail(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/9001/clone"),
+            403,
+            "Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)",
+        ),
+    ];
+    let mut io = ScriptIo::new(steps);
+    let result = crate::operate(&mut io, &config, "create", |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("SDN.Use")),
+        "{result:?}"
+    );
+    let clone = &io.logs[2];
+    assert_eq!(
+        (clone.field("status"), clone.field("error")),
+        (
+            Some("403"),
+            Some("Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)")
+        )
+    );
+    let outcome = io.logs.last().unwrap();
+    assert_eq!(outcome.field("requests"), Some("3"));
+    assert!(
+        outcome
+            .field("result")
+            .is_some_and(|result| result.starts_with("Error::Permanent(")),
+        "{outcome:?}"
+    );
 }
 
 /// F17: a privilege the config task's worker checks (the seed drive's `VM.Config.CDROM`) fails the
