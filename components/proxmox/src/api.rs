@@ -101,33 +101,34 @@ const MAX_FOREIGN_BODY: usize = 300;
 /// one line, after the status: it is the only clue to what answered.
 pub fn http_error(response: &Response) -> ApiError {
     let parsed = serde_json::from_slice::<Value>(&response.body).ok();
-    let message = parsed
-        .as_ref()
-        .and_then(|body| {
-            body.get("message")
-                .and_then(Value::as_str)
-                .map(str::trim)
-                .map(String::from)
-        })
-        .filter(|message| !message.is_empty())
-        .unwrap_or_else(|| {
-            let status = format!("HTTP status {}", response.status);
-            let text = String::from_utf8_lossy(&response.body);
-            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            if parsed.is_some() || text.is_empty() {
-                return status;
-            }
-            let mut cut = MAX_FOREIGN_BODY.min(text.len());
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            let ellipsis = if cut < text.len() { "…" } else { "" };
-            format!("{status}: {}{ellipsis}", &text[..cut])
-        });
+    let message = parsed.as_ref().and_then(pve_message).unwrap_or_else(|| {
+        let status = format!("HTTP status {}", response.status);
+        let text = String::from_utf8_lossy(&response.body);
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if parsed.is_some() || text.is_empty() {
+            return status;
+        }
+        let mut cut = MAX_FOREIGN_BODY.min(text.len());
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let ellipsis = if cut < text.len() { "…" } else { "" };
+        format!("{status}: {}{ellipsis}", &text[..cut])
+    });
     ApiError::Http {
         status: response.status,
         message,
     }
+}
+
+/// The trimmed `message` of a PVE error body: the text the node also sends as the reason phrase
+/// (F1), so a log line may carry it where it carries no body.
+fn pve_message(body: &Value) -> Option<String> {
+    body.get("message")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|message| !message.is_empty())
+        .map(String::from)
 }
 
 /// Unwrap the `{"data": …}` envelope of a 2xx response, or turn the response into an error.
@@ -247,6 +248,8 @@ pub type VmConfig = BTreeMap<String, String>;
 pub struct VmStatus {
     #[serde(default)]
     pub status: String,
+    #[serde(default)]
+    pub name: Option<String>,
     #[serde(default)]
     pub qmpstatus: Option<String>,
     #[serde(default)]
@@ -371,11 +374,27 @@ fn optional_upid(response: &Response) -> Result<Option<String>, ApiError> {
 }
 
 /// The client: the configuration plus the [`Io`] it sends through. It counts requests, which
-/// crash-consistency tests and logs use.
+/// crash-consistency tests and logs use, and keeps the VM names it has seen, so each request's log
+/// line names the VM it concerns (P4).
 pub struct Pve<'a, I: Io> {
     pub io: &'a mut I,
     pub config: &'a Config,
     pub requests: u32,
+    names: BTreeMap<u32, String>,
+}
+
+/// The node and VMID a request path names: `/nodes/{node}/…` and `/nodes/{node}/qemu/{vmid}/…`.
+fn subject_of(path: &str) -> (Option<&str>, Option<u32>) {
+    let mut segments = path.split(['/', '?']).skip(1);
+    if segments.next() != Some("nodes") {
+        return (None, None);
+    }
+    let node = segments.next();
+    let vmid = match segments.next() {
+        Some("qemu") => segments.next().and_then(|vmid| vmid.parse().ok()),
+        _ => None,
+    };
+    (node, vmid)
 }
 
 impl<'a, I: Io> Pve<'a, I> {
@@ -385,14 +404,28 @@ impl<'a, I: Io> Pve<'a, I> {
             io,
             config,
             requests: 0,
+            names: BTreeMap::new(),
         }
     }
 
+    /// Remember that VM `vmid` is called `name`, for the log lines of later requests.
+    fn saw_name(&mut self, vmid: u32, name: Option<&str>) {
+        if let Some(name) = name.filter(|name| !name.is_empty()) {
+            self.names.insert(vmid, name.to_string());
+        }
+    }
+
+    /// Send one request and log it at debug (P4: the predecessor logged every API call with its
+    /// identifiers, and a seven-minute VLAN stall could only be read from such lines): method,
+    /// path, node, the VM and its name when known, `extra` identifiers, then the HTTP status and
+    /// Proxmox's error text (F1: also the reason phrase), or the transport failure, and the time
+    /// taken. Never a body: the seed, the mark and form values stay out.
     fn call(
         &mut self,
         method: Method,
         path: String,
         body: Option<(String, Vec<u8>)>,
+        extra: &[(&str, String)],
     ) -> Result<Response, ApiError> {
         let (content_type, body) = match body {
             Some((content_type, body)) => (Some(content_type), body),
@@ -405,25 +438,50 @@ impl<'a, I: Io> Pve<'a, I> {
             body,
         };
         self.requests += 1;
-        let response = self.io.send(&request).map_err(ApiError::Transport)?;
-        if !(200..300).contains(&response.status) {
-            let error = http_error(&response);
-            self.io.log(
-                LogLevel::Debug,
-                "proxmox api call failed",
-                &[
-                    ("method", method_name(method)),
-                    ("path", &request.path),
-                    ("error", &error.to_string()),
-                ],
-            );
-            return Err(error);
-        }
-        Ok(response)
+        let started = self.io.monotonic_ms();
+        let sent = self.io.send(&request);
+        let ms = self.io.monotonic_ms().saturating_sub(started).to_string();
+
+        let (node, vmid) = subject_of(&path);
+        let vmid_text = vmid.map(|vmid| vmid.to_string());
+        let mut fields: Vec<(&str, &str)> = vec![("method", method_name(method)), ("path", &path)];
+        fields.extend(node.map(|node| ("node", node)));
+        fields.extend(vmid_text.as_deref().map(|vmid| ("vmid", vmid)));
+        fields.extend(
+            vmid.and_then(|vmid| self.names.get(&vmid))
+                .map(|name| ("name", name.as_str())),
+        );
+        fields.extend(extra.iter().map(|(key, value)| (*key, value.as_str())));
+        let status;
+        let reason;
+        let result = match sent {
+            Ok(response) => {
+                status = response.status.to_string();
+                fields.push(("status", &status));
+                if (200..300).contains(&response.status) {
+                    reason = None;
+                    Ok(response)
+                } else {
+                    reason = serde_json::from_slice::<Value>(&response.body)
+                        .ok()
+                        .as_ref()
+                        .and_then(pve_message);
+                    Err(http_error(&response))
+                }
+            }
+            Err(transport) => {
+                reason = Some(format!("no response: {}", transport.detail));
+                Err(ApiError::Transport(transport))
+            }
+        };
+        fields.extend(reason.as_deref().map(|reason| ("error", reason)));
+        fields.push(("ms", &ms));
+        self.io.log(LogLevel::Debug, "proxmox api call", &fields);
+        result
     }
 
     fn get<T: DeserializeOwned>(&mut self, path: String) -> Result<T, ApiError> {
-        let response = self.call(Method::Get, path, None)?;
+        let response = self.call(Method::Get, path, None, &[])?;
         data(&response)
     }
 
@@ -434,7 +492,7 @@ impl<'a, I: Io> Pve<'a, I> {
         pairs: &[(&str, String)],
     ) -> Result<Response, ApiError> {
         let body = Some(("application/x-www-form-urlencoded".to_string(), form(pairs)));
-        self.call(method, path, body)
+        self.call(method, path, body, &[])
     }
 
     fn vm_path(node: &str, vmid: u32) -> String {
@@ -461,18 +519,26 @@ impl<'a, I: Io> Pve<'a, I> {
 
     /// `GET /cluster/resources?type=vm` (F8).
     pub fn resources(&mut self) -> Result<Vec<Resource>, ApiError> {
-        self.get("/cluster/resources?type=vm".into())
+        let entries: Vec<Resource> = self.get("/cluster/resources?type=vm".into())?;
+        for entry in &entries {
+            self.saw_name(entry.vmid, entry.name.as_deref());
+        }
+        Ok(entries)
     }
 
     /// `GET …/config`.
     pub fn vm_config(&mut self, node: &str, vmid: u32) -> Result<VmConfig, ApiError> {
         let texts = self.get(format!("{}/config", Self::vm_path(node, vmid)))?;
-        Ok(config_from_texts(texts))
+        let config = config_from_texts(texts);
+        self.saw_name(vmid, config.get("name").map(String::as_str));
+        Ok(config)
     }
 
     /// `GET …/status/current`.
     pub fn vm_status(&mut self, node: &str, vmid: u32) -> Result<VmStatus, ApiError> {
-        self.get(format!("{}/status/current", Self::vm_path(node, vmid)))
+        let status: VmStatus = self.get(format!("{}/status/current", Self::vm_path(node, vmid)))?;
+        self.saw_name(vmid, status.name.as_deref());
+        Ok(status)
     }
 
     /// `GET …/agent/network-get-interfaces` (F5, F21).
@@ -495,10 +561,30 @@ impl<'a, I: Io> Pve<'a, I> {
         template: u32,
         params: &[(&str, String)],
     ) -> Result<String, ApiError> {
-        let response = self.send_form(
+        let param = |key: &str| {
+            params
+                .iter()
+                .find(|(name, _)| *name == key)
+                .map(|(_, value)| value.clone())
+        };
+        let (newid, newname) = (param("newid"), param("name"));
+        if let Some(vmid) = newid.as_deref().and_then(|vmid| vmid.parse().ok()) {
+            self.saw_name(vmid, newname.as_deref());
+        }
+        // The path names the template; the line also names the VM the clone makes.
+        let extra: Vec<(&str, String)> = [("newid", newid), ("newname", newname)]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key, value?)))
+            .collect();
+        let body = (
+            "application/x-www-form-urlencoded".to_string(),
+            form(params),
+        );
+        let response = self.call(
             Method::Post,
             format!("{}/clone", Self::vm_path(node, template)),
-            params,
+            Some(body),
+            &extra,
         )?;
         data(&response)
     }
@@ -551,7 +637,7 @@ impl<'a, I: Io> Pve<'a, I> {
             "{}?purge=1&destroy-unreferenced-disks=1",
             Self::vm_path(node, vmid)
         );
-        let response = self.call(Method::Delete, path, None)?;
+        let response = self.call(Method::Delete, path, None, &[])?;
         data(&response)
     }
 
@@ -566,7 +652,12 @@ impl<'a, I: Io> Pve<'a, I> {
     ) -> Result<String, ApiError> {
         let body = multipart_iso_upload(file_name, bytes)?;
         let path = format!("/nodes/{}/storage/{}/upload", escape(node), escape(storage));
-        let response = self.call(Method::Post, path, Some(body))?;
+        let response = self.call(
+            Method::Post,
+            path,
+            Some(body),
+            &[("file", file_name.to_string())],
+        )?;
         data(&response)
     }
 
@@ -583,7 +674,7 @@ impl<'a, I: Io> Pve<'a, I> {
             escape(storage),
             escape(volid)
         );
-        let response = self.call(Method::Delete, path, None)?;
+        let response = self.call(Method::Delete, path, None, &[("volid", volid.to_string())])?;
         optional_upid(&response)
     }
 

@@ -105,7 +105,7 @@ impl Config {
         }
         check_name("isoStorage", &raw.iso_storage, storage_char)?;
         if let Some(bridge) = &raw.bridge {
-            check_name("bridge", bridge, storage_char)?;
+            check_bridge(bridge)?;
         }
         if let Some(tag) = raw.vlan_tag
             && !(1..=4094).contains(&tag)
@@ -185,6 +185,41 @@ fn check_name(key: &str, value: &str, allowed: impl Fn(char) -> bool) -> Result<
         )));
     }
     Ok(())
+}
+
+/// Whether `name` is spelled as Proxmox spells a bridge: its `pve-iface` format (a letter, then 1
+/// to 20 letters, digits or `_`) without the `.<n>` suffix that names a VLAN interface.
+fn is_bridge_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && (2..=21).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `bridge` names a bridge a VM NIC can join. `vmbr0.4` (or `vmbr0.4@vmbr0`, as `ip link` prints
+/// it) is the host's own interface on VLAN 4 of vmbr0, not a bridge: the Phase 0 VLAN was given
+/// that way, and the Proxmox form is `bridge=vmbr0,tag=4`.
+fn check_bridge(bridge: &str) -> Result<(), String> {
+    if is_bridge_name(bridge) {
+        return Ok(());
+    }
+    let interface = bridge
+        .split_once('@')
+        .map_or(bridge, |(interface, _)| interface);
+    if let Some((parent, tag)) = interface.rsplit_once('.')
+        && is_bridge_name(parent)
+        && let Ok(tag) = tag.parse::<u16>()
+        && (1..=4094).contains(&tag)
+    {
+        return Err(invalid(format!(
+            "bridge {bridge:?} is the host's interface on VLAN {tag} of {parent}, not a bridge a \
+             VM can join: the Proxmox form is bridge={parent},tag={tag}, so set \
+             \"bridge\": {parent:?} and \"vlanTag\": {tag} (on a VLAN-aware {parent})"
+        )));
+    }
+    Err(invalid(format!(
+        "bridge {bridge:?} is not a bridge name: a letter, then 1 to 20 letters, digits or `_` \
+         (a `.` marks a VLAN interface: use the bridge with vlanTag instead)"
+    )))
 }
 
 /// `https://host[:port]` with an optional trailing `/`. Plain http is refused: the broker verifies
@@ -318,6 +353,46 @@ pub(crate) mod tests {
             assert!(error.contains(why), "{json}: {error}");
             assert!(!error.contains("pw@"), "{error}");
         }
+    }
+
+    /// Phase 0: the VLAN was given as `vmbr0.4@vmbr0`, the host's VLAN interface, which no VM NIC
+    /// can join; the message names the Proxmox form.
+    #[test]
+    fn phase0_a_vlan_interface_is_refused_as_a_bridge_with_the_proxmox_form() {
+        let with_bridge = |bridge: &str| {
+            format!(
+                r#"{{"apiUrl":"https://pve:8006","nodes":["pv1-1"],"templateVmid":9001,"isoStorage":"proxy-seeds","bridge":"{bridge}"}}"#
+            )
+        };
+        for given in ["vmbr0.4", "vmbr0.4@vmbr0"] {
+            let error = error_of(&with_bridge(given));
+            assert!(
+                error.contains("bridge=vmbr0,tag=4")
+                    && error.contains(r#""bridge": "vmbr0""#)
+                    && error.contains(r#""vlanTag": 4"#),
+                "{given}: {error}"
+            );
+        }
+        for bad in [
+            "vmbr-0",
+            "0vmbr",
+            "v",
+            "vmbr0.x",
+            "vmbr0.4095",
+            &"b".repeat(22),
+        ] {
+            let error = error_of(&with_bridge(bad));
+            assert!(error.contains("not a bridge name"), "{bad}: {error}");
+        }
+        for good in ["vmbr0", "vmbr4094", "br_lan", "vnet1", &"b".repeat(21)] {
+            Config::parse(&with_bridge(good)).unwrap_or_else(|error| panic!("{good}: {error}"));
+        }
+        // The schema says the same: no `.` (nor `-`) in a bridge name.
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+        assert_eq!(
+            schema["properties"]["bridge"]["pattern"],
+            "^[A-Za-z][A-Za-z0-9_]{1,20}$"
+        );
     }
 
     #[test]

@@ -13,6 +13,23 @@ pub fn is_drive_slot(key: &str) -> bool {
     })
 }
 
+/// The storages of a VM's disks (CD-ROMs left out), which a full clone copies: Proxmox checks
+/// `Datastore.AllocateSpace` on each, or on the clone's `storage=` when given (F17).
+pub fn disk_storages(config: &VmConfig) -> Vec<&str> {
+    let mut storages: Vec<&str> = config
+        .iter()
+        .filter(|(key, value)| {
+            (is_drive_slot(key) || matches!(key.as_str(), "efidisk0" | "tpmstate0"))
+                && !is_cdrom(value)
+        })
+        .filter_map(|(_, value)| value.split(',').next()?.split_once(':'))
+        .map(|(storage, _)| storage)
+        .collect();
+    storages.sort_unstable();
+    storages.dedup();
+    storages
+}
+
 /// Whether a drive value is a CD-ROM (`media=cdrom`) or the `none` placeholder.
 fn is_cdrom(value: &str) -> bool {
     value.split(',').any(|option| option == "media=cdrom")
@@ -148,6 +165,19 @@ mod tests {
         for (config, expected) in rows {
             assert_eq!(boot_disk(&config).as_deref(), expected, "{config:?}");
         }
+    }
+
+    #[test]
+    fn f17_disk_storages_leave_out_cdroms() {
+        let vm = config(&[
+            ("scsi0", "local-lvm:base-9001-disk-0,size=3G"),
+            ("efidisk0", "fast:base-9001-disk-1,size=4M"),
+            ("scsi1", "local-lvm:base-9001-disk-2,size=1G"),
+            ("ide2", "local:iso/debian.iso,media=cdrom"),
+            ("ide0", "none,media=cdrom"),
+            ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr0"),
+        ]);
+        assert_eq!(disk_storages(&vm), ["fast", "local-lvm"]);
     }
 
     #[test]

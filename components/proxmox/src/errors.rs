@@ -68,6 +68,16 @@ pub fn is_locked(message: &str) -> bool {
         || (message.starts_with("can't lock file '") && message.ends_with("- got timeout"))
 }
 
+/// F13, F17: a privilege the token lacks, as a 403 answers it or as the exit status of a task
+/// whose worker checks it (qemu-server checks a drive's `VM.Config.CDROM` and the replaced NIC's
+/// `SDN.Use` in the config task, the disk storage's `Datastore.AllocateSpace` in the resize task).
+/// PVE's `raise_perm_exc` writes `Permission check failed`, then ` (<path>, <privilege>)` when it
+/// knows which.
+pub fn is_permission_failure(message: &str) -> bool {
+    message == "Permission check failed"
+        || (message.starts_with("Permission check failed (") && message.ends_with(')'))
+}
+
 /// Whether `error` is F2's missing VM.
 pub fn api_missing_vm(error: &ApiError) -> bool {
     matches!(error, ApiError::Http { status: 500, message } if is_missing_vm(message))
@@ -167,6 +177,20 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn f13_f17_permission_failures_with_and_without_a_path() {
+        assert!(is_permission_failure(
+            "Permission check failed (/storage/local, Datastore.Allocate)"
+        ));
+        assert!(is_permission_failure(
+            "Permission check failed (/sdn/zones/localnetwork/vmbr0/4, SDN.Use)"
+        ));
+        // An `or` of several checks (clone's VM.Allocate on the new VMID or the pool) names none.
+        assert!(is_permission_failure("Permission check failed"));
+        assert!(!is_permission_failure("Permission check failed, retrying"));
+        assert!(!is_permission_failure("shrinking disks is not supported"));
     }
 
     #[test]

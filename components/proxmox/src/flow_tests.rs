@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::config::tests::simulator_config;
 use crate::create::{create, start_vmid};
 use crate::delete::delete;
-use crate::egress::provider::types::{CreateRequest, Error, InstanceState, Tag};
+use crate::egress::provider::types::{CheckReason, CreateRequest, Error, InstanceState, Tag};
 use crate::get::get;
 use crate::id::VmId;
 use crate::list::list_by_tag;
@@ -23,10 +23,29 @@ struct Step {
     body: String,
 }
 
-/// An [`Io`] that answers a fixed script in order and keeps the requests it saw.
+/// One log call: level, message and fields.
+#[derive(Debug)]
+struct Line {
+    level: LogLevel,
+    message: String,
+    fields: Vec<(String, String)>,
+}
+
+impl Line {
+    fn field(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// An [`Io`] that answers a fixed script in order and keeps the requests it saw and the lines it
+/// was asked to log.
 struct ScriptIo {
     script: VecDeque<Step>,
     seen: Vec<Request>,
+    logs: Vec<Line>,
     clock_ms: u64,
 }
 
@@ -35,6 +54,7 @@ impl ScriptIo {
         ScriptIo {
             script: steps.into(),
             seen: Vec::new(),
+            logs: Vec::new(),
             clock_ms: 0,
         }
     }
@@ -75,7 +95,16 @@ impl Io for ScriptIo {
     fn now_rfc3339(&mut self) -> String {
         "2026-09-18T15:02:00Z".into()
     }
-    fn log(&mut self, _level: LogLevel, _message: &str, _fields: &[(&str, &str)]) {}
+    fn log(&mut self, level: LogLevel, message: &str, fields: &[(&str, &str)]) {
+        self.logs.push(Line {
+            level,
+            message: message.to_string(),
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .collect(),
+        });
+    }
 }
 
 fn ok(method: Method, path: impl Into<String>, data: &str) -> Step {
@@ -882,4 +911,357 @@ fn phase6_several_vms_with_our_name_are_permanent_before_any_inspection() {
         "{result:?}"
     );
     assert_eq!(requests, 1);
+}
+
+/// P4: the predecessor logged one line per API call with identifiers; a seven-minute VLAN stall
+/// could only be read from such lines. A create logs one debug line per request, naming the VM,
+/// its node and the answer, and then its outcome line at info; no body reaches a line.
+#[test]
+fn p4_a_create_logs_one_debug_line_per_request_then_its_outcome() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut io = ScriptIo::new(clean_create_steps(vmid, "OK"));
+    crate::operate(&mut io, &config, "create", |pve| create(pve, &request(""))).unwrap();
+    assert!(io.script.is_empty());
+
+    let (calls, rest) = io.logs.split_at(io.logs.len() - 1);
+    assert_eq!(
+        calls.len(),
+        io.seen.len(),
+        "one line per request, nothing else"
+    );
+    for (line, request) in calls.iter().zip(&io.seen) {
+        assert_eq!(
+            (line.level, line.message.as_str()),
+            (LogLevel::Debug, "proxmox api call")
+        );
+        assert_eq!(
+            line.field("path").map(|path| format!("/api2/json{path}")),
+            Some(request.path.clone())
+        );
+        assert_eq!(
+            line.field("method"),
+            Some(format!("{:?}", request.method).to_uppercase().as_str())
+        );
+        assert_eq!(line.field("status"), Some("200"), "{line:?}");
+        assert!(
+            line.field("ms").is_some_and(|ms| ms.parse::<u64>().is_ok()),
+            "{line:?}"
+        );
+        if request.path.starts_with("/api2/json/nodes/") {
+            assert_eq!(line.field("node"), Some(NODE), "{line:?}");
+        }
+        for (key, value) in &line.fields {
+            for body_text in [
+                "#cloud-config",
+                "uid-1",
+                "egress-operator",
+                "media=cdrom",
+                "ISO",
+            ] {
+                assert!(!value.contains(body_text), "{key}={value} carries a body");
+            }
+        }
+    }
+    let line_of = |method: &str, path: &str| {
+        calls
+            .iter()
+            .find(|line| line.field("method") == Some(method) && line.field("path") == Some(path))
+            .unwrap_or_else(|| panic!("no line for {method} {path}"))
+    };
+    // The clone names the template (by its listed name) and the VM it makes.
+    let clone = line_of("POST", &format!("/nodes/{NODE}/qemu/9001/clone"));
+    let vmid_text = vmid.to_string();
+    assert_eq!(
+        (
+            clone.field("vmid"),
+            clone.field("name"),
+            clone.field("newid"),
+            clone.field("newname")
+        ),
+        (
+            Some("9001"),
+            Some("debian-13-template"),
+            Some(vmid_text.as_str()),
+            Some("proxy-a")
+        )
+    );
+    // Every later call on the new VM carries its VMID and name.
+    for (method, path) in [
+        ("POST", config_path(vmid)),
+        ("PUT", format!("/nodes/{NODE}/qemu/{vmid}/resize")),
+        ("POST", format!("/nodes/{NODE}/qemu/{vmid}/status/start")),
+        ("GET", status_path(vmid)),
+    ] {
+        let line = line_of(method, &path);
+        assert_eq!(
+            (line.field("vmid"), line.field("name")),
+            (Some(vmid_text.as_str()), Some("proxy-a")),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(
+        line_of("POST", &format!("/nodes/{NODE}/storage/proxy-seeds/upload")).field("file"),
+        Some("proxy-a-seed.iso")
+    );
+
+    let outcome = &rest[0];
+    assert_eq!(
+        (outcome.level, outcome.message.as_str()),
+        (LogLevel::Info, "proxmox operation finished")
+    );
+    let requests = io.seen.len().to_string();
+    assert_eq!(
+        (
+            outcome.field("operation"),
+            outcome.field("requests"),
+            outcome.field("result")
+        ),
+        (
+            Some("create"),
+            Some(requests.as_str()),
+            Some(format!("pv1-1/{vmid} proxy-a provisioning").as_str())
+        )
+    );
+    assert!(outcome.field("ms").is_some());
+}
+
+/// P4: a refused call's line carries the status and Proxmox's text (F1: also the reason phrase),
+/// and the outcome line says how the operation ended.
+#[test]
+fn p4_f17_a_refused_call_logs_its_status_and_text() {
+    let config = create_config();
+    let steps = vec![
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+        fail(
+            Method::Post,
+            format!("/nodes/{NODE}/qemu/9001/clone"),
+            403,
+            "Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)",
+        ),
+    ];
+    let mut io = ScriptIo::new(steps);
+    let result = crate::operate(&mut io, &config, "create", |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("SDN.Use")),
+        "{result:?}"
+    );
+    let clone = &io.logs[2];
+    assert_eq!(
+        (clone.field("status"), clone.field("error")),
+        (
+            Some("403"),
+            Some("Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)")
+        )
+    );
+    let outcome = io.logs.last().unwrap();
+    assert_eq!(outcome.field("requests"), Some("3"));
+    assert!(
+        outcome
+            .field("result")
+            .is_some_and(|result| result.starts_with("Error::Permanent(")),
+        "{outcome:?}"
+    );
+}
+
+/// F17: a privilege the config task's worker checks (the seed drive's `VM.Config.CDROM`) fails the
+/// task, not the call; that is as permanent as the 403 would be.
+#[test]
+fn f17_a_config_task_that_failed_a_permission_check_is_permanent() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mut steps = clean_create_steps(vmid, "OK");
+    let configure = upid("qmconfig", &vmid.to_string());
+    steps.truncate(9); // up to the config write
+    steps.push(task_done(
+        &configure,
+        &format!("Permission check failed (/vms/{vmid}, VM.Config.CDROM)"),
+    ));
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    assert!(
+        matches!(&result, Err(Error::Permanent(m)) if m.contains("VM.Config.CDROM")),
+        "{result:?}"
+    );
+}
+
+/// The check's steps up to the privileges: version, nodes, listing, template, seed storage.
+fn check_steps() -> Vec<Step> {
+    vec![
+        ok(
+            Method::Get,
+            "/version",
+            r#"{"release":"9.2","version":"9.2.20"}"#,
+        ),
+        ok(
+            Method::Get,
+            "/nodes",
+            r#"[{"node":"pv1-1","status":"online"}]"#,
+        ),
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+        ok(
+            Method::Get,
+            format!("/nodes/{NODE}/storage/proxy-seeds/status"),
+            r#"{"content":"iso","type":"dir"}"#,
+        ),
+    ]
+}
+
+fn permissions(path: &str, privileges: &[&str]) -> Step {
+    let held: Vec<String> = privileges.iter().map(|p| format!("\"{p}\":1")).collect();
+    ok(
+        Method::Get,
+        format!("/access/permissions?path={}", escape(path)),
+        &format!("{{\"{path}\":{{{}}}}}", held.join(",")),
+    )
+}
+
+/// The role the Phase 0 token held on `/` (F17).
+const ROLE: &[&str] = &[
+    "Datastore.AllocateSpace",
+    "Datastore.AllocateTemplate",
+    "Datastore.Audit",
+    "SDN.Use",
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.Clone",
+    "VM.Config.CDROM",
+    "VM.Config.CPU",
+    "VM.Config.Disk",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.Options",
+    "VM.GuestAgent.Audit",
+    "VM.PowerMgmt",
+];
+
+/// F17: check reads each path the provider's calls are checked on, once, and names every missing
+/// privilege with its path in one message.
+#[test]
+fn f17_check_names_every_missing_privilege_and_its_path() {
+    let config = create_config(); // vlanTag 4, diskGiB 8, targetStorage local-lvm
+    let without = |missing: &[&str]| -> Vec<&str> {
+        ROLE.iter()
+            .copied()
+            .filter(|p| !missing.contains(p))
+            .collect()
+    };
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", ROLE),
+        permissions(
+            "/vms",
+            &without(&["VM.Config.Network", "VM.GuestAgent.Audit"]),
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions("/storage/proxy-seeds", &without(&["Datastore.Allocate"])),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+        permissions("/sdn/zones/localnetwork/vmbr0/4", &without(&["SDN.Use"])),
+    ]);
+    let (answer, _, requests) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    for named in [
+        "VM.Config.Network on /vms",
+        "VM.GuestAgent.Audit on /vms",
+        "Datastore.Allocate on /storage/proxy-seeds",
+        "SDN.Use on /sdn/zones/localnetwork/vmbr0/4",
+    ] {
+        assert!(
+            answer.message.contains(named),
+            "{named}: {}",
+            answer.message
+        );
+    }
+    assert!(!answer.message.contains("VM.Clone"), "{}", answer.message);
+    assert_eq!(requests, 11, "one permissions read per path");
+
+    // Everything held: ok, and the count says what was verified.
+    let mut steps = check_steps();
+    for path in [
+        "/vms/9001",
+        "/vms",
+        "/storage/local-lvm",
+        "/sdn/zones/localnetwork/vmbr0",
+        "/sdn/zones/localnetwork/vmbr0/4",
+    ] {
+        steps.push(permissions(path, ROLE));
+    }
+    steps.insert(
+        8,
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+    );
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Ok, "{}", answer.message);
+    assert!(
+        answer.message.contains("holds 14 of the 14"),
+        "{}",
+        answer.message
+    );
+}
+
+/// F17: where the permissions endpoint does not answer, check still answers `ok` (the rest
+/// passed, and a create that lacks a privilege fails with a 403 naming it) but says which
+/// privileges it could not verify; a missing one elsewhere is still `forbidden`.
+#[test]
+fn f17_check_says_which_privileges_it_could_not_verify() {
+    let config = simulator_config();
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", ROLE),
+        fail(
+            Method::Get,
+            format!("/access/permissions?path={}", escape("/vms")),
+            501,
+            "Method 'GET /api2/json/access/permissions' not implemented",
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+    ]);
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Ok, "{}", answer.message);
+    assert!(
+        answer.message.contains("NOT verified") && answer.message.contains("/vms (HTTP 501"),
+        "{}",
+        answer.message
+    );
+
+    let mut steps = check_steps();
+    steps.extend([
+        permissions("/vms/9001", &[]),
+        fail(
+            Method::Get,
+            format!("/access/permissions?path={}", escape("/vms")),
+            501,
+            "not implemented",
+        ),
+        permissions("/storage/local-lvm", ROLE),
+        permissions(
+            "/storage/proxy-seeds",
+            &["Datastore.Allocate", "Datastore.AllocateTemplate"],
+        ),
+        permissions("/sdn/zones/localnetwork/vmbr0", ROLE),
+    ]);
+    let (answer, _, _) = run(&config, steps, crate::check::check);
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    assert!(
+        answer.message.contains("VM.Clone on /vms/9001") && answer.message.contains("NOT verified"),
+        "{}",
+        answer.message
+    );
 }

@@ -50,7 +50,7 @@ wit_bindgen::generate!({
 use api::{Io, LogLevel, Pve};
 use config::Config;
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, Listing,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, InstanceState, Listing,
 };
 use exports::egress::provider::provider::Guest;
 use id::VmId;
@@ -62,9 +62,8 @@ pub const CONTRACT_VERSION: &str = "0.2.0";
 /// The exported provider; each method hands over to its operation's module.
 struct ProxmoxProvider;
 
-/// Parse the config and run `operation` over the component's [`Io`], logging the outcome with
-/// the number of API requests it made.
-fn run<T>(
+/// Parse the config and run `operation` over the component's [`Io`] ([`operate`]).
+fn run<T: Answer>(
     json: &str,
     name: &str,
     operation: impl FnOnce(&mut Pve<'_, WasiIo>) -> Result<T, Error>,
@@ -73,11 +72,64 @@ fn run<T>(
     let mut io = WasiIo {
         authority: config.authority.clone(),
     };
-    let mut pve = Pve::new(&mut io, &config);
+    operate(&mut io, &config, name, operation)
+}
+
+/// What an operation's outcome line says about its answer.
+trait Answer {
+    fn summary(&self) -> String;
+}
+
+impl Answer for Instance {
+    /// `pv1-1/142857 proxy-… provisioning` and the addresses, if any.
+    fn summary(&self) -> String {
+        let state = match self.state {
+            InstanceState::Provisioning => "provisioning",
+            InstanceState::Running => "running",
+            InstanceState::Stopped => "stopped",
+            InstanceState::Failed => "failed",
+            InstanceState::Paused => "paused",
+        };
+        let mut summary = format!("{} {} {state}", self.provider_id, self.name);
+        for address in &self.addresses {
+            summary.push(' ');
+            summary.push_str(address);
+        }
+        summary
+    }
+}
+
+impl Answer for Listing {
+    fn summary(&self) -> String {
+        let mut summary = format!("{} VMs", self.instances.len());
+        if !self.unanswered.is_empty() {
+            summary.push_str(&format!("; unanswered: {}", self.unanswered.join(", ")));
+        }
+        summary
+    }
+}
+
+impl Answer for () {
+    fn summary(&self) -> String {
+        "ok".into()
+    }
+}
+
+/// Run `operation` over `io` and log its outcome at info, one line: the operation, how many API
+/// requests it made (each has its own debug line), how long it took, and its answer or error.
+fn operate<I: Io, T: Answer>(
+    io: &mut I,
+    config: &Config,
+    name: &str,
+    operation: impl FnOnce(&mut Pve<'_, I>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let started = io.monotonic_ms();
+    let mut pve = Pve::new(io, config);
     let outcome = operation(&mut pve);
     let requests = pve.requests.to_string();
+    let ms = io.monotonic_ms().saturating_sub(started).to_string();
     let result = match &outcome {
-        Ok(_) => "ok".to_string(),
+        Ok(answer) => answer.summary(),
         Err(error) => format!("{error:?}"),
     };
     io.log(
@@ -86,6 +138,7 @@ fn run<T>(
         &[
             ("operation", name),
             ("requests", &requests),
+            ("ms", &ms),
             ("result", &result),
         ],
     );

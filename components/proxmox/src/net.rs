@@ -25,9 +25,29 @@ pub fn rewrite_net0(net0: &str, bridge: Option<&str>, vlan_tag: Option<u16>) -> 
     (rewritten != net0).then_some(rewritten)
 }
 
+/// The `bridge=` and `tag=` of a NIC value (`virtio=…,bridge=vmbr0,tag=4`); no bridge, no answer.
+pub fn bridge_and_tag(net: &str) -> Option<(&str, Option<u16>)> {
+    let option = |key: &str| {
+        net.split(',')
+            .find_map(|part| part.strip_prefix(key)?.strip_prefix('='))
+    };
+    let bridge = option("bridge").filter(|bridge| !bridge.is_empty())?;
+    Some((bridge, option("tag").and_then(|tag| tag.parse().ok())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bridge_and_tag_of_a_nic() {
+        assert_eq!(bridge_and_tag(CLONED), Some(("vmbr0", None)));
+        assert_eq!(
+            bridge_and_tag("virtio=BC:24:11:00:00:01,bridge=vmbr0,tag=4,firewall=1"),
+            Some(("vmbr0", Some(4)))
+        );
+        assert_eq!(bridge_and_tag("virtio=BC:24:11:00:00:01"), None);
+    }
 
     const CLONED: &str = "virtio=BC:24:11:EE:48:83,bridge=vmbr0";
 

@@ -182,7 +182,7 @@ mod tests {
         VmStatus {
             status: status.into(),
             qmpstatus: qmp.map(String::from),
-            lock: None,
+            ..VmStatus::default()
         }
     }
 

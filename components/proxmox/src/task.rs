@@ -4,7 +4,7 @@
 
 use crate::api::{Io, Pve, TaskStatus, VmConfig, VmStatus};
 use crate::egress::provider::types::Error;
-use crate::errors::classify;
+use crate::errors::{classify, is_permission_failure};
 
 /// A parsed UPID: `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:` (notes A2).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,7 +153,8 @@ pub fn poll_until<I: Io, T>(
 }
 
 /// Wait for the task `upid` to end, within the task budget (`budgets.cloneSeconds`). A failed
-/// task is `transient` with its exit status, and logged.
+/// task is `transient` with its exit status, and logged; one that failed a permission check is
+/// `permanent`, as the same check answered with a 403 is (F17): no retry grants the privilege.
 pub fn wait_task<I: Io>(pve: &mut Pve<'_, I>, what: &str, upid: &str) -> Result<(), Error> {
     let parsed = parse_upid(upid).map_err(|why| Error::Transient(format!("{what}: {why}")))?;
     let budget = pve.config.clone_seconds;
@@ -173,9 +174,13 @@ pub fn wait_task<I: Io>(pve: &mut Pve<'_, I>, what: &str, upid: &str) -> Result<
                 "proxmox task failed",
                 &[("upid", upid), ("exitstatus", &exitstatus)],
             );
-            Err(Error::Transient(format!(
-                "{what}: task failed: {exitstatus}"
-            )))
+            let message = format!("{what}: task failed: {exitstatus}");
+            if is_permission_failure(&exitstatus) {
+                return Err(Error::Permanent(format!(
+                    "{message} (the API token lacks a privilege: see docs/providers/proxmox.md)"
+                )));
+            }
+            Err(Error::Transient(message))
         }
         _ => Ok(()),
     }
@@ -329,7 +334,7 @@ mod tests {
         let s = |status: &str, qmp: Option<&str>| VmStatus {
             status: status.into(),
             qmpstatus: qmp.map(String::from),
-            lock: None,
+            ..VmStatus::default()
         };
         assert_eq!(
             run_progress(&s("running", Some("running"))),

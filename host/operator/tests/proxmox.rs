@@ -479,6 +479,95 @@ async fn check_reports_each_reason() {
     }
 }
 
+/// A simulator whose main token holds the recorded rights without `SDN.Use` on `/`, plus `extra`.
+async fn harness_without_sdn_use(extra: Vec<pvesim::Acl>) -> Harness {
+    let mut token_acls = vec![
+        pvesim::Acl::new("/", &pvesim::operator_role_without(&["SDN.Use"])),
+        pvesim::Acl::new("/storage/proxy-seeds", pvesim::SEED_ROLE),
+    ];
+    token_acls.extend(extra);
+    let mut harness = Harness::start_with(SimConfig {
+        token_acls,
+        ..quick_sim_config()
+    })
+    .await;
+    // Phase 0's VLAN: net0 becomes bridge=vmbr0,tag=4.
+    harness.config["vlanTag"] = json!(4);
+    harness
+}
+
+/// F17 (audit gap 6): a token without `SDN.Use` passed `check`, and then every create failed with
+/// a 403, one Proxy at a time. Now `check` names the privilege and its paths; the create still
+/// fails (the clone copies the template's NIC on vmbr0), permanently, and makes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f17_without_sdn_use_check_is_forbidden_and_create_is_permanent() {
+    let harness = harness_without_sdn_use(vec![]).await;
+    let answer = harness.check().await;
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    for named in [
+        "SDN.Use on /sdn/zones/localnetwork/vmbr0 ",
+        "SDN.Use on /sdn/zones/localnetwork/vmbr0/4 ",
+    ] {
+        assert!(
+            answer.message.contains(named),
+            "{named}: {}",
+            answer.message
+        );
+    }
+    assert!(!answer.message.contains("VM.Clone"), "{}", answer.message);
+
+    let outcome = harness.create(NAME, UID).await;
+    assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+    let message = outcome.unwrap_err().to_string();
+    assert!(
+        message.contains("403: Permission check failed (/sdn/zones/localnetwork/vmbr0, SDN.Use)"),
+        "{message}"
+    );
+    assert!(harness.vms_named(NAME).is_empty(), "no VM made");
+    assert_eq!(harness.sim.state().vmids(), TEMPLATES);
+}
+
+/// F17, Phase 0: `SDN.Use` on vmbr0 that does not propagate covers the template's untagged NIC,
+/// not VLAN 4. `check` names only the VLAN's path; the create clones, then its net0 rewrite to
+/// `bridge=vmbr0,tag=4` gets the 403, which is permanent, and the VM is never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f17_a_vlan_without_sdn_use_is_named_by_check_and_refused_at_the_net0_rewrite() {
+    let harness = harness_without_sdn_use(vec![pvesim::Acl::here_only(
+        "/sdn/zones/localnetwork/vmbr0",
+        &["SDN.Use"],
+    )])
+    .await;
+    let answer = harness.check().await;
+    assert_eq!(answer.reason, CheckReason::Forbidden, "{}", answer.message);
+    assert!(
+        answer
+            .message
+            .contains("SDN.Use on /sdn/zones/localnetwork/vmbr0/4 "),
+        "{}",
+        answer.message
+    );
+    assert!(
+        !answer
+            .message
+            .contains("SDN.Use on /sdn/zones/localnetwork/vmbr0 "),
+        "{}",
+        answer.message
+    );
+
+    let outcome = harness.create(NAME, UID).await;
+    assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
+    let message = outcome.unwrap_err().to_string();
+    assert!(
+        message.contains("403: Permission check failed (/sdn/zones/localnetwork/vmbr0/4, SDN.Use)"),
+        "{message}"
+    );
+    let vms = harness.vms_named(NAME);
+    assert_eq!(vms.len(), 1, "the clone was made: {vms:#?}");
+    let net0 = vms[0].config.get("net0").cloned().unwrap_or_default();
+    assert!(!net0.contains("tag="), "net0 unchanged: {net0}");
+    assert_eq!(vms[0].run_state, pvesim::RunState::Stopped, "never started");
+}
+
 /// F19: template 9000 carries a Proxmox cloud-init drive on ide2; refused before any clone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_of_the_wrong_shape_is_permanent_and_makes_no_vm() {

@@ -10,7 +10,7 @@ use http::{Method, Request, Response, header};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::{Value, json};
 
-use crate::access;
+use crate::access::{self, Acl, require, require_any};
 use crate::admin;
 use crate::faults::{Decision, FaultAction, Faults};
 use crate::model;
@@ -24,14 +24,13 @@ const MAX_BODY: usize = 256 << 20;
 /// How long a task waits for another task's config flock, as `lock_config` does.
 const FLOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An API token and its rights on storages.
+/// An API token and its ACLs (privilege separation off: its user's).
 #[derive(Clone)]
 pub(crate) struct Token {
     pub user: String,
     pub tokenid: String,
     pub secret: String,
-    /// Storages on which the token holds Datastore.Allocate (F13, F17).
-    pub allocate_on: Vec<String>,
+    pub acls: Vec<Acl>,
 }
 
 impl Token {
@@ -265,7 +264,7 @@ async fn dispatch(
             params.allow(&[])?;
             Ok(json!({"release": "9.2", "version": "9.2.20", "repoid": "49318c671b82f31e"}))
         }
-        ["cluster", "resources"] if m == Method::GET => cluster_resources(server, &params),
+        ["cluster", "resources"] if m == Method::GET => cluster_resources(server, ctx, &params),
         ["cluster", "nextid"] if m == Method::GET => next_id(server, &params),
         ["nodes"] if m == Method::GET => list_nodes(server, &params),
         ["access", "permissions"] if m == Method::GET => {
@@ -316,7 +315,9 @@ async fn node_dispatch(
         ("POST", ["qemu", vmid, "clone"]) => {
             clone_vm(server, ctx, parse_vmid("vmid", vmid)?, params)
         }
-        ("GET", ["qemu", vmid, "config"]) => get_config(server, parse_vmid("vmid", vmid)?, params),
+        ("GET", ["qemu", vmid, "config"]) => {
+            get_config(server, ctx, parse_vmid("vmid", vmid)?, params)
+        }
         (method @ ("PUT" | "POST"), ["qemu", vmid, "config"]) => set_config(
             server,
             ctx,
@@ -325,7 +326,7 @@ async fn node_dispatch(
             method == "POST",
         ),
         ("GET", ["qemu", vmid, "status", "current"]) => {
-            status_current(server, parse_vmid("vmid", vmid)?, params)
+            status_current(server, ctx, parse_vmid("vmid", vmid)?, params)
         }
         ("POST", ["qemu", vmid, "status", action]) => {
             status_action(server, ctx, parse_vmid("vmid", vmid)?, action, params)
@@ -333,11 +334,11 @@ async fn node_dispatch(
         ("PUT", ["qemu", vmid, "resize"]) => resize(server, ctx, parse_vmid("vmid", vmid)?, params),
         ("DELETE", ["qemu", vmid]) => destroy(server, ctx, parse_vmid("vmid", vmid)?, params),
         ("GET", ["qemu", vmid, "agent", "network-get-interfaces"]) => {
-            agent_interfaces(server, parse_vmid("vmid", vmid)?, params)
+            agent_interfaces(server, ctx, parse_vmid("vmid", vmid)?, params)
         }
         ("POST", ["storage", storage, "upload"]) => upload(server, ctx, storage, request).await,
-        ("GET", ["storage", storage, "content"]) => list_content(server, storage, params),
-        ("GET", ["storage", storage, "status"]) => storage_status(server, storage, params),
+        ("GET", ["storage", storage, "content"]) => list_content(server, ctx, storage, params),
+        ("GET", ["storage", storage, "status"]) => storage_status(server, ctx, storage, params),
         ("DELETE", ["storage", storage, "content", volid]) => {
             delete_volume(server, ctx, storage, volid, params)
         }
@@ -575,7 +576,9 @@ fn resource_entry(node: &str, vmid: u32, guest: &Guest) -> Value {
     entry
 }
 
-fn cluster_resources(server: &Server, params: &Params) -> Result<Value, ApiError> {
+/// Guests are listed only where the token holds `VM.Audit` on `/vms/<vmid>`, as pve-manager's
+/// handler filters them.
+fn cluster_resources(server: &Server, ctx: &Ctx, params: &Params) -> Result<Value, ApiError> {
     params.allow(&["type"])?;
     let kind = params.get("type");
     if let Some(kind) = kind.filter(|k| !["vm", "storage", "node", "sdn"].contains(k)) {
@@ -600,6 +603,9 @@ fn cluster_resources(server: &Server, params: &Params) -> Result<Value, ApiError
             inner
                 .guests
                 .iter()
+                .filter(|(vmid, _)| {
+                    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit").is_ok()
+                })
                 .map(|(vmid, guest)| resource_entry(node, *vmid, guest)),
         );
     }
@@ -664,6 +670,16 @@ fn clone_vm(
     source: u32,
     params: &Params,
 ) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{source}"), "VM.Clone")?;
+    // `VM.Allocate` on the new VMID or on a pool (not modelled): an `or` of two checks, whose
+    // refusal names neither.
+    if let Some(newid) = params
+        .get("newid")
+        .and_then(|newid| newid.parse::<u32>().ok())
+        && require(&ctx.token, &format!("/vms/{newid}"), "VM.Allocate").is_err()
+    {
+        return Err(ApiError::forbidden(""));
+    }
     params.allow(CLONE_PARAMS)?;
     let newid = parse_vmid("newid", params.required("newid")?)?;
     if params.get("name").is_some_and(|n| !is_dns_name(n)) {
@@ -694,6 +710,7 @@ fn clone_vm(
         )));
     }
     let source_guest = qemu(&inner, source)?;
+    access::clone_source(&ctx.token, &source_guest.config, params.get("storage"))?;
     // F4: a taken VMID fails synchronously.
     if inner.guests.contains_key(&newid) {
         return Err(ApiError::internal(format!(
@@ -844,7 +861,8 @@ fn render_config(config: &BTreeMap<String, String>) -> serde_json::Map<String, V
         .collect()
 }
 
-fn get_config(server: &Server, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn get_config(server: &Server, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit")?;
     params.allow(&["current", "snapshot"])?;
     let inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
@@ -1005,6 +1023,38 @@ fn apply_config_change(
     }
 }
 
+fn is_nic_key(key: &str) -> bool {
+    key.strip_prefix("net")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What qemu-server checks per key as it writes the pending change: each drive set or deleted
+/// ([`access::drive`]), `tags` (`VM.Config.Options`), and the bridge of a NIC being replaced or
+/// deleted (its old value).
+fn written_access(
+    token: &Token,
+    vmid: u32,
+    current: &BTreeMap<String, String>,
+    change: &ConfigChange,
+) -> Result<(), ApiError> {
+    let deleted = change
+        .delete
+        .iter()
+        .filter_map(|key| Some((key, current.get(key)?)));
+    for (key, value) in deleted.chain(&change.set) {
+        if model::is_drive_key(key) {
+            access::drive(token, vmid, value)?;
+        } else if key == "tags" {
+            require(token, &format!("/vms/{vmid}"), "VM.Config.Options")?;
+        } else if is_nic_key(key)
+            && let Some(old) = current.get(key)
+        {
+            access::bridge(token, old)?;
+        }
+    }
+    Ok(())
+}
+
 fn set_config(
     server: &Arc<Server>,
     ctx: &Ctx,
@@ -1012,7 +1062,24 @@ fn set_config(
     params: &Params,
     is_post: bool,
 ) -> Result<Value, ApiError> {
+    require_any(
+        &ctx.token,
+        &format!("/vms/{vmid}"),
+        access::VM_CONFIG_PRIVILEGES,
+    )?;
     let change = parse_config_change(params, is_post)?;
+    // The checks qemu-server makes before the write: each key's privilege, the volumes drives
+    // name, the bridge (and VLAN) of each new NIC.
+    for key in change.delete.iter().chain(change.set.keys()) {
+        access::config_key(&ctx.token, vmid, key)?;
+    }
+    for (key, value) in &change.set {
+        if model::is_drive_key(key) {
+            access::volume(&ctx.token, value)?;
+        } else if is_nic_key(key) {
+            access::bridge(&ctx.token, value)?;
+        }
+    }
     let mut inner = server.state.lock();
     let guest = qemu_mut(&mut inner, vmid)?;
     // F7: a config write while clone-locked fails synchronously.
@@ -1026,6 +1093,21 @@ fn set_config(
         ));
     }
     let previous = guest.config.clone();
+    // The checks qemu-server makes while it writes: a refusal fails the POST's task (nothing
+    // changes) and answers the PUT with the 403.
+    if let Err(refused) = written_access(&ctx.token, vmid, &previous, &change) {
+        if !is_post {
+            return Err(refused);
+        }
+        let task = NewTask {
+            task_type: "qmconfig",
+            id: &vmid.to_string(),
+            task_override: Some(TaskOverride::Fail(refused.message)),
+            work: Work::Config { vmid, previous },
+        };
+        let owner = TaskOwner::of_token(&ctx.token);
+        return Ok(json!(spawn_task(server, &mut inner, &owner, task)));
+    }
     apply_config_change(&mut guest.config, &change.set, &change.delete);
     if !is_post {
         return Ok(Value::Null);
@@ -1055,7 +1137,13 @@ fn agent_enabled(config: &BTreeMap<String, String>) -> bool {
     })
 }
 
-fn status_current(server: &Server, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn status_current(
+    server: &Server,
+    ctx: &Ctx,
+    vmid: u32,
+    params: &Params,
+) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit")?;
     params.allow(&[])?;
     let inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
@@ -1099,6 +1187,7 @@ fn status_action(
     action: &str,
     params: &Params,
 ) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
     let mut inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
     let run = guest.run;
@@ -1167,6 +1256,7 @@ fn status_action(
 // ---------------------------------------------------------------- resize, destroy
 
 fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
     params.allow(&["disk", "size", "digest", "skiplock"])?;
     let disk = params.required("disk")?.to_string();
     let size = params.required("size")?.to_string();
@@ -1185,20 +1275,36 @@ fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result
         ));
     }
     let mut inner = server.state.lock();
-    check_unlocked(qemu(&inner, vmid)?)?;
+    let guest = qemu(&inner, vmid)?;
+    check_unlocked(guest)?;
+    // The task checks Datastore.AllocateSpace on the disk's storage before it grows the disk.
+    let refused = guest
+        .config
+        .get(&disk)
+        .and_then(|drive| drive.split(',').next()?.split_once(':'))
+        .and_then(|(storage, _)| {
+            require(
+                &ctx.token,
+                &format!("/storage/{storage}"),
+                "Datastore.AllocateSpace",
+            )
+            .err()
+        });
     // F20: resize is a task; its errors show in the exitstatus.
-    let work = Work::Resize { vmid, disk, size };
-    Ok(json!(start_task(
-        server,
-        ctx,
-        &mut inner,
-        "resize",
-        &vmid.to_string(),
-        work
-    )))
+    let task = NewTask {
+        task_type: "resize",
+        id: &vmid.to_string(),
+        task_override: refused
+            .map(|refused| TaskOverride::Fail(refused.message))
+            .or_else(|| ctx.task_override.clone()),
+        work: Work::Resize { vmid, disk, size },
+    };
+    let owner = TaskOwner::of_token(&ctx.token);
+    Ok(json!(spawn_task(server, &mut inner, &owner, task)))
 }
 
 fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Allocate")?;
     params.allow(&["purge", "destroy-unreferenced-disks", "skiplock"])?;
     params.boolean("purge")?;
     params.boolean("destroy-unreferenced-disks")?;
@@ -1232,7 +1338,14 @@ fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Resul
 // ---------------------------------------------------------------- agent
 
 /// F5 and F21: three distinct 500s, then the interface list with net0's MAC on ens18.
-fn agent_interfaces(server: &Server, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn agent_interfaces(
+    server: &Server,
+    ctx: &Ctx,
+    vmid: u32,
+    params: &Params,
+) -> Result<Value, ApiError> {
+    // PVE 9's agent read privilege (VM.Monitor before).
+    require(&ctx.token, &format!("/vms/{vmid}"), "VM.GuestAgent.Audit")?;
     params.allow(&[])?;
     let inner = server.state.lock();
     let guest = qemu(&inner, vmid)?;
@@ -1294,6 +1407,11 @@ async fn upload(
     storage: &str,
     request: &ApiRequest,
 ) -> Result<Value, ApiError> {
+    require(
+        &ctx.token,
+        &format!("/storage/{storage}"),
+        "Datastore.AllocateTemplate",
+    )?;
     let mut fields: BTreeMap<String, String> = BTreeMap::new();
     let mut file: Option<(String, Bytes)> = None;
     if let Ok(boundary) = multer::parse_boundary(&request.content_type) {
@@ -1383,7 +1501,13 @@ async fn upload(
     )))
 }
 
-fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value, ApiError> {
+fn list_content(
+    server: &Server,
+    ctx: &Ctx,
+    storage: &str,
+    params: &Params,
+) -> Result<Value, ApiError> {
+    require_any(&ctx.token, &format!("/storage/{storage}"), STORAGE_READ)?;
     params.allow(&["content", "vmid"])?;
     let inner = server.state.lock();
     let Some(scfg) = inner.storage(storage) else {
@@ -1428,6 +1552,9 @@ fn list_content(server: &Server, storage: &str, params: &Params) -> Result<Value
     Ok(Value::Array(entries))
 }
 
+/// Either lets a token read a storage's status and content (pve-storage).
+const STORAGE_READ: &[&str] = &["Datastore.Audit", "Datastore.AllocateSpace"];
+
 /// Capacity the simulated storages report, in bytes (made up: no capture has them).
 fn storage_total(storage: &str) -> u64 {
     match storage {
@@ -1441,7 +1568,13 @@ fn storage_total(storage: &str) -> u64 {
 /// total/used/avail, where used counts the stored volumes and the disks of guests on it. The
 /// unknown-storage text is the one `PVE::Storage::storage_config` dies with (from the upstream
 /// source, not a capture), which the other storage endpoints here already give.
-fn storage_status(server: &Server, storage: &str, params: &Params) -> Result<Value, ApiError> {
+fn storage_status(
+    server: &Server,
+    ctx: &Ctx,
+    storage: &str,
+    params: &Params,
+) -> Result<Value, ApiError> {
+    require_any(&ctx.token, &format!("/storage/{storage}"), STORAGE_READ)?;
     params.allow(&[])?;
     let inner = server.state.lock();
     let Some(scfg) = inner.storage(storage) else {
@@ -1496,12 +1629,11 @@ fn delete_volume(
             "storage '{storeid}' does not exist"
         )));
     }
-    if !ctx.token.allocate_on.contains(&storeid) {
-        return Err(ApiError::new(
-            403,
-            format!("Permission check failed (/storage/{storeid}, Datastore.Allocate)"),
-        ));
-    }
+    require(
+        &ctx.token,
+        &format!("/storage/{storeid}"),
+        "Datastore.Allocate",
+    )?;
     let work = Work::DeleteVolume { volid };
     Ok(json!(start_task(
         server, ctx, &mut inner, "imgdel", &storeid, work

@@ -28,7 +28,26 @@
 //! cloud-init drive on ide2, `tag=4` on net0) as in F19; storages `local` (iso, no images,
 //! F15), `local-lvm` (images) and `proxy-seeds` (iso only). Two tokens: the main one holds
 //! Datastore.Allocate on `proxy-seeds` only (the recorded setup, F13/F17); the limited one holds
-//! it nowhere, so its seed deletes get 403.
+//! it nowhere, so its seed deletes get 403. Every handler checks the privileges its PVE 9
+//! counterpart checks and answers `403 Permission check failed (<path>, <privilege>)` when the
+//! token lacks one; [`SimConfig::token_acls`] makes a main token that lacks some ([`Acl`]):
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use pvesim::{Acl, SEED_ROLE, SimConfig, Simulator, operator_role_without};
+//!
+//! // SDN.Use on vmbr0 itself only: untagged NICs pass, a NIC on VLAN 4 of vmbr0 gets 403.
+//! let sim = Simulator::start(SimConfig {
+//!     token_acls: vec![
+//!         Acl::new("/", &operator_role_without(&["SDN.Use"])),
+//!         Acl::new("/storage/proxy-seeds", SEED_ROLE),
+//!         Acl::here_only("/sdn/zones/localnetwork/vmbr0", &["SDN.Use"]),
+//!     ],
+//!     ..SimConfig::default()
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
 //!
 //! Beside the Proxmox API, an admin API under `/_sim/` (same tokens) recognises the simulator,
 //! sets and clears faults, counts requests, lists VMs, and stops a VM or reboots the node as
@@ -66,13 +85,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+pub use access::{Acl, OPERATOR_ROLE, SEED_ROLE, operator_role_without, recorded_acls};
 pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
 pub use host_events::NodeReboot;
 pub use state::{GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip};
 
 /// The user the simulator's tokens belong to.
 pub const TOKEN_USER: &str = "egress@pve";
-/// The main token's id: full rights, Datastore.Allocate on `proxy-seeds` only.
+/// The main token's id: by default the recorded rights, Datastore.Allocate on `proxy-seeds` only.
 pub const TOKEN_ID: &str = "operator";
 /// The limited token's id: no Datastore.Allocate anywhere (F13, F17).
 pub const LIMITED_TOKEN_ID: &str = "limited";
@@ -92,6 +112,9 @@ pub struct SimConfig {
     pub listen: SocketAddr,
     /// Seed for [`Trigger::Rate`] faults, so runs repeat.
     pub fault_seed: u64,
+    /// The main token's ACLs (default [`recorded_acls`]: the role on `/` and the seed role on
+    /// `proxy-seeds`, F13/F17). The limited token always holds the role on `/` only.
+    pub token_acls: Vec<Acl>,
 }
 
 impl Default for SimConfig {
@@ -103,6 +126,7 @@ impl Default for SimConfig {
             state_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             fault_seed: 0,
+            token_acls: recorded_acls(),
         }
     }
 }
@@ -130,12 +154,12 @@ impl std::fmt::Debug for Simulator {
     }
 }
 
-fn new_token(tokenid: &str, allocate_on: &[&str]) -> api::Token {
+fn new_token(tokenid: &str, acls: Vec<Acl>) -> api::Token {
     api::Token {
         user: TOKEN_USER.to_string(),
         tokenid: tokenid.to_string(),
         secret: uuid::Uuid::new_v4().to_string(),
-        allocate_on: allocate_on.iter().map(|s| s.to_string()).collect(),
+        acls,
     }
 }
 
@@ -165,8 +189,8 @@ impl Simulator {
                 (temp.path().to_path_buf(), Some(temp))
             }
         };
-        let main_token = new_token(TOKEN_ID, &["proxy-seeds"]);
-        let limited = new_token(LIMITED_TOKEN_ID, &[]);
+        let main_token = new_token(TOKEN_ID, config.token_acls.clone());
+        let limited = new_token(LIMITED_TOKEN_ID, vec![Acl::new("/", OPERATOR_ROLE)]);
         let token = format!("{}={}", main_token.full_id(), main_token.secret);
         let limited_token = format!("{}={}", limited.full_id(), limited.secret);
         let ca_file = state_dir.join("ca.pem");
@@ -231,7 +255,8 @@ impl Simulator {
         format!("PVEAPIToken={}", self.token)
     }
 
-    /// The limited token (no Datastore.Allocate anywhere), same shape as [`Simulator::token`].
+    /// The limited token ([`OPERATOR_ROLE`] on `/`, so no Datastore.Allocate anywhere), same
+    /// shape as [`Simulator::token`].
     pub fn limited_token(&self) -> &str {
         &self.limited_token
     }

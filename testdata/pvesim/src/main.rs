@@ -50,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
         state_dir: Some(args.state_dir),
         listen: args.listen,
         fault_seed: args.fault_seed,
+        ..SimConfig::default()
     };
     let sim = Simulator::start(config).await?;
     sim.state().add_other_vms(args.other_vms);

@@ -41,6 +41,15 @@ impl ApiError {
         Self::new(500, message)
     }
 
+    /// A 403 as PVE's `raise_perm_exc` words it (F13): `Permission check failed`, then
+    /// ` (<what>)` when the check knows which path and privilege failed.
+    pub fn forbidden(what: &str) -> Self {
+        if what.is_empty() {
+            return Self::new(403, "Permission check failed");
+        }
+        Self::new(403, format!("Permission check failed ({what})"))
+    }
+
     /// A 400 parameter error for one parameter.
     pub fn param(name: &str, message: impl Into<String>) -> Self {
         let mut errors = BTreeMap::new();
