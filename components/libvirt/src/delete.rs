@@ -16,7 +16,7 @@ use crate::volume_xml::{disk_volume_name, seed_volume_name};
 /// The operation.
 pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
     let config = Config::parse(config).map_err(Error::Permanent)?;
-    let (connection_name, name) = crate::id::parse(provider_id)?;
+    let (connection_name, name) = crate::id::parse(provider_id).map_err(Error::Permanent)?;
     let connection = Connection::open(connection_name).at("open the connection")?;
     if let Some(domain) = connection.lookup_domain(name).at("look up the domain")? {
         if Mark::parse(domain.metadata().at("read the mark")?.as_deref()).is_none() {

@@ -11,8 +11,11 @@ use crate::state::{first_ipv4, instance_state};
 /// mark of this provider (the contract's rule, as the Proxmox provider has it: not ours; create
 /// then refuses to adopt it, and delete never touches it). Answering `permanent` here would latch
 /// a Proxy whose VM was replaced behind its back into Failed.
+///
+/// A provider ID this provider never makes is `not-found` too (docs/contract.md): no VM of ours
+/// can have it, and the operator's next create finds the VM by name if there is one.
 pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
-    let (connection_name, name) = crate::id::parse(provider_id)?;
+    let (connection_name, name) = crate::id::parse(provider_id).map_err(Error::NotFound)?;
     let connection = Connection::open(connection_name).at("open the connection")?;
     let Some(domain) = connection.lookup_domain(name).at("look up the domain")? else {
         return Err(Error::NotFound(format!("domain {name} is gone")));
@@ -42,4 +45,21 @@ pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
         created_at: mark.created_at,
         uid: mark.uid,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// K15: a malformed ID is `not-found` here, before any capability call (delete keeps
+    /// `permanent`: an ID it never made could be an older version's, and success would leak it).
+    #[test]
+    fn a_malformed_provider_id_is_not_found() {
+        for bad in ["", "hv1", "/proxy-a", "hv1/", "hv1/a/b"] {
+            assert!(
+                matches!(get("{}", bad), Err(Error::NotFound(message)) if message.contains("not <connection>/<domain>")),
+                "{bad:?}"
+            );
+        }
+    }
 }

@@ -941,6 +941,33 @@ async fn a_domain_with_our_name_but_another_or_no_uid_is_never_adopted_or_delete
     assert_eq!(foreign.state, InstanceState::Running);
 }
 
+/// K15, docs/contract.md: `get` of a provider ID this provider never makes is `not-found` (the
+/// operator then creates again), never `permanent`; `delete` of one stays `permanent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_malformed_provider_id_is_not_found_and_delete_of_one_permanent() {
+    let (_dir, grant) = test_node_with_domains(
+        "proxy-a",
+        "6c1f0a2e-0000-4000-8000-000000000010",
+        "proxy-b",
+        "proxy-c",
+    );
+    let capability = capability(IDENTITY, grant);
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+    for id in ["", "node", "node/", "/proxy-a", "node/proxy-a/x"] {
+        let got = get(&provider, &config, id).await;
+        assert_eq!(class(&got), Some(ErrorClass::NotFound), "{id:?}: {got:?}");
+        let deleted = delete(&provider, &config, id).await;
+        assert_eq!(
+            class(&deleted),
+            Some(ErrorClass::Permanent),
+            "{id:?}: {deleted:?}"
+        );
+    }
+    // Nothing was touched.
+    assert!(get(&provider, &config, "node/proxy-a").await.is_ok());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_leave_it_alone() {
     use egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState;
