@@ -3,13 +3,16 @@
 //! A domain with the name that does not carry this provider's mark is never touched (nor its
 //! volumes): `permanent`. The volumes are found by name, not through the domain, so a delete cut
 //! after the undefine still removes them on retry, and one cut anywhere leaves nothing orphaned.
+//! A domain that vanishes while delete works on it (someone undefined it meanwhile) is gone, as
+//! one that was never found is: its volumes are removed all the same, rather than answering
+//! `not-found`, which the operator counts as done.
 
 use crate::Step;
 use crate::config::Config;
 use crate::create::delete_volume;
-use crate::egress::libvirt::libvirt::{Connection, DomainState};
+use crate::egress::libvirt::libvirt::{Connection, Domain, DomainState, Error as LibvirtError};
 use crate::egress::provider::types::Error;
-use crate::errors::{code, is_code, not_running};
+use crate::errors::{classify, code, is_code, not_running};
 use crate::mark::Mark;
 use crate::volume_xml::{disk_volume_name, seed_volume_name};
 
@@ -19,26 +22,7 @@ pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
     let (connection_name, name) = crate::id::parse(provider_id).map_err(Error::Permanent)?;
     let connection = Connection::open(connection_name).at("open the connection")?;
     if let Some(domain) = connection.lookup_domain(name).at("look up the domain")? {
-        if Mark::parse(domain.metadata().at("read the mark")?.as_deref()).is_none() {
-            return Err(Error::Permanent(format!(
-                "domain {name} does not carry this provider's mark: not deleted"
-            )));
-        }
-        let status = domain.status().at("read the domain state")?;
-        if status.state != DomainState::Shutoff {
-            match domain.destroy() {
-                Err(error) if !not_running(&error) && !is_code(&error, code::NO_DOMAIN) => {
-                    return Err(crate::errors::classify("power off the domain", error));
-                }
-                _ => {}
-            }
-        }
-        match domain.undefine() {
-            Err(error) if !is_code(&error, code::NO_DOMAIN) => {
-                return Err(crate::errors::classify("undefine the domain", error));
-            }
-            _ => {}
-        }
+        remove_domain(name, &domain)?;
     }
     let pool = connection.storage_pool(&config.pool).at("open the pool")?;
     for volume_name in [
@@ -50,4 +34,38 @@ pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Whether `error` says the domain is no longer there.
+fn vanished(error: &LibvirtError) -> bool {
+    is_code(error, code::NO_DOMAIN)
+}
+
+/// Powers off and undefines our domain `name`; also `Ok` when it vanishes meanwhile.
+fn remove_domain(name: &str, domain: &Domain) -> Result<(), Error> {
+    let mark = match domain.metadata() {
+        Err(error) if vanished(&error) => return Ok(()),
+        read => read.at("read the mark")?,
+    };
+    if Mark::parse(mark.as_deref()).is_none() {
+        return Err(Error::Permanent(format!(
+            "domain {name} does not carry this provider's mark: not deleted"
+        )));
+    }
+    let status = match domain.status() {
+        Err(error) if vanished(&error) => return Ok(()),
+        read => read.at("read the domain state")?,
+    };
+    if status.state != DomainState::Shutoff {
+        match domain.destroy() {
+            Err(error) if !not_running(&error) && !vanished(&error) => {
+                return Err(classify("power off the domain", error));
+            }
+            _ => {}
+        }
+    }
+    match domain.undefine() {
+        Err(error) if !vanished(&error) => Err(classify("undefine the domain", error)),
+        _ => Ok(()),
+    }
 }

@@ -227,7 +227,17 @@ pub(crate) struct Shared {
     /// TEST ONLY: whether a call trapped at the cut ([`LibvirtCapability::cut_fired`]).
     #[cfg(feature = "fault-injection")]
     pub(crate) fired: std::sync::atomic::AtomicBool,
+    /// TEST ONLY: calls left before a hook runs, and the hook ([`LibvirtCapability::before_call`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) hook: std::sync::Mutex<Option<(usize, TestHook)>>,
+    /// TEST ONLY: capability calls that reached libvirt ([`LibvirtCapability::calls`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) counted: std::sync::atomic::AtomicUsize,
 }
+
+/// TEST ONLY: what [`LibvirtCapability::before_call`] runs.
+#[cfg(feature = "fault-injection")]
+pub type TestHook = Box<dyn FnOnce() + Send>;
 
 impl Shared {
     /// The key directory, made on first use.
@@ -241,6 +251,25 @@ impl Shared {
     /// Counts one capability call about to reach libvirt; a trap when a test cut falls here.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn count_call(&self) -> wasmtime::Result<()> {
+        self.counted
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let due = {
+            let mut hook = self
+                .hook
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match hook.as_mut() {
+                Some((0, _)) => hook.take().map(|(_, run)| run),
+                Some((left, _)) => {
+                    *left -= 1;
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(run) = due {
+            run();
+        }
         let mut cut = self
             .cut
             .lock()
@@ -354,6 +383,28 @@ impl LibvirtCapability {
     #[cfg(feature = "fault-injection")]
     pub fn cut_fired(&self) -> bool {
         self.shared.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// TEST ONLY (feature `fault-injection`): with `Some((calls, hook))`, run `hook` once, just
+    /// before the call after the next `calls` ones reaches libvirt (the calls
+    /// [`LibvirtCapability::cut_after`] counts), as if someone acted on the hypervisor right
+    /// then; it runs on the calling thread. `None` disarms a hook that has not run.
+    #[cfg(feature = "fault-injection")]
+    pub fn before_call(&self, hook: Option<(usize, TestHook)>) {
+        *self
+            .shared
+            .hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hook;
+    }
+
+    /// TEST ONLY (feature `fault-injection`): how many capability calls have reached libvirt
+    /// since this capability was made (the calls [`LibvirtCapability::cut_after`] counts).
+    #[cfg(feature = "fault-injection")]
+    pub fn calls(&self) -> usize {
+        self.shared
+            .counted
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The identities that have a libvirt grant, sorted.
