@@ -7,11 +7,11 @@ use virt::sys;
 use wasmtime::component::Resource;
 
 use crate::bindings::egress::libvirt::libvirt::{
-    AddressSource, DomainState, DomainStatus, DomainSummary, Error, Host, HostConnection,
+    AddressSource, DomainState, DomainStatus, DomainSummary, Error, Health, Host, HostConnection,
     HostDomain, HostStoragePool, HostVolume, HostVolumeUpload, InterfaceAddresses, PoolInfo,
     VolumeInfo,
 };
-use crate::call::{self, MAX_CHUNK_BYTES, MAX_DOMAIN_XML_BYTES, MAX_METADATA_BYTES};
+use crate::call::{self, MAX_CHUNK_BYTES, MAX_DOMAIN_XML_BYTES, MAX_METADATA_BYTES, MAX_PROBES};
 use crate::conn::{self, Conn};
 use crate::resources::{Connection, Domain, OpenStream, StoragePool, Volume, VolumeUpload};
 use crate::{LibvirtCtxView, METADATA_PREFIX, error, import, policy};
@@ -21,6 +21,34 @@ type Outcome<T> = wasmtime::Result<Result<T, Error>>;
 /// libvirt's error as the guest's.
 fn lv(error: virt::error::Error) -> Error {
     error::libvirt(&error)
+}
+
+/// `libvirtd`'s version as `major.minor.release`.
+fn version_of(connect: &virt::connect::Connect) -> Result<String, Error> {
+    let version = connect.get_lib_version().map_err(lv)?;
+    Ok(format!(
+        "{}.{}.{}",
+        version / 1_000_000,
+        version / 1_000 % 1_000,
+        version % 1_000
+    ))
+}
+
+/// One probe: a fresh connection's daemon version and the sizes of `pool`. Blocks.
+fn health(access: &crate::conn::ActiveConnection, pool: &str) -> Result<Health, Error> {
+    let conn = crate::conn::dial_unpooled(access)?;
+    let version = version_of(conn.connect())?;
+    let info = virt::storage_pool::StoragePool::lookup_by_name(conn.connect(), pool)
+        .and_then(|pool| pool.get_info())
+        .map_err(lv)?;
+    Ok(Health {
+        version,
+        pool: PoolInfo {
+            capacity: info.capacity,
+            allocation: info.allocation,
+            available: info.available,
+        },
+    })
 }
 
 /// `Ok(None)` for a lookup of something that is not there.
@@ -132,6 +160,24 @@ impl LibvirtCtxView<'_> {
         })
     }
 
+    /// One connection of a probe, checked against the grant: what to dial, or why not.
+    fn probe_target(
+        &self,
+        name: &str,
+        pool: &str,
+    ) -> Result<Arc<crate::conn::ActiveConnection>, Error> {
+        let grant = self.ctx.grant()?;
+        let Some(access) = grant.connections.get(name) else {
+            return Err(error::denied(format!("connection {name:?} is not granted")));
+        };
+        if !access.pools.contains(pool) {
+            return Err(error::denied(format!(
+                "pool {pool:?} is not granted on connection {name}"
+            )));
+        }
+        Ok(access.clone())
+    }
+
     /// The provider's metadata namespace.
     fn namespace(&self) -> Result<String, Error> {
         Ok(self.ctx.grant()?.namespace.clone())
@@ -149,19 +195,68 @@ impl HostConnection for LibvirtCtxView<'_> {
         self.open_connection(name, false).await
     }
 
+    async fn probe(
+        &mut self,
+        names: Vec<String>,
+        pool: String,
+        timeout_ms: u32,
+    ) -> Outcome<Vec<Result<Health, Error>>> {
+        self.ctx.shared.count_call()?;
+        if names.len() > MAX_PROBES {
+            return Ok(Err(Error::Invalid(format!(
+                "a probe checks at most {MAX_PROBES} connections, not {}",
+                names.len()
+            ))));
+        }
+        let checked = call::name("pool name", &pool).and_then(|()| {
+            names
+                .iter()
+                .try_for_each(|name| call::bounded("connection name", name, call::MAX_NAME_BYTES))
+        });
+        if let Err(invalid) = checked {
+            return Ok(Err(invalid));
+        }
+        let timeout = std::time::Duration::from_millis(timeout_ms.into());
+        let stop = self.ctx.stop_at(self.ctx.call_timeout().min(timeout));
+        // Every dial starts before any answer is awaited: the probe takes as long as the slowest.
+        let probes: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let access = self.probe_target(name, &pool)?;
+                let pool = pool.clone();
+                Ok(tokio::task::spawn_blocking(move || health(&access, &pool)))
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(probes.len());
+        for (name, probe) in names.iter().zip(probes) {
+            let answer = match (probe, stop) {
+                (Err(refused), _) => Err(refused),
+                (Ok(_), None) => Err(Error::Timeout),
+                (Ok(task), Some(stop)) => {
+                    match tokio::time::timeout_at(tokio::time::Instant::from_std(stop), task).await
+                    {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(join)) => {
+                            return Err(wasmtime::format_err!("a libvirt probe failed: {join}"));
+                        }
+                        // The dial goes on in the background; its connection closes when it ends.
+                        Err(_elapsed) => {
+                            tracing::warn!(connection = %name, "libvirt probe timed out");
+                            Err(Error::Timeout)
+                        }
+                    }
+                }
+            };
+            answers.push(answer);
+        }
+        Ok(Ok(answers))
+    }
+
     async fn version(&mut self, this: Resource<Connection>) -> Outcome<String> {
         let conn = self.table.get(&this)?.conn.clone();
         let on = conn.clone();
         self.ctx
-            .blocking(Some(&on), move || {
-                let version = conn.connect().get_lib_version().map_err(lv)?;
-                Ok(format!(
-                    "{}.{}.{}",
-                    version / 1_000_000,
-                    version / 1_000 % 1_000,
-                    version % 1_000
-                ))
-            })
+            .blocking(Some(&on), move || version_of(conn.connect()))
             .await
     }
 

@@ -24,7 +24,9 @@
 //!
 //! `connection.open(name)` opens a granted connection from the host's pool (one connection per
 //! URI, shared by every call of every provider; reopened when it dies or a call on it times
-//! out); `connection.open-unpooled(name)` dials a fresh one for health checks. On a connection:
+//! out); `connection.open-unpooled(name)` dials a fresh one for health checks, and
+//! `connection.probe` checks several at once, each dialed afresh within its own timeout. On a
+//! connection:
 //! define, look up (by name or UUID) and list domains; start, destroy, undefine (with the
 //! grant's flags: qemu's UEFI domains need `nvram`, which the test driver refuses, so a grant for
 //! the test driver lists fewer flags; the host never retries without them), state and reason,

@@ -1419,6 +1419,39 @@ async fn a_connection_that_does_not_answer_fails_create_list_and_check_naming_it
     assert_eq!(adopted.provider_id, "b/proxy-b");
 }
 
+/// K33: check probes every connection at once, each within 20 s, below check's 30 s deadline:
+/// two hypervisors that accept and never answer are reported `unreachable`, naming the first, in
+/// time. (Probed one after the other, or each up to the grant's 30 s call timeout, the call would
+/// run out its deadline instead.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_silent_hypervisors_unreachable_within_its_deadline() {
+    let (_a, a) = test_node("a", "images", &[], &[]);
+    let (first, second) = (Silent::start().await, Silent::start().await);
+    // The grant's call timeout is the default, 30 s: as long as check's whole deadline.
+    let capability = capability(
+        IDENTITY,
+        serde_json::json!({ "connections": [
+            a,
+            first.connection("silent1", "images"),
+            second.connection("silent2", "images"),
+        ] }),
+    );
+    let provider = provider(&capability).await;
+    let started = std::time::Instant::now();
+    let checked = check(
+        &provider,
+        &test_driver_config_on(&["a", "silent1", "silent2"]),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(checked.reason, CheckReason::Unreachable, "{checked:?}");
+    assert_eq!(
+        checked.message, "connection silent1: did not answer within 20 s",
+        "{checked:?}"
+    );
+    assert!(took < std::time::Duration::from_secs(25), "{took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_qcow2_base_is_cloned_to_a_qcow2_disk_on_a_real_libvirtd() {
     let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
