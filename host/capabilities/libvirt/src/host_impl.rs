@@ -51,6 +51,53 @@ fn health(access: &crate::conn::ActiveConnection, pool: &str) -> Result<Health, 
     })
 }
 
+/// The path and format of the volume a backing store names, as libvirt reads them; refused when
+/// that volume is backed itself (its own backing file is not the guest's to choose). Blocks.
+fn resolve_backing(
+    connect: &virt::connect::Connect,
+    backing: &policy::Backing,
+) -> Result<(String, String), Error> {
+    let named = |error: virt::error::Error| match lv(error) {
+        Error::Libvirt(mut libvirt) => {
+            libvirt.message = format!(
+                "backing store {}/{}: {}",
+                backing.pool, backing.volume, libvirt.message
+            );
+            Error::Libvirt(libvirt)
+        }
+        other => other,
+    };
+    let pool =
+        virt::storage_pool::StoragePool::lookup_by_name(connect, &backing.pool).map_err(named)?;
+    let volume =
+        virt::storage_vol::StorageVol::lookup_by_name(&pool, &backing.volume).map_err(named)?;
+    let described = volume.get_xml_desc(0).map_err(named)?;
+    let document = roxmltree::Document::parse(&described).map_err(|error| {
+        Error::Invalid(format!(
+            "backing store {}/{}: libvirt's description is not XML: {error}",
+            backing.pool, backing.volume
+        ))
+    })?;
+    let root = document.root_element();
+    if root
+        .children()
+        .any(|node| node.has_tag_name("backingStore") && node.has_children())
+    {
+        return Err(error::denied(format!(
+            "backing store {}/{} is itself backed by another file: refused",
+            backing.pool, backing.volume
+        )));
+    }
+    let format = root
+        .children()
+        .find(|node| node.has_tag_name("target"))
+        .and_then(|target| target.children().find(|node| node.has_tag_name("format")))
+        .and_then(|format| format.attribute("type"))
+        .unwrap_or("raw")
+        .to_owned();
+    Ok((volume.get_path().map_err(named)?, format))
+}
+
 /// `Ok(None)` for a lookup of something that is not there.
 fn found<T>(outcome: Result<T, virt::error::Error>) -> Result<Option<T>, Error> {
     match outcome {
@@ -378,6 +425,7 @@ impl HostConnection for LibvirtCtxView<'_> {
             ))));
         }
         let conn = connection.conn.clone();
+        let access = connection.access.clone();
         let hypervisor = connection.access.hypervisor();
         let on = conn.clone();
         let pool = self
@@ -387,6 +435,7 @@ impl HostConnection for LibvirtCtxView<'_> {
                     .map_err(lv)?;
                 Ok(StoragePool {
                     conn,
+                    access,
                     hypervisor,
                     pool: Arc::new(pool),
                     name,
@@ -579,7 +628,8 @@ impl HostDomain for LibvirtCtxView<'_> {
 }
 
 impl LibvirtCtxView<'_> {
-    /// Creates a volume in the pool behind `this` from checked XML, cloning `base` when given.
+    /// Creates a volume in the pool behind `this` from checked XML, cloning `base` when given,
+    /// backed by the volume the XML names when it names one.
     async fn create_volume_from(
         &mut self,
         this: Resource<StoragePool>,
@@ -588,8 +638,24 @@ impl LibvirtCtxView<'_> {
     ) -> Outcome<Resource<Volume>> {
         let checked = call::bounded("volume XML", &xml, call::MAX_VOLUME_XML_BYTES)
             .and_then(|()| policy::check_volume(&xml));
-        if let Err(refused) = checked {
-            return Ok(Err(refused));
+        let request = match checked {
+            Ok(request) => request,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let pool = self.table.get(&this)?;
+        if let Some(backing) = &request.backing {
+            if base.is_some() {
+                return Ok(Err(Error::Invalid(
+                    "a clone is a whole copy of its source: name a backing store with create-volume"
+                        .into(),
+                )));
+            }
+            if !pool.access.pools.contains(&backing.pool) {
+                return Ok(Err(error::denied(format!(
+                    "backing store {}/{}: pool {:?} is not granted on connection {}",
+                    backing.pool, backing.volume, backing.pool, pool.access.name
+                ))));
+            }
         }
         let base = match base {
             Some(base) => Some(self.table.get(&base)?.volume.clone()),
@@ -602,6 +668,13 @@ impl LibvirtCtxView<'_> {
         let created = self
             .ctx
             .blocking(Some(&on), move || {
+                let xml = match &request.backing {
+                    Some(backing) => {
+                        let (path, format) = resolve_backing(conn.connect(), backing)?;
+                        policy::with_backing_path(&xml, backing, &path, &format)
+                    }
+                    None => xml,
+                };
                 let volume = match &base {
                     Some(base) => {
                         let clone =

@@ -634,7 +634,7 @@ fn too_large(max: u64) -> Error {
 }
 
 /// Escapes text for XML content.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -41,7 +41,8 @@
 //!   volumes of granted pools, interfaces join granted networks or bridges, metadata is in the
 //!   provider's namespace, and nothing names a host path, device, emulator or qemu argument
 //!   (which would hand the provider the hypervisor host). Volume XML gives a name, sizes and a
-//!   format only. See the `policy` module for the rules.
+//!   format, and for copy-on-write a backing store named as a granted pool's volume, whose path
+//!   the host looks up itself. See the `policy` module for the rules.
 //! - **Metadata namespaces.** Each provider reads and writes one metadata element, in the
 //!   namespace `https://egress-operator.io/owner/<owner>` ([`METADATA_NAMESPACE_PREFIX`]), which
 //!   the host derives from its grant's `owner`: a provider cannot see or forge the marks of
