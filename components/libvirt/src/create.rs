@@ -19,23 +19,23 @@
 //!    A connection that cannot be opened or does not answer, when no other has the domain, fails
 //!    create (`transient` unless retrying cannot help, naming the connection): the domain may be
 //!    there, and making one elsewhere would give the Proxy two.
-//! 2. Otherwise every connection's pool is read: whether it holds this VM's disk or seed (left by
-//!    a cut attempt), its available bytes, and whether it holds the base image. [`placement`]
-//!    chooses: the pool holding our volume, else the config's rule.
+//! 2. Otherwise every connection's pool is read: whether it holds this VM's disk, temporary disk
+//!    or seed (left by a cut attempt), its available bytes, and whether it holds the base image.
+//!    [`placement`] chooses: the pool holding our volume, else the config's rule.
 //! 3. In the chosen pool: the base image is imported once (its volume is named after its sha256,
-//!    which the host checks), the pool's free space is checked against what the new volumes need
-//!    (`quota-exceeded` when short), the disk is cloned from the base, the seed is rewritten (a
-//!    seed left by a cut attempt may be partial; no domain uses it yet), then the domain is
-//!    defined with the Proxy UID as its UUID, marked, given autostart (the hypervisor starts it
-//!    when it boots), and started.
+//!    which the host checks), the pool's free space is checked against what the new volumes
+//!    allocate (`quota-exceeded` when short), the disk is made ([`make_disk`]), the seed is
+//!    rewritten (a seed left by a cut attempt may be partial; no domain uses it yet), then the
+//!    domain is defined with the Proxy UID as its UUID, marked, given autostart (the hypervisor
+//!    starts it when it boots), and started.
 //!
 //! Every step looks before it makes, so a create cut after any capability call and retried ends
-//! with one domain, one disk and one seed.
+//! with one domain, one whole disk of the configured size and one seed.
 //!
 //! [`placement`]: crate::placement
 
 use crate::Step;
-use crate::config::{Config, VolumeFormat};
+use crate::config::{Config, DiskMode, VolumeFormat};
 use crate::domain_xml::{DomainSpec, domain_xml};
 use crate::egress::libvirt::libvirt::{
     Connection, Domain, DomainState, DomainStatus, StoragePool, Volume, VolumeUpload,
@@ -43,9 +43,12 @@ use crate::egress::libvirt::libvirt::{
 use crate::egress::provider::types::{CreateRequest, Error, Instance};
 use crate::errors::{already_running, code, is_code};
 use crate::mark::Mark;
-use crate::placement::{Candidate, choose, disk_capacity, needed};
+use crate::placement::{BaseSize, Candidate, choose, disk_capacity, disk_needs, needed};
 use crate::state::instance_state;
-use crate::volume_xml::{base_volume_name, disk_volume_name, seed_volume_name, volume_xml};
+use crate::volume_xml::{
+    base_volume_name, creating_volume_name, disk_volume_name, overlay_xml, seed_volume_name,
+    volume_xml,
+};
 
 /// One upload chunk (the capability's largest).
 const CHUNK_BYTES: usize = 1024 * 1024;
@@ -116,11 +119,14 @@ struct Site<'a> {
     name: &'a str,
     connection: Connection,
     pool: StoragePool,
+    /// The VM's disk under its own name: whole (see [`make_disk`]).
     disk: Option<Volume>,
+    /// The VM's disk under its temporary name: a cut attempt's, or the source of a copy.
+    creating: Option<Volume>,
     seed: Option<Volume>,
     base: Option<Volume>,
-    /// The base's capacity, when the pool holds it.
-    base_capacity: Option<u64>,
+    /// The base's sizes, when the pool holds it.
+    base_size: Option<BaseSize>,
     available: u64,
 }
 
@@ -171,8 +177,13 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
         .map(|site| Candidate {
             name: site.name,
             available: site.available,
-            holds_our_volume: site.disk.is_some() || site.seed.is_some(),
-            needed: needed(config.disk_gib, site.base_capacity, seed_iso.len() as u64),
+            holds_our_volume: site.disk.is_some() || site.creating.is_some() || site.seed.is_some(),
+            needed: needed(
+                config.disk_mode,
+                config.disk_gib,
+                site.base_size,
+                seed_iso.len() as u64,
+            ),
         })
         .collect();
     let Some(chosen) = choose(config.placement, &candidates) else {
@@ -207,17 +218,27 @@ fn survey<'a>(
     let pool = connection
         .storage_pool(&config.pool)
         .on(name, "open the pool")?;
+    let disk_name = disk_volume_name(vm, config.disk_format());
     let disk = pool
-        .lookup_volume(&disk_volume_name(vm, config.image.format))
+        .lookup_volume(&disk_name)
         .on(name, "look up the disk")?;
+    let creating = pool
+        .lookup_volume(&creating_volume_name(&disk_name))
+        .on(name, "look up the temporary disk")?;
     let seed = pool
         .lookup_volume(&seed_volume_name(vm))
         .on(name, "look up the seed")?;
     let base = pool
         .lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
         .on(name, "look up the base image")?;
-    let base_capacity = match &base {
-        Some(base) => Some(base.info().on(name, "read the base image")?.capacity),
+    let base_size = match &base {
+        Some(base) => {
+            let info = base.info().on(name, "read the base image")?;
+            Some(BaseSize {
+                capacity: info.capacity,
+                allocation: info.allocation,
+            })
+        }
         None => None,
     };
     let available = pool.info().on(name, "read the pool")?.available;
@@ -226,9 +247,10 @@ fn survey<'a>(
         connection,
         pool,
         disk,
+        creating,
         seed,
         base,
-        base_capacity,
+        base_size,
         available,
     })
 }
@@ -245,6 +267,7 @@ fn make(
         connection,
         pool,
         disk,
+        creating,
         seed: old_seed,
         base,
         ..
@@ -253,17 +276,21 @@ fn make(
         Some(base) => base,
         None => import_base(config, &pool)?,
     };
-    let format = config.image.format;
-    let disk_name = disk_volume_name(&request.name, format);
+    let disk_name = disk_volume_name(&request.name, config.disk_format());
     let seed_name = seed_volume_name(&request.name);
-    let base_capacity = base.info().at("read the base image")?.capacity;
-    let disk_capacity = disk_capacity(config.disk_gib, base_capacity);
+    let base_info = base.info().at("read the base image")?;
+    let disk_capacity = disk_capacity(config.disk_gib, base_info.capacity);
     let old_seed_bytes = match &old_seed {
         Some(seed) => seed.info().at("read the seed")?.capacity,
         None => 0,
     };
-    let needed = if disk.is_none() { disk_capacity } else { 0 }
-        + (seed_iso.len() as u64).saturating_sub(old_seed_bytes);
+    // What the new volumes allocate, not the disk's virtual size: a copy-on-write disk starts
+    // near-empty (placement's `disk_needs`).
+    let disk_bytes = match disk {
+        Some(_) => 0,
+        None => disk_needs(config.disk_mode, disk_capacity, base_info.allocation),
+    };
+    let needed = disk_bytes + (seed_iso.len() as u64).saturating_sub(old_seed_bytes);
     let available = pool.info().at("read the pool")?.available;
     if needed > available {
         return Err(Error::QuotaExceeded(format!(
@@ -272,10 +299,17 @@ fn make(
         )));
     }
 
-    if disk.is_none() {
-        pool.clone_volume(&volume_xml(&disk_name, disk_capacity, format), &base)
-            .at("clone the disk")?;
-    }
+    make_disk(
+        config,
+        &pool,
+        &base,
+        Disk {
+            name: &disk_name,
+            capacity: disk_capacity,
+            whole: disk,
+            creating,
+        },
+    )?;
     if let Some(seed) = old_seed {
         delete_volume(&seed, "delete a stale seed")?;
     }
@@ -300,6 +334,64 @@ fn make(
     start(&domain)?;
     let status = domain.status().at("read the domain state")?;
     Ok(instance(connection_name, &request.name, status, &mark))
+}
+
+/// The VM's disk as the survey found it.
+struct Disk<'a> {
+    name: &'a str,
+    capacity: u64,
+    /// Under its own name.
+    whole: Option<Volume>,
+    /// Under its temporary name.
+    creating: Option<Volume>,
+}
+
+/// Makes the VM's disk unless it is whole already. A disk under its own name is whole: it
+/// appears only once made at its full size (the audit's gap 9: a half-made disk was reused).
+///
+/// * `copyOnWrite`: one call makes a qcow2 volume at the disk's size backed by the base: there is
+///   no copy and no resize to cut in two.
+/// * `fullCopy`: a temporary qcow2 volume `<disk>.creating` is made the same way, then libvirt
+///   copies it, reading through to the base, into the disk in the image's format at the disk's
+///   size (one copy, no resize), and the temporary volume is deleted. libvirt has no rename: the
+///   copy is the publication, as an import's is.
+///
+/// A temporary volume found beside no disk is a cut attempt's, deleted and made again, never
+/// used. Found beside the disk, it is the source of a copy that was cut or is still running
+/// (the call timed out, libvirt goes on): libvirt refuses to delete it until the copy ends, so
+/// create fails `transient` until then, and the disk is whole once it is gone.
+fn make_disk(
+    config: &Config,
+    pool: &StoragePool,
+    base: &Volume,
+    disk: Disk<'_>,
+) -> Result<(), Error> {
+    if let Some(creating) = disk.creating {
+        delete_volume(
+            &creating,
+            "delete the temporary disk (libvirt refuses while it still copies from it)",
+        )?;
+    }
+    if disk.whole.is_some() {
+        return Ok(());
+    }
+    let overlay = |name: &str| overlay_xml(name, disk.capacity, &config.pool, &base.name());
+    match config.disk_mode {
+        DiskMode::CopyOnWrite => {
+            pool.create_volume(&overlay(disk.name))
+                .at("make the disk")?;
+        }
+        DiskMode::FullCopy => {
+            let creating = pool
+                .create_volume(&overlay(&creating_volume_name(disk.name)))
+                .at("make the temporary disk")?;
+            let format = config.disk_format();
+            pool.clone_volume(&volume_xml(disk.name, disk.capacity, format), &creating)
+                .at("copy the disk")?;
+            delete_volume(&creating, "delete the temporary disk")?;
+        }
+    }
+    Ok(())
 }
 
 /// Step 1: a domain with the request's name exists on `connection`.

@@ -1,4 +1,5 @@
-//! `delete`: power off, undefine, and remove the disk and seed. Idempotent.
+//! `delete`: power off, undefine, and remove the disk (under its own or its temporary name, in
+//! either format) and the seed. Idempotent.
 //!
 //! A domain with the name that does not carry this provider's mark is never touched (nor its
 //! volumes): `permanent`. The volumes are found by name, not through the domain, so a delete cut
@@ -14,7 +15,7 @@ use crate::egress::libvirt::libvirt::{Connection, Domain, DomainState, Error as 
 use crate::egress::provider::types::Error;
 use crate::errors::{classify, code, is_code, not_running};
 use crate::mark::Mark;
-use crate::volume_xml::{disk_volume_name, seed_volume_name};
+use crate::volume_xml::vm_volume_names;
 
 /// The operation.
 pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
@@ -25,10 +26,7 @@ pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
         remove_domain(name, &domain)?;
     }
     let pool = connection.storage_pool(&config.pool).at("open the pool")?;
-    for volume_name in [
-        disk_volume_name(name, config.image.format),
-        seed_volume_name(name),
-    ] {
+    for volume_name in vm_volume_names(name) {
         if let Some(volume) = pool.lookup_volume(&volume_name).at("look up a volume")? {
             delete_volume(&volume, "delete a volume")?;
         }

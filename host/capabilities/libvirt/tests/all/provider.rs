@@ -167,7 +167,7 @@ struct Daemon {
     _nodes: Vec<tempfile::TempDir>,
     capability: LibvirtCapability,
     config: serde_json::Value,
-    /// The image's format, also the disks' file extension.
+    /// The image's format.
     format: &'static str,
     base: String,
 }
@@ -262,9 +262,59 @@ impl Daemon {
         names
     }
 
-    /// The VM's disk volume.
+    /// Whether the config asks for whole copies rather than copy-on-write disks.
+    fn full_copies(&self) -> bool {
+        self.config["diskMode"] == "fullCopy"
+    }
+
+    /// The config with disks made in `mode` (`copyOnWrite`, the default, or `fullCopy`).
+    fn in_mode(mut self, mode: &str) -> Self {
+        self.config["diskMode"] = serde_json::json!(mode);
+        self
+    }
+
+    /// The VM's disk volume: qcow2 when backed by the base, else in the image's format.
     fn disk(&self, name: &str) -> String {
-        format!("{name}.{}", self.format)
+        let format = if self.full_copies() {
+            self.format
+        } else {
+            "qcow2"
+        };
+        format!("{name}.{format}")
+    }
+
+    /// Checks VM `name`'s disk with `qemu-img` (`-U`: a running domain holds its lock): its
+    /// format, its virtual size `capacity`, backed by the base or standing alone as the config
+    /// asks, and reading the image's bytes (the rest zeros).
+    fn assert_disk_reads_the_image(&self, name: &str, capacity: u64, what: &str) {
+        let (base, disk) = (self.pool.path(&self.base), self.pool.path(&self.disk(name)));
+        let format = if self.full_copies() {
+            self.format
+        } else {
+            "qcow2"
+        };
+        let output = qemu_img(&["info", "-U", "--output=json", "-f", format], &[&disk]);
+        let info: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{what}: {error}: {output:?}"));
+        assert_eq!(info["virtual-size"], capacity, "{what}: {info}");
+        if self.full_copies() {
+            assert!(info.get("backing-filename").is_none(), "{what}: {info}");
+        } else {
+            assert_eq!(
+                info["backing-filename"],
+                base.to_str().unwrap(),
+                "{what}: {info}"
+            );
+            assert_eq!(
+                info["backing-filename-format"], self.format,
+                "{what}: {info}"
+            );
+        }
+        let compared = qemu_img(
+            &["compare", "-U", "-f", self.format, "-F", format],
+            &[&base, &disk],
+        );
+        assert!(compared.status.success(), "{what}: {compared:?}");
     }
 
     fn volumes_of(&self, name: &str) -> BTreeSet<String> {
@@ -353,15 +403,13 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
         "it starts with the host"
     );
     assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
-    // The base holds the image's bytes, the disk is its clone, the seed is a NoCloud ISO.
+    // The base holds the image's bytes, the disk is backed by it (copy-on-write, the default),
+    // the seed is a NoCloud ISO.
     assert_eq!(
         std::fs::read(daemon.pool.path(&daemon.base)).unwrap(),
         pattern(IMAGE_BYTES, 3)
     );
-    assert_eq!(
-        std::fs::read(daemon.pool.path(&format!("{name}.raw"))).unwrap(),
-        pattern(IMAGE_BYTES, 3)
-    );
+    daemon.assert_disk_reads_the_image(&name, IMAGE_BYTES as u64, "the disk");
     let seed = std::fs::read(daemon.pool.path(&format!("{name}-seed.iso"))).unwrap();
     assert!(
         seed.windows(6)
@@ -414,32 +462,53 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
         .expect("delete is idempotent");
 }
 
+/// K2, the space precheck, counts what the new volumes allocate, not the disk's virtual size: a
+/// pool with 10 GiB available takes a 200 GiB copy-on-write disk of a 60 GiB base (its overlay is
+/// about 1 MiB), but not a whole copy of the base's 60 GiB of data: `quota-exceeded`, and nothing
+/// is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_too_small_for_the_disk_is_quota_exceeded_and_nothing_is_made() {
-    let daemon = Daemon::new().await;
-    let provider = provider(&daemon.capability).await;
-    let name = unique_name("quota");
-    let _guard = DomainGuard(name.clone());
-    let mut config = daemon.config.clone();
-    config["diskGiB"] = serde_json::json!(65536);
-    let outcome = create(
-        &provider,
-        &config,
-        &name,
-        "6c1f0a2e-0000-4000-8000-000000000002",
-    )
-    .await;
+async fn a_pool_without_room_for_what_the_disk_allocates_is_quota_exceeded_and_nothing_is_made() {
+    const GIB: u64 = 1 << 30;
+    let uid = "6c1f0a2e-0000-4000-8000-000000000002";
+    let (_f, f) = test_node(
+        "f",
+        "images",
+        &[],
+        &[(NODE_BASE, 60 * GIB), ("filler", 30 * GIB)],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [f] }));
+    let provider = provider(&capability).await;
+    let mut config = test_driver_config_on(&["f"]);
+    config["diskGiB"] = serde_json::json!(200);
+
+    config["diskMode"] = serde_json::json!("fullCopy");
+    let outcome = create(&provider, &config, "full", uid).await;
     assert_eq!(
         class(&outcome),
         Some(ErrorClass::QuotaExceeded),
         "{outcome:?}"
     );
-    assert_eq!(Daemon::domain_state(&name), None);
-    assert_eq!(
-        daemon.volumes(),
-        BTreeSet::from([daemon.base.clone()]),
-        "only the shared base"
+    assert!(
+        format!("{outcome:?}").contains("pool images on connection f has"),
+        "{outcome:?}"
     );
+    let [disk, seed] = node_volumes("full");
+    let raw_disk = "full.raw";
+    let creating = "full.raw.creating";
+    assert!(
+        held(
+            &capability,
+            "f",
+            "images",
+            &[&disk, &seed, raw_disk, creating]
+        )
+        .await
+        .is_empty()
+    );
+
+    config["diskMode"] = serde_json::json!("copyOnWrite");
+    create_until_the_upload(&provider, &config, "backed", uid).await;
+    assert_eq!(node_holds(&capability, "f", "backed").await.len(), 2);
 }
 
 const SHUTOFF: u32 = virt::sys::VIR_DOMAIN_SHUTOFF;
@@ -841,9 +910,9 @@ async fn node_autostart(capability: &LibvirtCapability, connection: &str, name: 
     ok(view.autostart(domain).await)
 }
 
-/// A VM's disk and seed on a test-driver node.
+/// A VM's disk (copy-on-write, so qcow2) and seed on a test-driver node.
 fn node_volumes(name: &str) -> [String; 2] {
-    [format!("{name}.raw"), format!("{name}-seed.iso")]
+    [format!("{name}.qcow2"), format!("{name}-seed.iso")]
 }
 
 async fn node_holds(
@@ -1041,7 +1110,7 @@ async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_lea
             ),
             NodeDomain::new("unmarked-off", String::new()).in_state(5),
         ],
-        &[("unmarked.raw", 1 << 20), ("unmarked-seed.iso", 4096)],
+        &[("unmarked.qcow2", 1 << 20), ("unmarked-seed.iso", 4096)],
     );
     let capability = capability(IDENTITY, serde_json::json!({ "connections": [connection] }));
     let provider = provider(&capability).await;
@@ -1322,24 +1391,19 @@ async fn placement_follows_the_rule_and_a_retry_continues_where_a_volume_was_lef
     )
     .await;
     assert_eq!(holders("p2").await, [("c", 2)]);
-    // firstWithRoom for a 60 GiB disk: only c has room.
+    // firstWithRoom for a 200 GiB disk, larger than any pool: copy-on-write, it allocates
+    // about 1 MiB, so b has room.
     create_until_the_upload(
         &provider,
-        &config(&["a", "b", "c"], "firstWithRoom", Some(60)),
+        &config(&["a", "b", "c"], "firstWithRoom", Some(200)),
         "p3",
         uid,
     )
     .await;
-    assert_eq!(holders("p3").await, [("c", 2)]);
-    // No pool has room for 200 GiB: quota-exceeded under either rule, nothing made.
+    assert_eq!(holders("p3").await, [("b", 2)]);
+    // a alone has no room for that MiB: quota-exceeded under either rule, nothing made.
     for placement in ["firstWithRoom", "mostAvailable"] {
-        let outcome = create(
-            &provider,
-            &config(&["a", "b", "c"], placement, Some(200)),
-            "p4",
-            uid,
-        )
-        .await;
+        let outcome = create(&provider, &config(&["a"], placement, None), "p4", uid).await;
         assert_eq!(
             class(&outcome),
             Some(ErrorClass::QuotaExceeded),
@@ -1452,79 +1516,69 @@ async fn check_reports_silent_hypervisors_unreachable_within_its_deadline() {
     assert!(took < std::time::Duration::from_secs(25), "{took:?}");
 }
 
+/// A qcow2 base gives a qcow2 disk in either mode: backed by the base by default (copy-on-write),
+/// a whole copy with no backing file with `fullCopy`. Both read what the image holds (libvirt
+/// read the base as qcow2, not as raw bytes to wrap), the domain reads the disk as qcow2, and a
+/// delete leaves the base.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_qcow2_base_is_cloned_to_a_qcow2_disk_on_a_real_libvirtd() {
-    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
-    let provider = provider(&daemon.capability).await;
-    let name = unique_name("qcow2");
-    let _guard = DomainGuard(name.clone());
-    let uid = "6c1f0a2e-0000-4000-8000-00000000000c";
+async fn a_qcow2_base_gives_a_qcow2_disk_backed_by_it_or_copied_whole() {
+    for mode in ["copyOnWrite", "fullCopy"] {
+        let daemon = Daemon::build("qcow2", |_| Vec::new()).await.in_mode(mode);
+        let provider = provider(&daemon.capability).await;
+        let name = unique_name("qcow2");
+        let _guard = DomainGuard(name.clone());
+        let uid = "6c1f0a2e-0000-4000-8000-00000000000c";
 
-    let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
-    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
-    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
-    let (base, disk) = (
-        daemon.pool.path(&daemon.base),
-        daemon.pool.path(&daemon.disk(&name)),
-    );
-    for file in [&base, &disk] {
-        let bytes = std::fs::read(file).unwrap();
-        assert_eq!(&bytes[..4], b"QFI\xfb", "{} is qcow2", file.display());
+        let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
+        assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+        assert_eq!(daemon.volumes(), daemon.volumes_of(&name), "{mode}");
+        assert_eq!(daemon.disk(&name), format!("{name}.qcow2"));
+        daemon.assert_disk_reads_the_image(&name, IMAGE_BYTES as u64, mode);
+        let connect = Daemon::connect();
+        let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
+        let xml = domain.get_xml_desc(0).unwrap();
+        assert!(
+            xml.contains("<driver name='qemu' type='qcow2'/>"),
+            "{mode}: {xml}"
+        );
+
+        delete(&provider, &daemon.config, &created.provider_id)
+            .await
+            .unwrap();
+        assert_eq!(Daemon::domain_state(&name), None);
+        assert_eq!(daemon.volumes(), BTreeSet::from([daemon.base.clone()]));
     }
-    // A full clone (no backing file) the image's size, holding what the image holds: libvirt
-    // read the base as qcow2, not as raw bytes to wrap.
-    let info = qcow2_info(&disk);
-    assert_eq!(info["virtual-size"], IMAGE_BYTES, "{info}");
-    assert!(info.get("backing-filename").is_none(), "{info}");
-    let compared = qemu_img(
-        &["compare", "-U", "-f", "qcow2", "-F", "qcow2"],
-        &[&base, &disk],
-    );
-    assert!(compared.status.success(), "{compared:?}");
-    // The domain reads the disk as qcow2.
-    let connect = Daemon::connect();
-    let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
-    let xml = domain.get_xml_desc(0).unwrap();
-    assert!(xml.contains("<driver name='qemu' type='qcow2'/>"), "{xml}");
-
-    delete(&provider, &daemon.config, &created.provider_id)
-        .await
-        .unwrap();
-    assert_eq!(Daemon::domain_state(&name), None);
-    assert_eq!(daemon.volumes(), BTreeSet::from([daemon.base.clone()]));
 }
 
+/// `diskGiB` above the image's size: in either mode the disk is that large from the moment it
+/// has its name, and still reads the image.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_qcow2_disk_grows_to_disk_gib_on_a_real_libvirtd() {
-    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
-    let provider = provider(&daemon.capability).await;
-    let name = unique_name("qcow2g");
-    let _guard = DomainGuard(name.clone());
-    let mut config = daemon.config.clone();
-    config["diskGiB"] = serde_json::json!(1);
+async fn a_disk_is_disk_gib_large_in_either_mode_on_a_real_libvirtd() {
+    for (format, mode) in [
+        ("qcow2", "copyOnWrite"),
+        ("qcow2", "fullCopy"),
+        ("raw", "fullCopy"),
+    ] {
+        let daemon = Daemon::build(format, |_| Vec::new()).await.in_mode(mode);
+        let provider = provider(&daemon.capability).await;
+        let name = unique_name("grown");
+        let _guard = DomainGuard(name.clone());
+        let mut config = daemon.config.clone();
+        config["diskGiB"] = serde_json::json!(1);
 
-    let created = create(
-        &provider,
-        &config,
-        &name,
-        "6c1f0a2e-0000-4000-8000-00000000000e",
-    )
-    .await
-    .unwrap();
-    let info = qcow2_info(&daemon.pool.path(&daemon.disk(&name)));
-    delete(&provider, &config, &created.provider_id)
+        let created = create(
+            &provider,
+            &config,
+            &name,
+            "6c1f0a2e-0000-4000-8000-00000000000e",
+        )
         .await
         .unwrap();
-    assert_eq!(info["virtual-size"], 1u64 << 30, "{info}");
-}
-
-/// `qemu-img info` of a qcow2 file, which must be one (`-U`: a running domain holds its lock).
-fn qcow2_info(file: &PathBuf) -> serde_json::Value {
-    let output = qemu_img(&["info", "-U", "--output=json", "-f", "qcow2"], &[file]);
-    let info: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|error| panic!("{error}: {output:?}"));
-    assert_eq!(info["format"], "qcow2", "{info}");
-    info
+        daemon.assert_disk_reads_the_image(&name, 1 << 30, &format!("{format} {mode}"));
+        delete(&provider, &config, &created.provider_id)
+            .await
+            .unwrap();
+    }
 }
 
 /// Runs `qemu-img` with `args` then `files`.
@@ -1536,18 +1590,33 @@ fn qemu_img(args: &[&str], files: &[&PathBuf]) -> std::process::Output {
         .expect("qemu-img runs")
 }
 
+/// The kill-point sweep: a create cut before each of its capability calls in turn (the host
+/// dying there), then retried, ends with one running domain, one whole disk of `diskGiB` that
+/// reads the image, and one seed, in both disk modes. Making the disk is among the cuts: the
+/// copy-on-write disk's one call, and a whole copy's temporary volume, copy and cleanup (gap 9:
+/// a disk cut between its clone and its resize was reused as it was).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() {
-    // node: a test-driver node, listed first, whose pool (named as the real one) is full: every
-    // create looks on it, then makes the VM on the real daemon.
-    let daemon = Daemon::build("raw", |pool| {
-        vec![test_node("node", pool, &[], &[("filler", NODE_POOL_BYTES)])]
-    })
-    .await;
+    for mode in ["copyOnWrite", "fullCopy"] {
+        // node: a test-driver node, listed first, whose pool (named as the real one) is full:
+        // every create looks on it, then makes the VM on the real daemon.
+        let daemon = Daemon::build("qcow2", |pool| {
+            vec![test_node("node", pool, &[], &[("filler", NODE_POOL_BYTES)])]
+        })
+        .await
+        .in_mode(mode);
+        cut_every_call_of_a_create(&daemon).await;
+    }
+}
+
+/// [`a_create_cut_anywhere_across_two_connections_converges_on_one_domain`] for one daemon.
+async fn cut_every_call_of_a_create(daemon: &Daemon) {
     let provider = provider(&daemon.capability).await;
     let uid = "6c1f0a2e-0000-4000-8000-00000000000d";
     let mut config = daemon.config.clone();
     config["connections"] = serde_json::json!(["node", "system"]);
+    config["diskGiB"] = serde_json::json!(1);
+    let mode = config["diskMode"].clone();
     let on_node = async |name: &str| {
         let [_, seed] = node_volumes(name);
         let disk = daemon.disk(name);
@@ -1561,7 +1630,8 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
     };
     let mut cuts = 0;
     for n in 0.. {
-        assert!(n < 96, "create never finished within 96 calls");
+        assert!(n < 96, "{mode}: create never finished within 96 calls");
+        let what = format!("{mode}, cut before call {n}");
         let name = unique_name("cut2");
         let _guard = DomainGuard(name.clone());
         daemon.forget_base();
@@ -1572,29 +1642,22 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
         let instance = if let Ok(instance) = first {
             instance
         } else {
-            assert!(is_cut(&first), "cut before call {n}: {first:?}");
+            assert!(is_cut(&first), "{what}: {first:?}");
             cuts += 1;
             create(&provider, &config, &name, uid)
                 .await
-                .unwrap_or_else(|error| panic!("cut before call {n}: the retry failed: {error}"))
+                .unwrap_or_else(|error| panic!("{what}: the retry failed: {error}"))
         };
-        assert_eq!(
-            instance.provider_id,
-            format!("system/{name}"),
-            "cut before call {n}"
-        );
+        assert_eq!(instance.provider_id, format!("system/{name}"), "{what}");
         assert_eq!(
             Daemon::domain_state(&name).map(|s| s.0),
             Some(RUNNING),
-            "cut before call {n}"
+            "{what}"
         );
-        assert_eq!(Daemon::autostart(&name), Some(true), "cut before call {n}");
-        assert_eq!(
-            daemon.volumes(),
-            daemon.volumes_of(&name),
-            "cut before call {n}"
-        );
-        assert!(on_node(&name).await.is_empty(), "cut before call {n}");
+        assert_eq!(Daemon::autostart(&name), Some(true), "{what}");
+        assert_eq!(daemon.volumes(), daemon.volumes_of(&name), "{what}");
+        daemon.assert_disk_reads_the_image(&name, 1 << 30, &what);
+        assert!(on_node(&name).await.is_empty(), "{what}");
         if completed {
             // node now has room and comes first: a create that did not look on every
             // connection would make a second VM there.
@@ -1612,7 +1675,7 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
         assert_eq!(
             daemon.volumes(),
             BTreeSet::from([daemon.base.clone()]),
-            "cut before call {n}"
+            "{what}"
         );
         if completed {
             break;
@@ -1620,8 +1683,105 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
     }
     assert!(
         cuts >= 14,
-        "a create over two connections makes more calls than {cuts}"
+        "{mode}: a create over two connections makes more calls than {cuts}"
     );
+}
+
+/// A whole copy is published by libvirt copying the temporary disk into the disk, which the
+/// host may stop waiting for (its call timed out) while libvirt goes on. A create that then finds
+/// the disk beside its temporary volume must neither use the disk nor make it again: libvirt
+/// refuses to delete the temporary volume while it copies from it, so the create is `transient`
+/// and defines nothing; once the copy ends, the next create trusts the disk as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_still_being_copied_is_waited_for_then_trusted_never_used_or_made_again() {
+    const COPIED: usize = 1 << 30;
+    let daemon = Daemon::new().await.in_mode("fullCopy");
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("copying");
+    let _guard = DomainGuard(name.clone());
+    let uid = "6c1f0a2e-0000-4000-8000-000000000012";
+    let (disk, creating) = (
+        daemon.disk(&name),
+        format!("{}.creating", daemon.disk(&name)),
+    );
+
+    // The temporary disk, as a cut attempt left it: 1 GiB that is not the image.
+    let mut written = Sha256::new();
+    {
+        use std::io::Write;
+        let chunk = pattern(64 << 20, 42);
+        let mut file = std::fs::File::create(daemon.pool.path(&creating)).unwrap();
+        for _ in 0..COPIED / chunk.len() {
+            file.write_all(&chunk).unwrap();
+            written.update(&chunk);
+        }
+    }
+    let written = written.finalize();
+    let copy = {
+        let (pool, disk, creating) = (daemon.pool.name.clone(), disk.clone(), creating.clone());
+        std::thread::spawn(move || {
+            let mut connect = Daemon::connect();
+            let pool = virt::storage_pool::StoragePool::lookup_by_name(&connect, &pool).unwrap();
+            pool.refresh(0).unwrap();
+            let source = virt::storage_vol::StorageVol::lookup_by_name(&pool, &creating).unwrap();
+            let xml = format!(
+                "<volume><name>{disk}</name><capacity unit='bytes'>{COPIED}</capacity><target><format type='raw'/></target></volume>"
+            );
+            virt::storage_vol::StorageVol::create_xml_from(&pool, &xml, &source, 0).unwrap();
+            connect.close().unwrap();
+        })
+    };
+    // libvirt refuses to refresh a pool while it copies: look the disk up without one.
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the copy started",
+        || {
+            let mut connect = Daemon::connect();
+            let pool = virt::storage_pool::StoragePool::lookup_by_name(&connect, &daemon.pool.name)
+                .unwrap();
+            let started = virt::storage_vol::StorageVol::lookup_by_name(&pool, &disk).is_ok();
+            connect.close().unwrap();
+            started
+        },
+    );
+
+    let outcome = create(&provider, &daemon.config, &name, uid).await;
+    assert!(
+        !copy.is_finished(),
+        "the copy ended before create looked: {outcome:?}"
+    );
+    assert_eq!(class(&outcome), Some(ErrorClass::Transient), "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("delete the temporary disk"),
+        "{outcome:?}"
+    );
+    assert_eq!(Daemon::domain_state(&name), None, "nothing defined on it");
+
+    copy.join().unwrap();
+    create(&provider, &daemon.config, &name, uid).await.unwrap();
+    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
+    let mut published = Sha256::new();
+    {
+        use std::io::Read;
+        let mut file = std::fs::File::open(daemon.pool.path(&disk)).unwrap();
+        let mut buffer = vec![0; 64 << 20];
+        loop {
+            let read = file.read(&mut buffer).unwrap();
+            if read == 0 {
+                break;
+            }
+            published.update(&buffer[..read]);
+        }
+    }
+    assert_eq!(
+        published.finalize(),
+        written,
+        "the copied disk was used as it was"
+    );
+    delete(&provider, &daemon.config, &format!("system/{name}"))
+        .await
+        .unwrap();
 }
 
 /// Deletes the `filler` volume of `node`'s pool, through the capability's pooled connection.
