@@ -53,9 +53,6 @@ use crate::volume_xml::{
 /// One upload chunk (the capability's largest).
 const CHUNK_BYTES: usize = 1024 * 1024;
 
-/// `VIR_ERR_STORAGE_VOL_EXIST`: another create imported the base at the same time.
-const STORAGE_VOL_EXIST: i32 = 90;
-
 /// `VIR_DOMAIN_PAUSED_STARTING_UP`: libvirt pauses a domain while it starts it.
 const PAUSED_STARTING_UP: i32 = 11;
 
@@ -274,7 +271,7 @@ fn make(
     } = site;
     let base = match base {
         Some(base) => base,
-        None => import_base(config, &pool)?,
+        None => crate::bases::import(config, &pool)?,
     };
     let disk_name = disk_volume_name(&request.name, config.disk_format());
     let seed_name = seed_volume_name(&request.name);
@@ -333,6 +330,9 @@ fn make(
     autostart(&domain)?;
     start(&domain)?;
     let status = domain.status().at("read the domain state")?;
+    // Bases an image change left unused go after the grant's retention. A failed prune fails
+    // nothing: the next one tries again.
+    let _ = crate::bases::prune(&pool);
     Ok(instance(connection_name, &request.name, status, &mark))
 }
 
@@ -468,20 +468,6 @@ fn request_tags(request: &CreateRequest) -> Vec<(String, String)> {
         .iter()
         .map(|tag| (tag.key.clone(), tag.value.clone()))
         .collect()
-}
-
-/// The base volume, imported by the host (the pool did not have it when surveyed).
-fn import_base(config: &Config, pool: &StoragePool) -> Result<Volume, Error> {
-    let name = base_volume_name(&config.image.sha256, config.image.format);
-    match pool.import_image(&name, &config.image.url, &config.image.sha256) {
-        Ok(base) => Ok(base),
-        // Another create imported it meanwhile.
-        Err(error) if is_code(&error, STORAGE_VOL_EXIST) => pool
-            .lookup_volume(&name)
-            .at("look up the base image")?
-            .ok_or_else(|| Error::Transient(format!("base image {name} vanished"))),
-        Err(error) => Err(crate::errors::classify("import the base image", error)),
-    }
 }
 
 /// Creates the seed volume and writes the ISO into it.

@@ -31,6 +31,9 @@ pub fn delete(config: &str, provider_id: &str) -> Result<(), Error> {
             delete_volume(&volume, "delete a volume")?;
         }
     }
+    // The last VM of a base gone, the base goes after the grant's retention. A failed prune
+    // fails nothing: the next one tries again.
+    let _ = crate::bases::prune(&pool);
     Ok(())
 }
 

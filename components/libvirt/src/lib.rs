@@ -11,7 +11,8 @@
 //!
 //! * `lib.rs` (this file): export wiring and the error-mapping helper.
 //! * Operations, one file each: [`create`], [`get`], [`delete`], [`list_by_tag`], [`check`];
-//!   `describe` is here and `validate-config` in [`config`].
+//!   `describe` is here and `validate-config` in [`config`]. Base images, imported and pruned
+//!   by the host, in [`bases`].
 //! * Pure rules, table-tested on the host: [`domain_xml`], [`volume_xml`] (names and XML),
 //!   [`mark`] (the metadata element), [`state`] (state from state and reason, address choice),
 //!   [`placement`] (which connection a new VM goes to), [`errors`] (classification), [`id`]
@@ -21,6 +22,7 @@
 //! hypervisor) and a pool, and the host does the rest. Every call runs in a fresh instance and
 //! keeps no state.
 
+pub mod bases;
 pub mod check;
 pub mod config;
 pub mod create;

@@ -9,10 +9,13 @@
 use crate::config::VolumeFormat;
 use crate::domain_xml::escape;
 
+/// How every base volume's name begins: the host prunes the volumes so named that no VM uses.
+pub const BASE_PREFIX: &str = "egress-base-";
+
 /// The shared base volume of the image with this sha256.
 pub fn base_volume_name(sha256: &str, format: VolumeFormat) -> String {
     let short = sha256.get(..16).unwrap_or(sha256);
-    format!("egress-base-{short}.{}", format.as_str())
+    format!("{BASE_PREFIX}{short}.{}", format.as_str())
 }
 
 /// The VM's own disk, cloned from the base.

@@ -14,6 +14,7 @@ use crate::bindings::egress::libvirt::libvirt::{
 use crate::call::{self, MAX_CHUNK_BYTES, MAX_DOMAIN_XML_BYTES, MAX_METADATA_BYTES, MAX_PROBES};
 use crate::conn::{self, Conn};
 use crate::resources::{Connection, Domain, OpenStream, StoragePool, Volume, VolumeUpload};
+use crate::retention::{self, VolumeKey};
 use crate::{LibvirtCtxView, METADATA_PREFIX, error, import, policy};
 
 type Outcome<T> = wasmtime::Result<Result<T, Error>>;
@@ -664,10 +665,36 @@ impl LibvirtCtxView<'_> {
         let asked = policy::capacity_bytes(&xml);
         let pool = self.table.get(&this)?;
         let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
+        let hypervisor = pool.hypervisor.clone();
+        let state = self.ctx.shared.retention.clone();
         let on = conn.clone();
         let created = self
             .ctx
             .blocking(Some(&on), move || {
+                // A volume made from another one holds the hypervisor's lock shared, so no prune
+                // removes that one meanwhile (`retention`); and records its use.
+                let ordered = state.lock(&hypervisor);
+                let _held = (request.backing.is_some() || base.is_some()).then(|| {
+                    ordered
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                });
+                let used = |pool: String, volume: String| {
+                    state.used(VolumeKey {
+                        hypervisor: hypervisor.clone(),
+                        pool,
+                        volume,
+                    });
+                };
+                if let Some(backing) = &request.backing {
+                    used(backing.pool.clone(), backing.volume.clone());
+                }
+                if let Some(base) = &base {
+                    used(
+                        retention::pool_of(base).map_err(lv)?,
+                        base.get_name().map_err(lv)?,
+                    );
+                }
                 let xml = match &request.backing {
                     Some(backing) => {
                         let (path, format) = resolve_backing(conn.connect(), backing)?;
@@ -793,6 +820,52 @@ impl HostStoragePool for LibvirtCtxView<'_> {
             }
             Err(error) => Err(error),
         })
+    }
+
+    async fn prune_images(
+        &mut self,
+        this: Resource<StoragePool>,
+        prefix: String,
+    ) -> Outcome<Vec<String>> {
+        if let Err(invalid) = call::name("image name prefix", &prefix) {
+            return Ok(Err(invalid));
+        }
+        let retention = match self.ctx.grant() {
+            Ok(grant) => match &grant.images {
+                Some(images) => images.unused_retention,
+                // A base put in place by a person: the host could not import it again.
+                None => return Ok(Ok(Vec::new())),
+            },
+            Err(denied) => return Ok(Err(denied)),
+        };
+        let pool = self.table.get(&this)?;
+        let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
+        let place = import::Place {
+            hypervisor: pool.hypervisor.clone(),
+            pool: pool.name.clone(),
+        };
+        let (imports, state) = (
+            self.ctx.shared.imports.clone(),
+            self.ctx.shared.retention.clone(),
+        );
+        let on = conn.clone();
+        self.ctx
+            .blocking(Some(&on), move || {
+                let importing = |volume: &str| imports.is_running(&place, volume);
+                retention::prune(
+                    conn.connect(),
+                    &handle,
+                    &state,
+                    &retention::Prune {
+                        hypervisor: &place.hypervisor,
+                        pool: &place.pool,
+                        prefix: &prefix,
+                        retention,
+                        importing: &importing,
+                    },
+                )
+            })
+            .await
     }
 
     async fn drop(&mut self, this: Resource<StoragePool>) -> wasmtime::Result<()> {

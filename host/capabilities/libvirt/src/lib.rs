@@ -160,6 +160,7 @@ mod import;
 mod keys;
 mod policy;
 mod resources;
+mod retention;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -220,6 +221,9 @@ pub(crate) struct Shared {
     pub(crate) pool: ConnectionPool,
     /// Image imports running, which outlive the calls that start them.
     pub(crate) imports: Arc<Imports>,
+    /// When images were last used, and the locks that keep a prune from removing a base a disk
+    /// is being made on.
+    pub(crate) retention: Arc<retention::Retention>,
     /// Where SSH material from Secrets is written, once a grant needs it (see `keys`).
     key_dir: OnceLock<Result<Arc<KeyDir>, String>>,
     /// The base directory for it, if the host chose one.

@@ -166,6 +166,7 @@ struct Daemon {
     /// Test-driver nodes granted beside the daemon.
     _nodes: Vec<tempfile::TempDir>,
     capability: LibvirtCapability,
+    grant: serde_json::Value,
     config: serde_json::Value,
     /// The image's format.
     format: &'static str,
@@ -224,7 +225,7 @@ impl Daemon {
             "origins": [server.origin()],
             "caFile": ca_file,
         });
-        let capability = capability(IDENTITY, grant);
+        let capability = capability(IDENTITY, grant.clone());
         let config = serde_json::json!({
             "connections": ["system"],
             "pool": pool.name,
@@ -241,6 +242,7 @@ impl Daemon {
             _server: server,
             _nodes: node_dirs,
             capability,
+            grant,
             config,
             format,
             base,
@@ -270,6 +272,14 @@ impl Daemon {
     /// The config with disks made in `mode` (`copyOnWrite`, the default, or `fullCopy`).
     fn in_mode(mut self, mode: &str) -> Self {
         self.config["diskMode"] = serde_json::json!(mode);
+        self
+    }
+
+    /// The grant anew, with images nothing uses removed after `ms`.
+    fn retaining(self, ms: u64) -> Self {
+        let mut grant = self.grant.clone();
+        grant["images"]["unusedRetentionMs"] = serde_json::json!(ms);
+        regrant(&self.capability, IDENTITY, grant);
         self
     }
 
@@ -509,6 +519,83 @@ async fn a_pool_without_room_for_what_the_disk_allocates_is_quota_exceeded_and_n
     config["diskMode"] = serde_json::json!("copyOnWrite");
     create_until_the_upload(&provider, &config, "backed", uid).await;
     assert_eq!(node_holds(&capability, "f", "backed").await.len(), 2);
+}
+
+/// K23, unused bases: once no VM uses a base, it leaves its pool after the grant's retention
+/// (`images.unusedRetentionMs`), at a later create or delete; never while a disk is backed by it
+/// or a domain reads it, whatever the retention. The prunes here are deletes of a VM that is
+/// gone, polled until the base goes or a deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_no_vm_uses_leaves_after_the_retention_and_never_while_a_disk_reads_it() {
+    const RETENTION: std::time::Duration = std::time::Duration::from_secs(3);
+    let daemon = Daemon::new().await.retaining(RETENTION.as_millis() as u64);
+    let provider = provider(&daemon.capability).await;
+    let base = || daemon.volumes().contains(&daemon.base);
+    let prune = async || {
+        delete(&provider, &daemon.config, "system/egress-long-gone")
+            .await
+            .unwrap();
+    };
+    let (first, second) = (unique_name("keep1"), unique_name("keep2"));
+    let _guards = (DomainGuard(first.clone()), DomainGuard(second.clone()));
+    let made = create(
+        &provider,
+        &daemon.config,
+        &first,
+        "6c1f0a2e-0000-4000-8000-000000000013",
+    )
+    .await
+    .unwrap();
+    create(
+        &provider,
+        &daemon.config,
+        &second,
+        "6c1f0a2e-0000-4000-8000-000000000014",
+    )
+    .await
+    .unwrap();
+    // One VM gone, the other's disk still reads the base: kept, past the retention too.
+    delete(&provider, &daemon.config, &made.provider_id)
+        .await
+        .unwrap();
+    let since = std::time::Instant::now();
+    while since.elapsed() < 2 * RETENTION {
+        prune().await;
+        assert!(base(), "removed while a disk is backed by it");
+    }
+    // Another owner's domain whose disk is the base file: kept for as long as it is there.
+    delete(&provider, &daemon.config, &format!("system/{second}"))
+        .await
+        .unwrap();
+    let foreign = unique_name("foreign");
+    let foreign_guard = DomainGuard(foreign.clone());
+    {
+        let mut connect = Daemon::connect();
+        let xml = format!(
+            "<domain type='qemu'><name>{foreign}</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os><devices><disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{}'/><target dev='vda' bus='virtio'/></disk></devices></domain>",
+            daemon.pool.path(&daemon.base).display()
+        );
+        virt::domain::Domain::define_xml(&connect, &xml).unwrap();
+        connect.close().unwrap();
+    }
+    let since = std::time::Instant::now();
+    let mut last_seen_used = since;
+    while since.elapsed() < 2 * RETENTION {
+        last_seen_used = std::time::Instant::now();
+        prune().await;
+        assert!(base(), "removed while a domain reads it");
+    }
+    foreign_guard.remove();
+    // Nothing uses it now: it goes once unused for the retention, counted from the last prune
+    // that saw it used, not before.
+    let deadline = std::time::Instant::now() + 10 * RETENTION;
+    while base() {
+        assert!(std::time::Instant::now() < deadline, "the base stayed");
+        prune().await;
+    }
+    let unused_for = last_seen_used.elapsed();
+    assert!(unused_for >= RETENTION, "{unused_for:?}");
+    assert_eq!(daemon.volumes(), BTreeSet::new());
 }
 
 const SHUTOFF: u32 = virt::sys::VIR_DOMAIN_SHUTOFF;

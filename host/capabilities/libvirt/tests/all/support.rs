@@ -63,6 +63,21 @@ pub fn try_capability(
     Ok(capability)
 }
 
+/// Sets `identity`'s grant on `capability` anew, as a host does when a grant changes.
+pub fn regrant(capability: &LibvirtCapability, identity: &str, grant: serde_json::Value) {
+    let grant: LibvirtGrant = serde_json::from_value(grant).unwrap();
+    capability
+        .set_grant(
+            identity,
+            &grant,
+            &GrantContext {
+                digests: &[],
+                host: &FilesOnly,
+            },
+        )
+        .unwrap();
+}
+
 /// One provider call: its libvirt state and resource table, as a store would hold them.
 pub struct Call {
     pub ctx: LibvirtCallCtx,
