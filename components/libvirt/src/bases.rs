@@ -6,7 +6,7 @@
 //! the hypervisor to tell; the provider only names which volumes are its images, by the prefix
 //! of their names ([`BASE_PREFIX`]).
 
-use crate::Step;
+use crate::calls::{at, call};
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::{StoragePool, Volume};
 use crate::egress::provider::types::Error;
@@ -16,23 +16,34 @@ use crate::volume_xml::{BASE_PREFIX, base_volume_name};
 /// `VIR_ERR_STORAGE_VOL_EXIST`: another create imported the base at the same time.
 const STORAGE_VOL_EXIST: i32 = 90;
 
-/// The base volume, imported by the host (the pool did not have it when surveyed).
-pub fn import(config: &Config, pool: &StoragePool) -> Result<Volume, Error> {
+/// The base volume, imported by the host into `pool` on `connection` (the pool did not have it
+/// when surveyed).
+pub fn import(config: &Config, connection: &str, pool: &StoragePool) -> Result<Volume, Error> {
     let name = base_volume_name(&config.image.sha256, config.image.format);
-    match pool.import_image(&name, &config.image.url, &config.image.sha256) {
+    let imported = call(connection, "import the base image", || {
+        pool.import_image(&name, &config.image.url, &config.image.sha256)
+    });
+    match imported {
         Ok(base) => Ok(base),
         // Another create imported it meanwhile.
-        Err(error) if is_code(&error, STORAGE_VOL_EXIST) => pool
-            .lookup_volume(&name)
-            .at("look up the base image")?
-            .ok_or_else(|| Error::Transient(format!("base image {name} vanished"))),
+        Err(error) if is_code(&error, STORAGE_VOL_EXIST) => {
+            at(connection, "look up the base image", || {
+                pool.lookup_volume(&name)
+            })?
+            .ok_or_else(|| Error::Transient(format!("base image {name} vanished")))
+        }
         Err(error) => Err(crate::errors::classify("import the base image", error)),
     }
 }
 
-/// Has the host remove the base images of `pool` that no VM uses any more (after the grant's
-/// retention); returns their names.
-pub fn prune(pool: &StoragePool) -> Result<Vec<String>, Error> {
-    pool.prune_images(BASE_PREFIX)
-        .at("prune unused base images")
+/// Has the host remove the base images of `pool` on `connection` that no VM uses any more
+/// (after the grant's retention). A failure fails nothing, the next prune tries again: it is
+/// logged.
+pub fn prune(connection: &str, pool: &StoragePool) {
+    let pruned = at(connection, "prune unused base images", || {
+        pool.prune_images(BASE_PREFIX)
+    });
+    if let Err(error) = pruned {
+        crate::calls::warn("pruning unused base images failed", &error);
+    }
 }

@@ -58,7 +58,11 @@ pub fn check(config: &str) -> CheckResult {
             };
         }
     };
-    let answers = match Connection::probe(&config.connections, &config.pool, PROBE_TIMEOUT_MS) {
+    let all = config.connections.join(",");
+    let probed = crate::calls::call(&all, "probe every connection", || {
+        Connection::probe(&config.connections, &config.pool, PROBE_TIMEOUT_MS)
+    });
+    let answers = match probed {
         Ok(answers) => answers,
         Err(error) => return failed(&config.connections.join(", "), error),
     };

@@ -34,7 +34,7 @@
 //!
 //! [`placement`]: crate::placement
 
-use crate::Step;
+use crate::calls::{at, call, on};
 use crate::config::{Config, DiskMode, VolumeFormat};
 use crate::domain_xml::{DomainSpec, domain_xml};
 use crate::egress::libvirt::libvirt::{
@@ -138,12 +138,11 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
     let mut connections = Vec::with_capacity(config.connections.len());
     let mut unanswered = None;
     for name in &config.connections {
-        let looked_up = Connection::open(name)
-            .on(name, "open the connection")
-            .and_then(|connection| {
-                let domain = connection
-                    .lookup_domain(&request.name)
-                    .on(name, "look up the domain")?;
+        let looked_up =
+            on(name, "open the connection", || Connection::open(name)).and_then(|connection| {
+                let domain = on(name, "look up the domain", || {
+                    connection.lookup_domain(&request.name)
+                })?;
                 Ok((connection, domain))
             });
         match looked_up {
@@ -212,25 +211,23 @@ fn survey<'a>(
     name: &'a str,
     connection: Connection,
 ) -> Result<Site<'a>, Error> {
-    let pool = connection
-        .storage_pool(&config.pool)
-        .on(name, "open the pool")?;
+    let pool = on(name, "open the pool", || {
+        connection.storage_pool(&config.pool)
+    })?;
     let disk_name = disk_volume_name(vm, config.disk_format());
-    let disk = pool
-        .lookup_volume(&disk_name)
-        .on(name, "look up the disk")?;
-    let creating = pool
-        .lookup_volume(&creating_volume_name(&disk_name))
-        .on(name, "look up the temporary disk")?;
-    let seed = pool
-        .lookup_volume(&seed_volume_name(vm))
-        .on(name, "look up the seed")?;
-    let base = pool
-        .lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
-        .on(name, "look up the base image")?;
+    let disk = on(name, "look up the disk", || pool.lookup_volume(&disk_name))?;
+    let creating = on(name, "look up the temporary disk", || {
+        pool.lookup_volume(&creating_volume_name(&disk_name))
+    })?;
+    let seed = on(name, "look up the seed", || {
+        pool.lookup_volume(&seed_volume_name(vm))
+    })?;
+    let base = on(name, "look up the base image", || {
+        pool.lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
+    })?;
     let base_size = match &base {
         Some(base) => {
-            let info = base.info().on(name, "read the base image")?;
+            let info = on(name, "read the base image", || base.info())?;
             Some(BaseSize {
                 capacity: info.capacity,
                 allocation: info.allocation,
@@ -238,7 +235,7 @@ fn survey<'a>(
         }
         None => None,
     };
-    let available = pool.info().on(name, "read the pool")?.available;
+    let available = on(name, "read the pool", || pool.info())?.available;
     Ok(Site {
         name,
         connection,
@@ -260,7 +257,7 @@ fn make(
     seed_iso: &[u8],
 ) -> Result<Instance, Error> {
     let Site {
-        name: connection_name,
+        name: here,
         connection,
         pool,
         disk,
@@ -271,14 +268,14 @@ fn make(
     } = site;
     let base = match base {
         Some(base) => base,
-        None => crate::bases::import(config, &pool)?,
+        None => crate::bases::import(config, here, &pool)?,
     };
     let disk_name = disk_volume_name(&request.name, config.disk_format());
     let seed_name = seed_volume_name(&request.name);
-    let base_info = base.info().at("read the base image")?;
+    let base_info = at(here, "read the base image", || base.info())?;
     let disk_capacity = disk_capacity(config.disk_gib, base_info.capacity);
     let old_seed_bytes = match &old_seed {
-        Some(seed) => seed.info().at("read the seed")?.capacity,
+        Some(seed) => at(here, "read the seed", || seed.info())?.capacity,
         None => 0,
     };
     // What the new volumes allocate, not the disk's virtual size: a copy-on-write disk starts
@@ -288,16 +285,17 @@ fn make(
         None => disk_needs(config.disk_mode, disk_capacity, base_info.allocation),
     };
     let needed = disk_bytes + (seed_iso.len() as u64).saturating_sub(old_seed_bytes);
-    let available = pool.info().at("read the pool")?.available;
+    let available = at(here, "read the pool", || pool.info())?.available;
     if needed > available {
         return Err(Error::QuotaExceeded(format!(
-            "pool {} on connection {connection_name} has {available} bytes available; {} needs {needed}",
+            "pool {} on connection {here} has {available} bytes available; {} needs {needed}",
             config.pool, request.name
         )));
     }
 
     make_disk(
         config,
+        here,
         &pool,
         &base,
         Disk {
@@ -308,9 +306,9 @@ fn make(
         },
     )?;
     if let Some(seed) = old_seed {
-        delete_volume(&seed, "delete a stale seed")?;
+        delete_volume(here, &seed, "delete a stale seed")?;
     }
-    upload_seed(&pool, &seed_name, seed_iso)?;
+    upload_seed(here, &pool, &seed_name, seed_iso)?;
 
     let uuid = is_uuid(&request.uid).then_some(request.uid.as_str());
     let xml = domain_xml(
@@ -322,18 +320,17 @@ fn make(
             seed: &seed_name,
         },
     );
-    let domain = connection.define_domain(&xml).at("define the domain")?;
+    let domain = at(here, "define the domain", || connection.define_domain(&xml))?;
     let mark = new_mark(request);
-    domain
-        .set_metadata(Some(&mark.format()))
-        .at("mark the domain")?;
-    autostart(&domain)?;
-    start(&domain)?;
-    let status = domain.status().at("read the domain state")?;
-    // Bases an image change left unused go after the grant's retention. A failed prune fails
-    // nothing: the next one tries again.
-    let _ = crate::bases::prune(&pool);
-    Ok(instance(connection_name, &request.name, status, &mark))
+    at(here, "mark the domain", || {
+        domain.set_metadata(Some(&mark.format()))
+    })?;
+    autostart(here, &domain)?;
+    start(here, &domain)?;
+    let status = at(here, "read the domain state", || domain.status())?;
+    // Bases an image change left unused go after the grant's retention.
+    crate::bases::prune(here, &pool);
+    Ok(instance(here, &request.name, status, &mark))
 }
 
 /// The VM's disk as the survey found it.
@@ -362,12 +359,14 @@ struct Disk<'a> {
 /// create fails `transient` until then, and the disk is whole once it is gone.
 fn make_disk(
     config: &Config,
+    here: &str,
     pool: &StoragePool,
     base: &Volume,
     disk: Disk<'_>,
 ) -> Result<(), Error> {
     if let Some(creating) = disk.creating {
         delete_volume(
+            here,
             &creating,
             "delete the temporary disk (libvirt refuses while it still copies from it)",
         )?;
@@ -378,17 +377,19 @@ fn make_disk(
     let overlay = |name: &str| overlay_xml(name, disk.capacity, &config.pool, &base.name());
     match config.disk_mode {
         DiskMode::CopyOnWrite => {
-            pool.create_volume(&overlay(disk.name))
-                .at("make the disk")?;
+            at(here, "make the disk", || {
+                pool.create_volume(&overlay(disk.name))
+            })?;
         }
         DiskMode::FullCopy => {
-            let creating = pool
-                .create_volume(&overlay(&creating_volume_name(disk.name)))
-                .at("make the temporary disk")?;
-            let format = config.disk_format();
-            pool.clone_volume(&volume_xml(disk.name, disk.capacity, format), &creating)
-                .at("copy the disk")?;
-            delete_volume(&creating, "delete the temporary disk")?;
+            let creating = at(here, "make the temporary disk", || {
+                pool.create_volume(&overlay(&creating_volume_name(disk.name)))
+            })?;
+            let copy = volume_xml(disk.name, disk.capacity, config.disk_format());
+            at(here, "copy the disk", || {
+                pool.clone_volume(&copy, &creating)
+            })?;
+            delete_volume(here, &creating, "delete the temporary disk")?;
         }
     }
     Ok(())
@@ -396,8 +397,9 @@ fn make_disk(
 
 /// Step 1: a domain with the request's name exists on `connection`.
 fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
-    let status = domain.status().at("read the domain state")?;
-    let mark = match Mark::parse(domain.metadata().at("read the mark")?.as_deref()) {
+    let here = connection;
+    let status = at(here, "read the domain state", || domain.status())?;
+    let mark = match Mark::parse(at(here, "read the mark", || domain.metadata())?.as_deref()) {
         Some(mark) if mark.uid == request.uid => {
             let tags = request_tags(request);
             if mark.tags == tags {
@@ -406,9 +408,9 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
                 // Made before the operator named its installation in the tags (or with other
                 // tags): the mark gains the request's, keeping its UID and creation time.
                 let mark = Mark { tags, ..mark };
-                domain
-                    .set_metadata(Some(&mark.format()))
-                    .at("update the mark")?;
+                at(here, "update the mark", || {
+                    domain.set_metadata(Some(&mark.format()))
+                })?;
                 mark
             }
         }
@@ -420,9 +422,9 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
         }
         None if is_own_unmarked(&request.uid, &domain.uuid(), &status) => {
             let mark = new_mark(request);
-            domain
-                .set_metadata(Some(&mark.format()))
-                .at("mark the domain")?;
+            at(here, "mark the domain", || {
+                domain.set_metadata(Some(&mark.format()))
+            })?;
             mark
         }
         None => {
@@ -434,13 +436,13 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
     };
     let status = match adoption(status) {
         Adoption::Return => {
-            autostart(domain)?;
+            autostart(here, domain)?;
             status
         }
         Adoption::Start => {
-            autostart(domain)?;
-            start(domain)?;
-            domain.status().at("read the domain state")?
+            autostart(here, domain)?;
+            start(here, domain)?;
+            at(here, "read the domain state", || domain.status())?
         }
         Adoption::Refuse(why) => {
             return Err(Error::Permanent(format!(
@@ -470,22 +472,23 @@ fn request_tags(request: &CreateRequest) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Creates the seed volume and writes the ISO into it.
-fn upload_seed(pool: &StoragePool, name: &str, iso: &[u8]) -> Result<(), Error> {
-    let seed = pool
-        .create_volume(&volume_xml(name, iso.len() as u64, VolumeFormat::Raw))
-        .at("create the seed")?;
-    let upload = seed.upload().at("upload the seed")?;
+/// Creates the seed volume in `pool` on connection `here` and writes the ISO into it.
+fn upload_seed(here: &str, pool: &StoragePool, name: &str, iso: &[u8]) -> Result<(), Error> {
+    let xml = volume_xml(name, iso.len() as u64, VolumeFormat::Raw);
+    let seed = at(here, "create the seed", || pool.create_volume(&xml))?;
+    let upload = at(here, "start the seed's upload", || seed.upload())?;
     for chunk in iso.chunks(CHUNK_BYTES) {
-        upload.write(chunk).at("upload the seed")?;
+        at(here, "upload the seed", || upload.write(chunk))?;
     }
-    VolumeUpload::finish(upload).at("upload the seed")?;
+    at(here, "finish the seed's upload", || {
+        VolumeUpload::finish(upload)
+    })?;
     Ok(())
 }
 
-/// Deletes a volume; one already gone is fine.
-pub fn delete_volume(volume: &Volume, what: &str) -> Result<(), Error> {
-    match volume.delete() {
+/// Deletes a volume on connection `here`; one already gone is fine.
+pub fn delete_volume(here: &str, volume: &Volume, what: &str) -> Result<(), Error> {
+    match call(here, what, || volume.delete()) {
         Err(error) if !is_code(&error, code::NO_STORAGE_VOL) => {
             Err(crate::errors::classify(what, error))
         }
@@ -494,13 +497,15 @@ pub fn delete_volume(volume: &Volume, what: &str) -> Result<(), Error> {
 }
 
 /// Has the hypervisor start the domain when it boots, so a proxy comes back with its host.
-fn autostart(domain: &Domain) -> Result<(), Error> {
-    domain.set_autostart(true).at("set the domain's autostart")
+fn autostart(here: &str, domain: &Domain) -> Result<(), Error> {
+    at(here, "set the domain's autostart", || {
+        domain.set_autostart(true)
+    })
 }
 
 /// Starts a domain; one already running is fine.
-fn start(domain: &Domain) -> Result<(), Error> {
-    match domain.start() {
+fn start(here: &str, domain: &Domain) -> Result<(), Error> {
+    match call(here, "start the domain", || domain.start()) {
         Err(error) if !already_running(&error) => {
             Err(crate::errors::classify("start the domain", error))
         }

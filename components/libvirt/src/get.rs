@@ -1,6 +1,6 @@
 //! `get`: one domain's state and address.
 
-use crate::Step;
+use crate::calls::{at, call};
 use crate::egress::libvirt::libvirt::{Connection, DomainState};
 use crate::egress::provider::types::{Error, Instance};
 use crate::errors::{code, is_code};
@@ -16,25 +16,28 @@ use crate::state::{first_ipv4, instance_state};
 /// can have it, and the operator's next create finds the VM by name if there is one.
 pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
     let (connection_name, name) = crate::id::parse(provider_id).map_err(Error::NotFound)?;
-    let connection = Connection::open(connection_name).at("open the connection")?;
-    let Some(domain) = connection.lookup_domain(name).at("look up the domain")? else {
+    let on = connection_name;
+    let connection = at(on, "open the connection", || Connection::open(on))?;
+    let Some(domain) = at(on, "look up the domain", || connection.lookup_domain(name))? else {
         return Err(Error::NotFound(format!("domain {name} is gone")));
     };
-    let Some(mark) = Mark::parse(domain.metadata().at("read the mark")?.as_deref()) else {
+    let Some(mark) = Mark::parse(at(on, "read the mark", || domain.metadata())?.as_deref()) else {
         return Err(Error::NotFound(format!(
             "domain {name} does not carry this provider's mark: not ours"
         )));
     };
-    let status = domain.status().at("read the domain state")?;
+    let status = at(on, "read the domain state", || domain.status())?;
     let address = match status.state {
-        DomainState::Running | DomainState::Blocked => match domain.interface_addresses() {
-            Ok(reported) => first_ipv4(&reported),
-            Err(error) if is_code(&error, code::NO_DOMAIN) => {
-                return Err(Error::NotFound(format!("domain {name} is gone")));
+        DomainState::Running | DomainState::Blocked => {
+            match call(on, "read the addresses", || domain.interface_addresses()) {
+                Ok(reported) => first_ipv4(&reported),
+                Err(error) if is_code(&error, code::NO_DOMAIN) => {
+                    return Err(Error::NotFound(format!("domain {name} is gone")));
+                }
+                // No agent yet and no lease: still provisioning.
+                Err(_) => None,
             }
-            // No agent yet and no lease: still provisioning.
-            Err(_) => None,
-        },
+        }
         _ => None,
     };
     Ok(Instance {

@@ -6,7 +6,7 @@
 //! A connection that cannot be opened or listed fails the whole call (`transient` unless
 //! retrying cannot help): a partial list would read as VMs gone.
 
-use crate::Step;
+use crate::calls::on;
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::Connection;
 use crate::egress::provider::types::{Error, Instance};
@@ -18,8 +18,8 @@ pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Vec<Instance>
     let config = Config::parse(config).map_err(Error::Permanent)?;
     let mut instances = Vec::new();
     for name in &config.connections {
-        let connection = Connection::open(name).on(name, "open the connection")?;
-        let domains = connection.list_domains().on(name, "list the domains")?;
+        let connection = on(name, "open the connection", || Connection::open(name))?;
+        let domains = on(name, "list the domains", || connection.list_domains())?;
         instances.extend(domains.into_iter().filter_map(|summary| {
             let mark = Mark::parse(summary.metadata.as_deref())?;
             mark.has_tag(key, value).then(|| Instance {

@@ -476,6 +476,144 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
 /// pool with 10 GiB available takes a 200 GiB copy-on-write disk of a 60 GiB base (its overlay is
 /// about 1 MiB), but not a whole copy of the base's 60 GiB of data: `quota-exceeded`, and nothing
 /// is made.
+/// A `tracing` writer appending to a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything this test binary logs from the first call on, down to `debug`, as the operator's
+/// text format writes it. Global: a thread-local subscriber races other tests over `tracing`'s
+/// per-callsite interest cache.
+fn logs() -> &'static Captured {
+    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+        logs
+    })
+}
+
+/// The provider's own lines about VM `vm`.
+fn lines_about(vm: &str) -> Vec<String> {
+    let logs = String::from_utf8(logs().0.lock().unwrap().clone()).unwrap();
+    logs.lines()
+        .filter(|line| {
+            line.contains("egress_runtime::guest") && line.contains(&format!("vm={vm} "))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// K35, logs a person can debug with: a create logs one `debug` line per capability call (what
+/// for, the VM, the connection, how it ended, in how many ms), as many as the host counted, and
+/// one `info` line with its outcome; a get of a VM that is gone logs its `not-found`. The seed's
+/// user-data, which may hold secrets, is in none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_logs_each_capability_call_and_its_outcome() {
+    logs();
+    let daemon = Daemon::new().await;
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("logged");
+    let _guard = DomainGuard(name.clone());
+    let secret = "s3cret-in-user-data";
+    let counted = daemon.capability.calls();
+    let request = CreateRequest {
+        name: name.clone(),
+        uid: "6c1f0a2e-0000-4000-8000-000000000015".into(),
+        tags: Vec::new(),
+        user_data: format!("#cloud-config\npassword: {secret}\n"),
+        config: daemon.config.to_string(),
+    };
+    let created = match call(&provider, Request::Create { request }).await.unwrap() {
+        Response::Create(instance) => instance,
+        other => panic!("create answered {other:?}"),
+    };
+    let counted = daemon.capability.calls() - counted;
+
+    let lines = lines_about(&name);
+    let calls: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("libvirt call"))
+        .collect();
+    // The host counts an import twice: the job, then the lookup of the volume it made.
+    let imports = calls
+        .iter()
+        .filter(|line| line.contains("call=\"import the base image\""))
+        .count();
+    assert_eq!(
+        calls.len() + imports,
+        counted,
+        "one line per call the host counted:\n{lines:#?}"
+    );
+    for line in &calls {
+        assert!(line.contains(" DEBUG "), "{line}");
+        assert!(line.contains("operation=\"create\""), "{line}");
+        assert!(line.contains("connection=system"), "{line}");
+        assert!(line.contains("outcome="), "{line}");
+        assert!(line.contains(" ms="), "{line}");
+    }
+    for step in [
+        "look up the domain",
+        "import the base image",
+        "make the disk",
+        "upload the seed",
+        "define the domain",
+        "start the domain",
+    ] {
+        assert!(
+            calls.iter().any(|line| line.contains(&format!("call=\"{step}\" connection=system outcome=ok"))),
+            "{step}:\n{lines:#?}"
+        );
+    }
+    let finished: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("libvirt operation finished"))
+        .collect();
+    assert_eq!(finished.len(), 1, "{lines:#?}");
+    assert!(finished[0].contains(" INFO "), "{}", finished[0]);
+    assert!(
+        finished[0].contains(&format!(
+            "outcome=\"ok: {} provisioning\"",
+            created.provider_id
+        )),
+        "{}",
+        finished[0]
+    );
+    assert!(
+        lines.iter().all(|line| !line.contains(secret)),
+        "{lines:#?}"
+    );
+
+    delete(&provider, &daemon.config, &created.provider_id)
+        .await
+        .unwrap();
+    let gone = get(&provider, &daemon.config, &created.provider_id).await;
+    assert_eq!(class(&gone), Some(ErrorClass::NotFound), "{gone:?}");
+    let lines = lines_about(&name);
+    assert!(
+        lines.iter().any(|line| line.contains("operation=\"get\"")
+            && line.contains("libvirt operation finished")
+            && line.contains("outcome=\"not-found: domain")),
+        "{lines:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_without_room_for_what_the_disk_allocates_is_quota_exceeded_and_nothing_is_made() {
     const GIB: u64 = 1 << 30;
@@ -1408,7 +1546,7 @@ async fn create_until_the_upload(
     let outcome = create(provider, config, name, uid).await;
     assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
     assert!(
-        format!("{outcome:?}").contains("upload the seed"),
+        format!("{outcome:?}").contains("the seed's upload"),
         "{outcome:?}"
     );
 }
@@ -1657,7 +1795,7 @@ async fn a_disk_is_disk_gib_large_in_either_mode_on_a_real_libvirtd() {
             &provider,
             &config,
             &name,
-            "6c1f0a2e-0000-4000-8000-00000000000e",
+            "6c1f0a2e-0000-4000-8000-000000000016",
         )
         .await
         .unwrap();
