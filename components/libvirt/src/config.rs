@@ -58,7 +58,7 @@ const MAX_CONNECTIONS: usize = 16;
 /// Longest name libvirt takes as one path component; the seed name adds 9 bytes to the proxy's.
 const MAX_NAME_BYTES: usize = 255;
 
-/// The base image every VM's disk is cloned from.
+/// The base image every VM's disk is made from.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Image {
@@ -67,12 +67,12 @@ pub struct Image {
     /// Lower-case hex sha256 of the image: the host checks it while importing, and it names the
     /// base volume, so each image is imported once.
     pub sha256: String,
-    /// The image's format, which its clones keep.
+    /// The image's format, which a whole copy keeps.
     #[serde(default)]
     pub format: VolumeFormat,
 }
 
-/// A disk format libvirt's `dir` pools clone.
+/// A disk format of libvirt's `dir` pools.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum VolumeFormat {

@@ -1,6 +1,6 @@
 //! The domain definition: pure, table-tested.
 //!
-//! q35, a virtio disk (the VM's clone), the NoCloud seed as a read-only SATA CD-ROM (q35 has no
+//! q35, a virtio disk (the VM's, made from the base), the NoCloud seed as a read-only SATA CD-ROM (q35 has no
 //! IDE), one virtio NIC on the configured network or bridge, a serial console on a pty, and the
 //! guest agent's virtio channel (a unix socket libvirt places itself). Everything is inside what
 //! the host's policy allows: volumes of the granted pool, no host path, no emulator, and no

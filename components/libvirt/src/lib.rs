@@ -2,10 +2,11 @@
 //!
 //! An egress provider component (contract `egress:provider@0.2.0`) that makes egress-proxy VMs on
 //! KVM hypervisors through the host's libvirt capability (`egress:libvirt/libvirt@0.1.0`): each
-//! VM's disk is cloned from a base image the host imports once per checksum, its NoCloud seed
-//! (built by `nocloud`) is uploaded as a CD-ROM volume, and the domain carries an ownership mark
-//! in the metadata namespace of its grant's owner. It ports the behaviour of the Go predecessor's kvm2
-//! provider; the operator's guide is `docs/providers/libvirt.md`.
+//! VM's disk is made from a base image the host imports once per checksum (backed by it,
+//! copy-on-write, or a whole copy), its NoCloud seed (built by `nocloud`) is uploaded as a
+//! CD-ROM volume, and the domain carries an ownership mark in the metadata namespace of its
+//! grant's owner. It ports the behaviour of the Go predecessor's kvm2 provider; the operator's
+//! guide is `docs/providers/libvirt.md`.
 //!
 //! ## Layout
 //!

@@ -18,7 +18,7 @@ pub fn base_volume_name(sha256: &str, format: VolumeFormat) -> String {
     format!("{BASE_PREFIX}{short}.{}", format.as_str())
 }
 
-/// The VM's own disk, cloned from the base.
+/// The VM's own disk, made from the base (backed by it, or a whole copy).
 pub fn disk_volume_name(vm: &str, format: VolumeFormat) -> String {
     format!("{vm}.{}", format.as_str())
 }
@@ -47,8 +47,8 @@ pub fn vm_volume_names(vm: &str) -> [String; 5] {
     ]
 }
 
-/// XML for a volume `name` of `capacity` bytes in `format`, fully allocated up front only for the
-/// seed (a clone of a sparse base stays sparse).
+/// XML for a volume `name` of `capacity` bytes in `format`: the seed, and a whole copy's disk
+/// (a copy of a sparse base stays sparse).
 pub fn volume_xml(name: &str, capacity: u64, format: VolumeFormat) -> String {
     format!(
         "<volume><name>{}</name><capacity unit='bytes'>{capacity}</capacity><target><format type='{}'/></target></volume>",
