@@ -671,30 +671,20 @@ impl LibvirtCtxView<'_> {
         let created = self
             .ctx
             .blocking(Some(&on), move || {
-                // A volume made from another one holds the hypervisor's lock shared, so no prune
-                // removes that one meanwhile (`retention`); and records its use.
+                // A volume backed by another holds the hypervisor's lock shared, so no prune
+                // removes the other meanwhile, and records its use (`retention`). A clone needs
+                // neither: libvirt refuses to delete a volume it copies from.
                 let ordered = state.lock(&hypervisor);
-                let _held = (request.backing.is_some() || base.is_some()).then(|| {
+                let _held = request.backing.as_ref().map(|backing| {
+                    state.used(VolumeKey {
+                        hypervisor: hypervisor.clone(),
+                        pool: backing.pool.clone(),
+                        volume: backing.volume.clone(),
+                    });
                     ordered
                         .read()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                 });
-                let used = |pool: String, volume: String| {
-                    state.used(VolumeKey {
-                        hypervisor: hypervisor.clone(),
-                        pool,
-                        volume,
-                    });
-                };
-                if let Some(backing) = &request.backing {
-                    used(backing.pool.clone(), backing.volume.clone());
-                }
-                if let Some(base) = &base {
-                    used(
-                        retention::pool_of(base).map_err(lv)?,
-                        base.get_name().map_err(lv)?,
-                    );
-                }
                 let xml = match &request.backing {
                     Some(backing) => {
                         let (path, format) = resolve_backing(conn.connect(), backing)?;

@@ -4,14 +4,17 @@
 //! **A volume in use is never removed.** In use means, on the whole hypervisor, at the moment of
 //! the prune: another volume of any active pool is backed by it (a copy-on-write disk), or a
 //! domain's disk is it or reads it through its backing chain. The host scans every pool's volumes
-//! and every domain's definition for that, under the hypervisor's lock ([`Retention::lock`]):
-//! a copy-on-write volume is made, and a clone copied, under the same lock shared, so no disk can
-//! appear on a base between the scan and the delete, whichever call of this host makes it.
+//! and every domain's definition for that, under the hypervisor's lock ([`Retention::lock`]): a
+//! copy-on-write volume is made under the same lock shared, so no disk can appear on a base
+//! between the scan and the delete, whichever call of this host makes it. A prune that would wait
+//! for one skips its turn instead (the next prune tries again), so it never holds up a create.
+//! A volume libvirt copies from is safe without the lock: libvirt refuses to delete it.
 //!
 //! **Unused since when** is this host's memory ([`Retention::used`]): a base is used when it is
-//! imported, backs a new volume, is a clone's source, or is found in use by a prune; a prune
-//! that finds it unused and not seen used within the retention removes it. A host that restarts
-//! forgets, and starts counting again from its first prune: a base stays longer, never less.
+//! imported, backs a new volume, or is found in use by a prune; a prune that finds it unused and
+//! not seen used within the retention removes it. A host that restarts forgets, and starts
+//! counting again from its first prune: a base stays longer, never less. Each prune forgets the
+//! volumes of its pool that are gone, so the memory holds no more than the pools do.
 //!
 //! Only images are candidates: volumes whose names start with the prefix the provider names its
 //! bases with, never an import's temporary volume (`<name>.importing`) nor a volume an import is
@@ -19,13 +22,12 @@
 //! again; one put in place by a person stays).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use roxmltree::Document;
 use virt::connect::Connect;
 use virt::storage_pool::StoragePool;
-use virt::storage_vol::StorageVol;
 
 use crate::bindings::egress::libvirt::libvirt::Error;
 
@@ -70,6 +72,13 @@ impl Retention {
 
     fn forget(&self, key: &VolumeKey) {
         lock(&self.last_used).remove(key);
+    }
+
+    /// Forgets the volumes of `pool` on `hypervisor` not among `present`.
+    fn keep_only(&self, hypervisor: &str, pool: &str, present: &HashSet<String>) {
+        lock(&self.last_used).retain(|key, _| {
+            key.hypervisor != hypervisor || key.pool != pool || present.contains(&key.volume)
+        });
     }
 }
 
@@ -158,12 +167,17 @@ pub(crate) fn prune(
 ) -> Result<Vec<String>, Error> {
     let lv = |error: virt::error::Error| crate::error::libvirt(&error);
     let exclusive = state.lock(asked.hypervisor);
-    let _held = exclusive
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _held = match exclusive.try_write() {
+        Ok(held) => held,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        // A disk is being made on a base: prune another time rather than hold it up.
+        Err(TryLockError::WouldBlock) => return Ok(Vec::new()),
+    };
     let mut candidates = Vec::new();
+    let mut present = HashSet::new();
     for volume in pool.list_all_volumes(0).map_err(lv)? {
         let name = volume.get_name().map_err(lv)?;
+        present.insert(name.clone());
         if name.starts_with(asked.prefix)
             && !name.ends_with(crate::import::IMPORTING_SUFFIX)
             && !(asked.importing)(&name)
@@ -171,6 +185,7 @@ pub(crate) fn prune(
             candidates.push((volume.get_path().map_err(lv)?, name, volume));
         }
     }
+    state.keep_only(asked.hypervisor, asked.pool, &present);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
@@ -225,11 +240,6 @@ fn scan(connect: &Connect) -> Result<InUse, virt::error::Error> {
     Ok(in_use)
 }
 
-/// The pool a volume is in, for recording its use. Blocks.
-pub(crate) fn pool_of(volume: &StorageVol) -> Result<String, virt::error::Error> {
-    StoragePool::lookup_by_volume(volume)?.get_name()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,6 +276,42 @@ mod tests {
         }
     }
 
+    /// A prune waits for no disk being made: while the hypervisor's lock is held shared, it
+    /// removes nothing; once it is free, it removes the unused image (on the test driver).
+    #[test]
+    fn a_prune_skips_its_turn_while_a_disk_is_being_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("node.xml");
+        std::fs::write(
+            &node,
+            "<node><pool type='dir'><name>images</name><target><path>/images</path></target>\
+             <volume type='file'><name>egress-base-1.raw</name><capacity unit='bytes'>1024</capacity></volume>\
+             <volume type='file'><name>seed.iso</name><capacity unit='bytes'>1024</capacity></volume>\
+             </pool></node>",
+        )
+        .unwrap();
+        let connect = Connect::open(Some(&format!("test://{}", node.display()))).unwrap();
+        let pool = StoragePool::lookup_by_name(&connect, "images").unwrap();
+        let state = Retention::default();
+        let asked = Prune {
+            hypervisor: "test",
+            pool: "images",
+            prefix: "egress-base-",
+            retention: Duration::ZERO,
+            importing: &|_| false,
+        };
+        let making = state.lock("test");
+        let held = making.read().unwrap();
+        assert!(prune(&connect, &pool, &state, &asked).unwrap().is_empty());
+        drop(held);
+        assert_eq!(
+            prune(&connect, &pool, &state, &asked).unwrap(),
+            ["egress-base-1.raw"]
+        );
+        let left: Vec<String> = pool.list_volumes().unwrap();
+        assert_eq!(left, ["seed.iso"]);
+    }
+
     #[test]
     fn an_unused_volume_expires_after_the_retention_counted_from_its_last_use() {
         let state = Retention::default();
@@ -286,5 +332,14 @@ mod tests {
         assert!(state.expired(&key, now, Duration::ZERO));
         state.forget(&key);
         assert!(!state.expired(&key, now, hour));
+        // Gone from its pool, a volume is forgotten; another pool's are kept.
+        let other = VolumeKey {
+            pool: "other".into(),
+            ..key.clone()
+        };
+        state.used(other.clone());
+        state.keep_only("qemu:///system", "images", &HashSet::new());
+        let last_used = lock(&state.last_used);
+        assert!(!last_used.contains_key(&key) && last_used.contains_key(&other));
     }
 }
