@@ -1,11 +1,18 @@
 //! `check`: can the provider reach each of its hypervisors and use its pool there, on fresh
 //! connections (not the host's pool, so a dead hypervisor is not hidden by a pooled connection)?
+//! Every connection is probed at once (kvm2 checked its hosts concurrently, K33), each within
+//! [`PROBE_TIMEOUT_MS`]: below the contract's 30 s deadline for `check`, so a hypervisor that
+//! accepts and never answers is reported `unreachable` in time rather than running the call out.
 //! The first connection that fails, in list order, is the answer, named in the message: create
 //! needs every one of them to answer.
 
 use crate::config::Config;
-use crate::egress::libvirt::libvirt::{Connection, Error as LibvirtError};
+use crate::egress::libvirt::libvirt::{Connection, Error as LibvirtError, Health};
 use crate::egress::provider::types::{CheckReason, CheckResult};
+
+/// How long one connection's probe may take: below `check`'s 30 s deadline with room to answer,
+/// as the HTTP grant's 20 s first-byte timeout is (docs/contract.md, "Deadlines").
+pub const PROBE_TIMEOUT_MS: u32 = 20_000;
 
 /// `VIR_ERR_NO_STORAGE_POOL`.
 const NO_STORAGE_POOL: i32 = 49;
@@ -26,10 +33,17 @@ pub fn reason(error: &LibvirtError) -> CheckReason {
     }
 }
 
-fn failed(connection: &str, what: &str, error: LibvirtError) -> CheckResult {
+fn failed(connection: &str, error: LibvirtError) -> CheckResult {
+    let reason = reason(&error);
+    let message = match error {
+        LibvirtError::Timeout => {
+            format!("did not answer within {} s", PROBE_TIMEOUT_MS / 1000)
+        }
+        error => format!("{error:?}"),
+    };
     CheckResult {
-        reason: reason(&error),
-        message: format!("connection {connection}: {what}: {error:?}"),
+        reason,
+        message: format!("connection {connection}: {message}"),
     }
 }
 
@@ -44,34 +58,33 @@ pub fn check(config: &str) -> CheckResult {
             };
         }
     };
-    let mut answers = Vec::with_capacity(config.connections.len());
-    for name in &config.connections {
-        match check_one(&config.pool, name) {
-            Ok(answer) => answers.push(answer),
-            Err(failed) => return failed,
+    let all = config.connections.join(",");
+    let probed = crate::calls::call(&all, "probe every connection", || {
+        Connection::probe(&config.connections, &config.pool, PROBE_TIMEOUT_MS)
+    });
+    let answers = match probed {
+        Ok(answers) => answers,
+        Err(error) => return failed(&config.connections.join(", "), error),
+    };
+    let mut healthy = Vec::with_capacity(answers.len());
+    for (name, answer) in config.connections.iter().zip(answers) {
+        match answer {
+            Ok(health) => healthy.push(summary(name, &config.pool, &health)),
+            Err(error) => return failed(name, error),
         }
     }
     CheckResult {
         reason: CheckReason::Ok,
-        message: answers.join("; "),
+        message: healthy.join("; "),
     }
 }
 
-/// One connection: its daemon's version and the pool's space, or the first failure.
-fn check_one(pool: &str, name: &str) -> Result<String, CheckResult> {
-    let connection = Connection::open_unpooled(name)
-        .map_err(|error| failed(name, "open the connection", error))?;
-    let version = connection
-        .version()
-        .map_err(|error| failed(name, "ask the hypervisor its version", error))?;
-    let info = connection
-        .storage_pool(pool)
-        .and_then(|pool| pool.info())
-        .map_err(|error| failed(name, &format!("pool {pool}"), error))?;
-    Ok(format!(
-        "{name}: libvirt {version}; pool {pool} has {} of {} bytes available",
-        info.available, info.capacity
-    ))
+/// One healthy connection, as the message shows it.
+fn summary(name: &str, pool: &str, health: &Health) -> String {
+    format!(
+        "{name}: libvirt {}; pool {pool} has {} of {} bytes available",
+        health.version, health.pool.available, health.pool.capacity
+    )
 }
 
 #[cfg(test)]
@@ -111,5 +124,13 @@ mod tests {
             assert_eq!(reason(&error), want, "{error:?}");
         }
         assert_eq!(check("{}").reason, CheckReason::Misconfigured);
+    }
+
+    #[test]
+    fn a_silent_connection_is_named_with_the_time_it_had() {
+        let result = failed("hv2", LibvirtError::Timeout);
+        assert_eq!(result.reason, CheckReason::Unreachable);
+        assert_eq!(result.message, "connection hv2: did not answer within 20 s");
+        const { assert!(PROBE_TIMEOUT_MS < 30_000, "below check's deadline") };
     }
 }

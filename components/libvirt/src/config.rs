@@ -42,6 +42,11 @@ pub const SCHEMA: &str = r#"{
     "memoryMiB": {"type": "integer", "minimum": 64, "maximum": 1048576},
     "vcpus": {"type": "integer", "minimum": 1, "maximum": 256},
     "diskGiB": {"type": "integer", "minimum": 1, "maximum": 65536},
+    "diskMode": {
+      "enum": ["copyOnWrite", "fullCopy"],
+      "default": "copyOnWrite",
+      "description": "How a VM's disk is made from the base image: a qcow2 volume backed by it (made at once, near-empty until the guest writes), or a whole copy that stands on its own"
+    },
     "installGuestAgent": {"type": "boolean"}
   },
   "oneOf": [{"required": ["network"]}, {"required": ["bridge"]}]
@@ -53,7 +58,7 @@ const MAX_CONNECTIONS: usize = 16;
 /// Longest name libvirt takes as one path component; the seed name adds 9 bytes to the proxy's.
 const MAX_NAME_BYTES: usize = 255;
 
-/// The base image every VM's disk is cloned from.
+/// The base image every VM's disk is made from.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Image {
@@ -62,12 +67,12 @@ pub struct Image {
     /// Lower-case hex sha256 of the image: the host checks it while importing, and it names the
     /// base volume, so each image is imported once.
     pub sha256: String,
-    /// The image's format, which its clones keep.
+    /// The image's format, which a whole copy keeps.
     #[serde(default)]
     pub format: VolumeFormat,
 }
 
-/// A disk format libvirt's `dir` pools clone.
+/// A disk format of libvirt's `dir` pools.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum VolumeFormat {
@@ -98,6 +103,19 @@ pub enum Placement {
     MostAvailable,
     /// The first in list order whose pool has room for the disk and the seed.
     FirstWithRoom,
+}
+
+/// How a VM's disk is made from the base image.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum DiskMode {
+    /// A qcow2 volume backed by the base, which it reads until the guest writes (copy-on-write):
+    /// made in one call whatever the image's size, and near-empty.
+    #[default]
+    CopyOnWrite,
+    /// A whole copy of the base in the image's format: slower and as large as the image's data,
+    /// but it stands on its own (the base can go, and no VM's reads land on it).
+    FullCopy,
 }
 
 /// `<domain type='…'>`.
@@ -154,6 +172,8 @@ pub struct Config {
     pub vcpus: u32,
     /// The disk's size; `None` keeps the base image's.
     pub disk_gib: Option<u64>,
+    /// How the disk is made.
+    pub disk_mode: DiskMode,
     /// Whether the seed's vendor-data installs the QEMU guest agent.
     pub install_guest_agent: bool,
 }
@@ -178,6 +198,8 @@ struct Raw {
     vcpus: u32,
     #[serde(default, rename = "diskGiB")]
     disk_gib: Option<u64>,
+    #[serde(default)]
+    disk_mode: DiskMode,
     #[serde(default = "default_true")]
     install_guest_agent: bool,
 }
@@ -258,8 +280,17 @@ impl Config {
             memory_mib: raw.memory_mib,
             vcpus: raw.vcpus,
             disk_gib: raw.disk_gib,
+            disk_mode: raw.disk_mode,
             install_guest_agent: raw.install_guest_agent,
         })
+    }
+
+    /// The format of a VM's disk: qcow2 when it is backed by the base, else the image's.
+    pub fn disk_format(&self) -> VolumeFormat {
+        match self.disk_mode {
+            DiskMode::CopyOnWrite => VolumeFormat::Qcow2,
+            DiskMode::FullCopy => self.image.format,
+        }
     }
 }
 
@@ -288,6 +319,7 @@ mod tests {
         assert_eq!(config.image.format, VolumeFormat::Qcow2);
         assert_eq!((config.memory_mib, config.vcpus), (1024, 1));
         assert_eq!(config.disk_gib, None);
+        assert_eq!(config.disk_mode, DiskMode::CopyOnWrite);
         assert!(config.install_guest_agent);
         let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
         assert_eq!(schema["required"][0], "connections");
@@ -307,6 +339,35 @@ mod tests {
         assert_eq!(
             schema["properties"]["placement"]["enum"],
             serde_json::json!(["mostAvailable", "firstWithRoom"])
+        );
+    }
+
+    #[test]
+    fn a_disk_is_qcow2_when_backed_by_the_base_and_in_the_images_format_when_copied() {
+        let rows = [
+            (r#""qcow2""#, "", VolumeFormat::Qcow2),
+            (r#""raw""#, "", VolumeFormat::Qcow2),
+            (
+                r#""raw""#,
+                r#","diskMode":"copyOnWrite""#,
+                VolumeFormat::Qcow2,
+            ),
+            (r#""raw""#, r#","diskMode":"fullCopy""#, VolumeFormat::Raw),
+            (
+                r#""qcow2""#,
+                r#","diskMode":"fullCopy""#,
+                VolumeFormat::Qcow2,
+            ),
+        ];
+        for (format, mode, want) in rows {
+            let text = json(&format!(r#","bridge":"br0"{mode}"#))
+                .replace(r#""sha256""#, &format!(r#""format":{format},"sha256""#));
+            assert_eq!(Config::parse(&text).unwrap().disk_format(), want, "{text}");
+        }
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA).unwrap();
+        assert_eq!(
+            schema["properties"]["diskMode"]["enum"],
+            serde_json::json!(["copyOnWrite", "fullCopy"])
         );
     }
 
@@ -368,6 +429,10 @@ mod tests {
             (
                 json(r#","bridge":"br0","placement":"random""#),
                 "unknown variant",
+            ),
+            (
+                json(r#","bridge":"br0","diskMode":"linked""#),
+                "unknown variant `linked`",
             ),
         ];
         for (text, expected) in cases {

@@ -20,23 +20,23 @@
 //!    help, naming the connection). A domain a cut create left on the silent one would give the
 //!    Proxy two VMs once it answers again: the operator's sweep deletes the one its Proxy does not
 //!    record.
-//! 2. Otherwise every connection's pool is read: whether it holds this VM's disk or seed (left by
-//!    a cut attempt), its available bytes, and whether it holds the base image. [`placement`]
-//!    chooses: the pool holding our volume, else the config's rule.
+//! 2. Otherwise every connection's pool is read: whether it holds this VM's disk, temporary disk
+//!    or seed (left by a cut attempt), its available bytes, and whether it holds the base image.
+//!    [`placement`] chooses: the pool holding our volume, else the config's rule.
 //! 3. In the chosen pool: the base image is imported once (its volume is named after its sha256,
-//!    which the host checks), the pool's free space is checked against what the new volumes need
-//!    (`quota-exceeded` when short), the disk is cloned from the base, the seed is rewritten (a
-//!    seed left by a cut attempt may be partial; no domain uses it yet), then the domain is
-//!    defined with the Proxy UID as its UUID, marked, given autostart (the hypervisor starts it
-//!    when it boots), and started.
+//!    which the host checks), the pool's free space is checked against what the new volumes
+//!    allocate (`quota-exceeded` when short), the disk is made ([`make_disk`]), the seed is
+//!    rewritten (a seed left by a cut attempt may be partial; no domain uses it yet), then the
+//!    domain is defined with the Proxy UID as its UUID, marked, given autostart (the hypervisor
+//!    starts it when it boots), and started.
 //!
 //! Every step looks before it makes, so a create cut after any capability call and retried ends
-//! with one domain, one disk and one seed.
+//! with one domain, one whole disk of the configured size and one seed.
 //!
 //! [`placement`]: crate::placement
 
-use crate::Step;
-use crate::config::{Config, VolumeFormat};
+use crate::calls::{at, call, on};
+use crate::config::{Config, DiskMode, VolumeFormat};
 use crate::domain_xml::{DomainSpec, domain_xml};
 use crate::egress::libvirt::libvirt::{
     Connection, Domain, DomainState, DomainStatus, StoragePool, Volume, VolumeUpload,
@@ -44,15 +44,15 @@ use crate::egress::libvirt::libvirt::{
 use crate::egress::provider::types::{CreateRequest, Error, Instance};
 use crate::errors::{already_running, code, is_code};
 use crate::mark::Mark;
-use crate::placement::{Candidate, choose, disk_capacity, needed};
+use crate::placement::{BaseSize, Candidate, choose, disk_capacity, disk_needs, needed};
 use crate::state::instance_state;
-use crate::volume_xml::{base_volume_name, disk_volume_name, seed_volume_name, volume_xml};
+use crate::volume_xml::{
+    base_volume_name, creating_volume_name, disk_volume_name, overlay_xml, seed_volume_name,
+    volume_xml,
+};
 
 /// One upload chunk (the capability's largest).
 const CHUNK_BYTES: usize = 1024 * 1024;
-
-/// `VIR_ERR_STORAGE_VOL_EXIST`: another create imported the base at the same time.
-const STORAGE_VOL_EXIST: i32 = 90;
 
 /// Whether `text` is a UUID in the `8-4-4-4-12` form (Kubernetes UIDs are).
 pub fn is_uuid(text: &str) -> bool {
@@ -109,11 +109,14 @@ struct Site<'a> {
     name: &'a str,
     connection: Connection,
     pool: StoragePool,
+    /// The VM's disk under its own name: whole (see [`make_disk`]).
     disk: Option<Volume>,
+    /// The VM's disk under its temporary name: a cut attempt's, or the source of a copy.
+    creating: Option<Volume>,
     seed: Option<Volume>,
     base: Option<Volume>,
-    /// The base's capacity, when the pool holds it.
-    base_capacity: Option<u64>,
+    /// The base's sizes, when the pool holds it.
+    base_size: Option<BaseSize>,
     available: u64,
 }
 
@@ -128,12 +131,11 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
     let mut connections = Vec::with_capacity(config.connections.len());
     let mut unanswered = None;
     for name in &config.connections {
-        let looked_up = Connection::open(name)
-            .on(name, "open the connection")
-            .and_then(|connection| {
-                let domain = connection
-                    .lookup_domain(&request.name)
-                    .on(name, "look up the domain")?;
+        let looked_up =
+            on(name, "open the connection", || Connection::open(name)).and_then(|connection| {
+                let domain = on(name, "look up the domain", || {
+                    connection.lookup_domain(&request.name)
+                })?;
                 Ok((connection, domain))
             });
         match looked_up {
@@ -169,8 +171,13 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
         .map(|site| Candidate {
             name: site.name,
             available: site.available,
-            holds_our_volume: site.disk.is_some() || site.seed.is_some(),
-            needed: needed(config.disk_gib, site.base_capacity, seed_iso.len() as u64),
+            holds_our_volume: site.disk.is_some() || site.creating.is_some() || site.seed.is_some(),
+            needed: needed(
+                config.disk_mode,
+                config.disk_gib,
+                site.base_size,
+                seed_iso.len() as u64,
+            ),
         })
         .collect();
     let Some(chosen) = choose(config.placement, &candidates) else {
@@ -202,31 +209,40 @@ fn survey<'a>(
     name: &'a str,
     connection: Connection,
 ) -> Result<Site<'a>, Error> {
-    let pool = connection
-        .storage_pool(&config.pool)
-        .on(name, "open the pool")?;
-    let disk = pool
-        .lookup_volume(&disk_volume_name(vm, config.image.format))
-        .on(name, "look up the disk")?;
-    let seed = pool
-        .lookup_volume(&seed_volume_name(vm))
-        .on(name, "look up the seed")?;
-    let base = pool
-        .lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
-        .on(name, "look up the base image")?;
-    let base_capacity = match &base {
-        Some(base) => Some(base.info().on(name, "read the base image")?.capacity),
+    let pool = on(name, "open the pool", || {
+        connection.storage_pool(&config.pool)
+    })?;
+    let disk_name = disk_volume_name(vm, config.disk_format());
+    let disk = on(name, "look up the disk", || pool.lookup_volume(&disk_name))?;
+    let creating = on(name, "look up the temporary disk", || {
+        pool.lookup_volume(&creating_volume_name(&disk_name))
+    })?;
+    let seed = on(name, "look up the seed", || {
+        pool.lookup_volume(&seed_volume_name(vm))
+    })?;
+    let base = on(name, "look up the base image", || {
+        pool.lookup_volume(&base_volume_name(&config.image.sha256, config.image.format))
+    })?;
+    let base_size = match &base {
+        Some(base) => {
+            let info = on(name, "read the base image", || base.info())?;
+            Some(BaseSize {
+                capacity: info.capacity,
+                allocation: info.allocation,
+            })
+        }
         None => None,
     };
-    let available = pool.info().on(name, "read the pool")?.available;
+    let available = on(name, "read the pool", || pool.info())?.available;
     Ok(Site {
         name,
         connection,
         pool,
         disk,
+        creating,
         seed,
         base,
-        base_capacity,
+        base_size,
         available,
     })
 }
@@ -239,45 +255,58 @@ fn make(
     seed_iso: &[u8],
 ) -> Result<Instance, Error> {
     let Site {
-        name: connection_name,
+        name: here,
         connection,
         pool,
         disk,
+        creating,
         seed: old_seed,
         base,
         ..
     } = site;
     let base = match base {
         Some(base) => base,
-        None => import_base(config, &pool)?,
+        None => crate::bases::import(config, here, &pool)?,
     };
-    let format = config.image.format;
-    let disk_name = disk_volume_name(&request.name, format);
+    let disk_name = disk_volume_name(&request.name, config.disk_format());
     let seed_name = seed_volume_name(&request.name);
-    let base_capacity = base.info().at("read the base image")?.capacity;
-    let disk_capacity = disk_capacity(config.disk_gib, base_capacity);
+    let base_info = at(here, "read the base image", || base.info())?;
+    let disk_capacity = disk_capacity(config.disk_gib, base_info.capacity);
     let old_seed_bytes = match &old_seed {
-        Some(seed) => seed.info().at("read the seed")?.capacity,
+        Some(seed) => at(here, "read the seed", || seed.info())?.capacity,
         None => 0,
     };
-    let needed = if disk.is_none() { disk_capacity } else { 0 }
-        + (seed_iso.len() as u64).saturating_sub(old_seed_bytes);
-    let available = pool.info().at("read the pool")?.available;
+    // What the new volumes allocate, not the disk's virtual size: a copy-on-write disk starts
+    // near-empty (placement's `disk_needs`).
+    let disk_bytes = match disk {
+        Some(_) => 0,
+        None => disk_needs(config.disk_mode, disk_capacity, base_info.allocation),
+    };
+    let needed = disk_bytes + (seed_iso.len() as u64).saturating_sub(old_seed_bytes);
+    let available = at(here, "read the pool", || pool.info())?.available;
     if needed > available {
         return Err(Error::QuotaExceeded(format!(
-            "pool {} on connection {connection_name} has {available} bytes available; {} needs {needed}",
+            "pool {} on connection {here} has {available} bytes available; {} needs {needed}",
             config.pool, request.name
         )));
     }
 
-    if disk.is_none() {
-        pool.clone_volume(&volume_xml(&disk_name, disk_capacity, format), &base)
-            .at("clone the disk")?;
-    }
+    make_disk(
+        config,
+        here,
+        &pool,
+        &base,
+        Disk {
+            name: &disk_name,
+            capacity: disk_capacity,
+            whole: disk,
+            creating,
+        },
+    )?;
     if let Some(seed) = old_seed {
-        delete_volume(&seed, "delete a stale seed")?;
+        delete_volume(here, &seed, "delete a stale seed")?;
     }
-    upload_seed(&pool, &seed_name, seed_iso)?;
+    upload_seed(here, &pool, &seed_name, seed_iso)?;
 
     let uuid = is_uuid(&request.uid).then_some(request.uid.as_str());
     let xml = domain_xml(
@@ -289,21 +318,86 @@ fn make(
             seed: &seed_name,
         },
     );
-    let domain = connection.define_domain(&xml).at("define the domain")?;
+    let domain = at(here, "define the domain", || connection.define_domain(&xml))?;
     let mark = new_mark(request);
-    domain
-        .set_metadata(Some(&mark.format()))
-        .at("mark the domain")?;
-    autostart(&domain)?;
-    start(&domain)?;
-    let status = domain.status().at("read the domain state")?;
-    Ok(instance(connection_name, &request.name, status, &mark))
+    at(here, "mark the domain", || {
+        domain.set_metadata(Some(&mark.format()))
+    })?;
+    autostart(here, &domain)?;
+    start(here, &domain)?;
+    let status = at(here, "read the domain state", || domain.status())?;
+    // Bases an image change left unused go after the grant's retention.
+    crate::bases::prune(here, &pool);
+    Ok(instance(here, &request.name, status, &mark))
+}
+
+/// The VM's disk as the survey found it.
+struct Disk<'a> {
+    name: &'a str,
+    capacity: u64,
+    /// Under its own name.
+    whole: Option<Volume>,
+    /// Under its temporary name.
+    creating: Option<Volume>,
+}
+
+/// Makes the VM's disk unless it is whole already. A disk under its own name is whole: it
+/// appears only once made at its full size (the audit's gap 9: a half-made disk was reused).
+///
+/// * `copyOnWrite`: one call makes a qcow2 volume at the disk's size backed by the base: there is
+///   no copy and no resize to cut in two.
+/// * `fullCopy`: a temporary qcow2 volume `<disk>.creating` is made the same way, then libvirt
+///   copies it, reading through to the base, into the disk in the image's format at the disk's
+///   size (one copy, no resize), and the temporary volume is deleted. libvirt has no rename: the
+///   copy is the publication, as an import's is.
+///
+/// A temporary volume found beside no disk is a cut attempt's, deleted and made again, never
+/// used. Found beside the disk, it is the source of a copy that was cut or is still running
+/// (the call timed out, libvirt goes on): libvirt refuses to delete it until the copy ends, so
+/// create fails `transient` until then, and the disk is whole once it is gone.
+fn make_disk(
+    config: &Config,
+    here: &str,
+    pool: &StoragePool,
+    base: &Volume,
+    disk: Disk<'_>,
+) -> Result<(), Error> {
+    if let Some(creating) = disk.creating {
+        delete_volume(
+            here,
+            &creating,
+            "delete the temporary disk (libvirt refuses while it still copies from it)",
+        )?;
+    }
+    if disk.whole.is_some() {
+        return Ok(());
+    }
+    let overlay = |name: &str| overlay_xml(name, disk.capacity, &config.pool, &base.name());
+    match config.disk_mode {
+        DiskMode::CopyOnWrite => {
+            at(here, "make the disk", || {
+                pool.create_volume(&overlay(disk.name))
+            })?;
+        }
+        DiskMode::FullCopy => {
+            let creating = at(here, "make the temporary disk", || {
+                pool.create_volume(&overlay(&creating_volume_name(disk.name)))
+            })?;
+            let copy = volume_xml(disk.name, disk.capacity, config.disk_format());
+            at(here, "copy the disk", || {
+                pool.clone_volume(&copy, &creating)
+            })?;
+            delete_volume(here, &creating, "delete the temporary disk")?;
+        }
+    }
+    Ok(())
 }
 
 /// Step 1: a domain with the request's name exists on `connection`.
 fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
-    let status = domain.status().at("read the domain state")?;
-    let mark = match Mark::parse(domain.metadata().at("read the mark")?.as_deref()) {
+    let here = connection;
+    let status = at(here, "read the domain state", || domain.status())?;
+    let mark = match Mark::parse(at(here, "read the mark", || domain.metadata())?.as_deref()) {
         Some(mark) if mark.uid == request.uid => {
             let tags = request_tags(request);
             if mark.tags == tags {
@@ -312,9 +406,9 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
                 // Made before the operator named its installation in the tags (or with other
                 // tags): the mark gains the request's, keeping its UID and creation time.
                 let mark = Mark { tags, ..mark };
-                domain
-                    .set_metadata(Some(&mark.format()))
-                    .at("update the mark")?;
+                at(here, "update the mark", || {
+                    domain.set_metadata(Some(&mark.format()))
+                })?;
                 mark
             }
         }
@@ -326,9 +420,9 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
         }
         None if is_own_unmarked(&request.uid, &domain.uuid(), &status) => {
             let mark = new_mark(request);
-            domain
-                .set_metadata(Some(&mark.format()))
-                .at("mark the domain")?;
+            at(here, "mark the domain", || {
+                domain.set_metadata(Some(&mark.format()))
+            })?;
             mark
         }
         None => {
@@ -340,13 +434,13 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
     };
     let status = match adoption(status) {
         Adoption::Return => {
-            autostart(domain)?;
+            autostart(here, domain)?;
             status
         }
         Adoption::Start => {
-            autostart(domain)?;
-            start(domain)?;
-            domain.status().at("read the domain state")?
+            autostart(here, domain)?;
+            start(here, domain)?;
+            at(here, "read the domain state", || domain.status())?
         }
     };
     Ok(instance(connection, &request.name, status, &mark))
@@ -370,36 +464,23 @@ fn request_tags(request: &CreateRequest) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The base volume, imported by the host (the pool did not have it when surveyed).
-fn import_base(config: &Config, pool: &StoragePool) -> Result<Volume, Error> {
-    let name = base_volume_name(&config.image.sha256, config.image.format);
-    match pool.import_image(&name, &config.image.url, &config.image.sha256) {
-        Ok(base) => Ok(base),
-        // Another create imported it meanwhile.
-        Err(error) if is_code(&error, STORAGE_VOL_EXIST) => pool
-            .lookup_volume(&name)
-            .at("look up the base image")?
-            .ok_or_else(|| Error::Transient(format!("base image {name} vanished"))),
-        Err(error) => Err(crate::errors::classify("import the base image", error)),
-    }
-}
-
-/// Creates the seed volume and writes the ISO into it.
-fn upload_seed(pool: &StoragePool, name: &str, iso: &[u8]) -> Result<(), Error> {
-    let seed = pool
-        .create_volume(&volume_xml(name, iso.len() as u64, VolumeFormat::Raw))
-        .at("create the seed")?;
-    let upload = seed.upload().at("upload the seed")?;
+/// Creates the seed volume in `pool` on connection `here` and writes the ISO into it.
+fn upload_seed(here: &str, pool: &StoragePool, name: &str, iso: &[u8]) -> Result<(), Error> {
+    let xml = volume_xml(name, iso.len() as u64, VolumeFormat::Raw);
+    let seed = at(here, "create the seed", || pool.create_volume(&xml))?;
+    let upload = at(here, "start the seed's upload", || seed.upload())?;
     for chunk in iso.chunks(CHUNK_BYTES) {
-        upload.write(chunk).at("upload the seed")?;
+        at(here, "upload the seed", || upload.write(chunk))?;
     }
-    VolumeUpload::finish(upload).at("upload the seed")?;
+    at(here, "finish the seed's upload", || {
+        VolumeUpload::finish(upload)
+    })?;
     Ok(())
 }
 
-/// Deletes a volume; one already gone is fine.
-pub fn delete_volume(volume: &Volume, what: &str) -> Result<(), Error> {
-    match volume.delete() {
+/// Deletes a volume on connection `here`; one already gone is fine.
+pub fn delete_volume(here: &str, volume: &Volume, what: &str) -> Result<(), Error> {
+    match call(here, what, || volume.delete()) {
         Err(error) if !is_code(&error, code::NO_STORAGE_VOL) => {
             Err(crate::errors::classify(what, error))
         }
@@ -408,13 +489,15 @@ pub fn delete_volume(volume: &Volume, what: &str) -> Result<(), Error> {
 }
 
 /// Has the hypervisor start the domain when it boots, so a proxy comes back with its host.
-fn autostart(domain: &Domain) -> Result<(), Error> {
-    domain.set_autostart(true).at("set the domain's autostart")
+fn autostart(here: &str, domain: &Domain) -> Result<(), Error> {
+    at(here, "set the domain's autostart", || {
+        domain.set_autostart(true)
+    })
 }
 
 /// Starts a domain; one already running is fine.
-fn start(domain: &Domain) -> Result<(), Error> {
-    match domain.start() {
+fn start(here: &str, domain: &Domain) -> Result<(), Error> {
+    match call(here, "start the domain", || domain.start()) {
         Err(error) if !already_running(&error) => {
             Err(crate::errors::classify("start the domain", error))
         }

@@ -1,6 +1,6 @@
 //! The domain definition: pure, table-tested.
 //!
-//! q35, a virtio disk (the VM's clone), the NoCloud seed as a read-only SATA CD-ROM (q35 has no
+//! q35, a virtio disk (the VM's, made from the base), the NoCloud seed as a read-only SATA CD-ROM (q35 has no
 //! IDE), one virtio NIC on the configured network or bridge, a serial console on a pty, and the
 //! guest agent's virtio channel (a unix socket libvirt places itself). Everything is inside what
 //! the host's policy allows: volumes of the granted pool, no host path, no emulator, and no
@@ -78,7 +78,7 @@ pub fn domain_xml(config: &Config, spec: &DomainSpec<'_>) -> String {
         name = escape(spec.name),
         memory = config.memory_mib,
         vcpus = config.vcpus,
-        format = config.image.format.as_str(),
+        format = config.disk_format().as_str(),
         disk = escape(spec.disk),
         seed = escape(spec.seed),
     )
@@ -112,9 +112,13 @@ mod tests {
     /// Each row: a config, and attributes the document must carry (`tag@parent`).
     #[test]
     fn the_definition_says_what_the_config_asks() {
-        let mut raw_qemu_bridge = config(r#","bridge":"br0","domainType":"qemu""#);
+        let mut raw_qemu_bridge =
+            config(r#","bridge":"br0","domainType":"qemu","diskMode":"fullCopy""#);
         raw_qemu_bridge.image.format = crate::config::VolumeFormat::Raw;
-        let rows: [(Config, &[Attribute]); 3] = [
+        // A copy-on-write disk is qcow2 whatever the base's format.
+        let mut raw_backed = config(r#","network":"default""#);
+        raw_backed.image.format = crate::config::VolumeFormat::Raw;
+        let rows: [(Config, &[Attribute]); 4] = [
             (
                 config(r#","network":"default""#),
                 &[
@@ -138,6 +142,7 @@ mod tests {
                 config(r#","network":"n","domainType":"test""#),
                 &[("domain", "type", "test"), ("channel", "type", "unix")],
             ),
+            (raw_backed, &[("driver@disk", "type", "qcow2")]),
         ];
         for (config, checks) in rows {
             let xml = domain_xml(&config, &spec());

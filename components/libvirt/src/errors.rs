@@ -10,7 +10,7 @@
 //! | `download` retryable (refused, timeout, 5xx, cut body) / not     | `transient` / `permanent` |
 //! | 42 `NO_DOMAIN`, 50 `NO_STORAGE_VOL`                              | `not-found`      |
 //! | 3 `NO_SUPPORT`, 8 `INVALID_ARG`, 27 `XML_ERROR`, 29 `OPERATION_DENIED`, 35 `XML_DETAIL`, 43 `NO_NETWORK`, 45 `AUTH_FAILED`, 49 `NO_STORAGE_POOL`, 67 `CONFIG_UNSUPPORTED`, 74 `ARGUMENT_UNSUPPORTED`, 79 `AUTH_CANCELLED`, 84 `OPERATION_UNSUPPORTED`, 94 `AUTH_UNAVAILABLE` | `permanent` |
-//! | any code whose message says `No space left on device` or `not enough space` | `quota-exceeded` |
+//! | any code whose message says `No space left on device`, `not enough space` or `not enough free space` (any case) | `quota-exceeded` |
 //! | 1 `INTERNAL_ERROR`, 2 `NO_MEMORY`, 5 `NO_CONNECT`, 6 `INVALID_CONN`, 9 `OPERATION_FAILED`, 38 `SYSTEM_ERROR`, 39 `RPC`, 55 `OPERATION_INVALID`, 68 `OPERATION_TIMEOUT`, 78 `OPERATION_ABORTED`, 86 `AGENT_UNRESPONSIVE`, 87 `RESOURCE_BUSY`, 90 `STORAGE_VOL_EXIST`, and every other code | `transient` |
 //!
 //! Unknown is transient: a retry costs little, and a person sees the message on the Proxy. SSH
@@ -36,9 +36,18 @@ pub mod code {
 /// Codes retrying cannot fix: a configuration or a grant a person must change.
 const PERMANENT_CODES: &[i32] = &[3, 8, 27, 29, 35, 43, 45, 49, 67, 74, 79, 84, 94];
 
-/// Whether a libvirt message reports a full disk.
+/// Whether a libvirt message reports a full disk or pool: the kernel's `ENOSPC` text, and
+/// libvirt's own ("Not enough space left in storage pool", the test driver's "Not enough free
+/// space in pool"), in any case.
 fn out_of_space(message: &str) -> bool {
-    message.contains("No space left on device") || message.contains("not enough space")
+    let message = message.to_ascii_lowercase();
+    [
+        "no space left on device",
+        "not enough space",
+        "not enough free space",
+    ]
+    .iter()
+    .any(|marker| message.contains(marker))
 }
 
 /// The contract error for a failed capability call during `what` (the operation step, for the
@@ -185,6 +194,8 @@ mod tests {
             (lv(50, "Storage volume not found"), NotFound),
             (lv(38, "cannot write: No space left on device"), Quota),
             (lv(1, "not enough space for volume"), Quota),
+            (lv(1, "Not enough space left in storage pool"), Quota),
+            (lv(1, "Not enough free space in pool for volume 'a'"), Quota),
         ];
         for code in [3, 8, 27, 29, 35, 43, 45, 49, 67, 74, 79, 84, 94] {
             rows.push((lv(code, "m"), Permanent));

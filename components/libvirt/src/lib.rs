@@ -2,16 +2,19 @@
 //!
 //! An egress provider component (contract `egress:provider@0.2.0`) that makes egress-proxy VMs on
 //! KVM hypervisors through the host's libvirt capability (`egress:libvirt/libvirt@0.1.0`): each
-//! VM's disk is cloned from a base image the host imports once per checksum, its NoCloud seed
-//! (built by `nocloud`) is uploaded as a CD-ROM volume, and the domain carries an ownership mark
-//! in the metadata namespace of its grant's owner. It ports the behaviour of the Go predecessor's kvm2
-//! provider; the operator's guide is `docs/providers/libvirt.md`.
+//! VM's disk is made from a base image the host imports once per checksum (backed by it,
+//! copy-on-write, or a whole copy), its NoCloud seed (built by `nocloud`) is uploaded as a
+//! CD-ROM volume, and the domain carries an ownership mark in the metadata namespace of its
+//! grant's owner. It ports the behaviour of the Go predecessor's kvm2 provider; the operator's
+//! guide is `docs/providers/libvirt.md`.
 //!
 //! ## Layout
 //!
-//! * `lib.rs` (this file): export wiring and the error-mapping helper.
+//! * `lib.rs` (this file): export wiring; every capability call and operation outcome is logged
+//!   through [`calls`].
 //! * Operations, one file each: [`create`], [`get`], [`delete`], [`list_by_tag`], [`check`];
-//!   `describe` is here and `validate-config` in [`config`].
+//!   `describe` is here and `validate-config` in [`config`]. Base images, imported and pruned
+//!   by the host, in [`bases`].
 //! * Pure rules, table-tested on the host: [`domain_xml`], [`volume_xml`] (names and XML),
 //!   [`mark`] (the metadata element), [`state`] (state from state and reason, address choice),
 //!   [`placement`] (which connection a new VM goes to), [`errors`] (classification), [`id`]
@@ -21,6 +24,8 @@
 //! hypervisor) and a pool, and the host does the rest. Every call runs in a fresh instance and
 //! keeps no state.
 
+pub mod bases;
+pub mod calls;
 pub mod check;
 pub mod config;
 pub mod create;
@@ -41,30 +46,15 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use egress::libvirt::libvirt::Error as LibvirtError;
 use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance, Listing};
 use exports::egress::provider::provider::Guest;
 
 /// The contract version this provider implements (the WIT package version).
 pub const CONTRACT_VERSION: &str = "0.2.0";
 
-/// A capability result, classified with the step it failed at.
-pub(crate) trait Step<T> {
-    /// The value, or the contract error for a failure during `what`.
-    fn at(self, what: &str) -> Result<T, Error>;
-    /// The same on `connection`, one of several that must all answer
-    /// ([`errors::classify_on`]).
-    fn on(self, connection: &str, what: &str) -> Result<T, Error>;
-}
-
-impl<T> Step<T> for Result<T, LibvirtError> {
-    fn at(self, what: &str) -> Result<T, Error> {
-        self.map_err(|error| errors::classify(what, error))
-    }
-
-    fn on(self, connection: &str, what: &str) -> Result<T, Error> {
-        self.map_err(|error| errors::classify_on(connection, what, error))
-    }
+/// The VM a provider ID names, for the log (the ID itself when it is not one of ours).
+fn vm_of(provider_id: &str) -> &str {
+    id::parse(provider_id).map_or(provider_id, |(_, name)| name)
 }
 
 /// The exported provider; each method hands over to its operation's module.
@@ -85,23 +75,42 @@ impl Guest for LibvirtProvider {
     }
 
     fn create(request: CreateRequest) -> Result<Instance, Error> {
-        create::create(&request)
+        calls::begin(&request.name);
+        calls::finished(create::create(&request), |instance| {
+            format!(
+                "ok: {} {}",
+                instance.provider_id,
+                calls::state(instance.state)
+            )
+        })
     }
 
     fn get(config: String, provider_id: String) -> Result<Instance, Error> {
-        get::get(&config, &provider_id)
+        calls::begin(vm_of(&provider_id));
+        calls::finished(get::get(&config, &provider_id), |instance| {
+            format!("ok: {}", calls::state(instance.state))
+        })
     }
 
     fn delete(config: String, provider_id: String) -> Result<(), Error> {
-        delete::delete(&config, &provider_id)
+        calls::begin(vm_of(&provider_id));
+        calls::finished(delete::delete(&config, &provider_id), |()| "ok".into())
     }
 
     fn list_by_tag(config: String, key: String, value: String) -> Result<Listing, Error> {
-        list_by_tag::list_by_tag(&config, &key, &value)
+        calls::begin("");
+        calls::finished(list_by_tag::list_by_tag(&config, &key, &value), |listing| {
+            format!(
+                "ok: {} VMs, {} connections unanswered",
+                listing.instances.len(),
+                listing.unanswered.len()
+            )
+        })
     }
 
     fn check(config: String) -> CheckResult {
-        check::check(&config)
+        calls::begin("");
+        calls::checked(check::check(&config))
     }
 }
 

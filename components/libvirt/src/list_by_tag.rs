@@ -8,7 +8,7 @@
 //! it did not list, and a Proxy's deletion waits for it). Only a configuration that does not parse
 //! fails the call.
 
-use crate::Step;
+use crate::calls::on;
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::Connection;
 use crate::egress::provider::types::{Error, Instance, Listing};
@@ -23,9 +23,8 @@ pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Listing, Erro
         unanswered: Vec::new(),
     };
     for name in &config.connections {
-        let listed = Connection::open(name)
-            .on(name, "open the connection")
-            .and_then(|connection| connection.list_domains().on(name, "list the domains"));
+        let listed = on(name, "open the connection", || Connection::open(name))
+            .and_then(|connection| on(name, "list the domains", || connection.list_domains()));
         let domains = match listed {
             Ok(domains) => domains,
             Err(_) => {

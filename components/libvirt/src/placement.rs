@@ -10,11 +10,32 @@
 //!
 //! The rule only chooses; `create` then checks the chosen pool's space exactly, after the base
 //! image is there (its size sets the disk's when `diskGiB` is smaller or unset).
+//!
+//! What a VM needs is what its new volumes allocate now, not the disk's virtual size
+//! ([`disk_needs`]): a copy-on-write disk starts as a qcow2 header and tables of about 1 MiB, a
+//! whole copy as large as the base's data (qemu-img copies no unallocated cluster).
 
-use crate::config::Placement;
+use crate::config::{DiskMode, Placement};
 
 /// One GiB.
 const GIB: u64 = 1 << 30;
+
+/// What a new qcow2 overlay allocates before the guest writes, at most, besides its L1 table:
+/// the header, the refcount table and block, and libvirt's preallocated metadata (about 200 KiB
+/// measured on libvirt 9.0; rounded up).
+const OVERLAY_BYTES: u64 = 1 << 20;
+
+/// The guest-visible bytes one L1 table entry maps (64 KiB clusters of 8-byte L2 entries).
+const L1_ENTRY_MAPS: u64 = 512 << 20;
+
+/// The sizes of the base image in a pool, when it holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseSize {
+    /// Its virtual size.
+    pub capacity: u64,
+    /// What its data takes in the pool.
+    pub allocation: u64,
+}
 
 /// One connection as placement sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,11 +57,31 @@ pub fn disk_capacity(disk_gib: Option<u64>, base_capacity: u64) -> u64 {
         .max(base_capacity)
 }
 
-/// What a new disk and seed need in a pool: exact when the pool holds the base image
-/// (`base_capacity`), a lower bound otherwise (the base's size is known only once imported), so
-/// `firstWithRoom` never passes over a pool that has room.
-pub fn needed(disk_gib: Option<u64>, base_capacity: Option<u64>, seed_bytes: u64) -> u64 {
-    disk_capacity(disk_gib, base_capacity.unwrap_or(0)).saturating_add(seed_bytes)
+/// What a new qcow2 overlay of `capacity` bytes allocates: [`OVERLAY_BYTES`] and its L1 table.
+pub fn overlay_bytes(capacity: u64) -> u64 {
+    OVERLAY_BYTES.saturating_add(capacity.div_ceil(L1_ENTRY_MAPS).saturating_mul(8))
+}
+
+/// What making a disk of `capacity` bytes allocates in the pool: its overlay when backed by the
+/// base; for a whole copy, the base's data and the temporary overlay it is copied from.
+pub fn disk_needs(mode: DiskMode, capacity: u64, base_allocation: u64) -> u64 {
+    match mode {
+        DiskMode::CopyOnWrite => overlay_bytes(capacity),
+        DiskMode::FullCopy => base_allocation.saturating_add(overlay_bytes(capacity)),
+    }
+}
+
+/// What a new disk and seed need in a pool: exact when the pool holds the base image (`base`), a
+/// lower bound otherwise (the base's size is known only once imported, and its own import is not
+/// counted), so `firstWithRoom` never passes over a pool that has room.
+pub fn needed(
+    mode: DiskMode,
+    disk_gib: Option<u64>,
+    base: Option<BaseSize>,
+    seed_bytes: u64,
+) -> u64 {
+    let (capacity, allocation) = base.map_or((0, 0), |base| (base.capacity, base.allocation));
+    disk_needs(mode, disk_capacity(disk_gib, capacity), allocation).saturating_add(seed_bytes)
 }
 
 /// The index of the chosen candidate; `None` when `firstWithRoom` finds no room (or there is no
@@ -127,19 +168,44 @@ mod tests {
         }
     }
 
+    /// What a VM needs is what its volumes allocate now: a copy-on-write disk's overlay (1 MiB
+    /// and 8 bytes per 512 MiB of disk), a whole copy's data and temporary overlay, and the seed;
+    /// never the virtual size of a disk that starts near-empty.
     #[test]
-    fn what_a_vm_needs_is_its_disk_and_seed() {
+    fn what_a_vm_needs_is_what_its_disk_and_seed_allocate() {
+        use DiskMode::{CopyOnWrite as Cow, FullCopy as Full};
+        const MIB: u64 = 1 << 20;
+        let base = |capacity, allocation| {
+            Some(BaseSize {
+                capacity,
+                allocation,
+            })
+        };
         let rows = [
-            // (diskGiB, base capacity in the pool, seed bytes) → bytes
-            ((None, None, 400), 400),
-            ((None, Some(GIB), 400), GIB + 400),
-            ((Some(10), None, 400), 10 * GIB + 400),
-            ((Some(1), Some(3 * GIB), 0), 3 * GIB),
-            ((Some(u64::MAX), None, 400), u64::MAX),
+            // (mode, diskGiB, base in the pool, seed bytes) → bytes
+            ((Cow, None, None, 400), MIB + 400),
+            ((Cow, None, base(GIB, 300 * MIB), 400), MIB + 16 + 400),
+            ((Cow, Some(10), None, 400), MIB + 160 + 400),
+            ((Cow, Some(65536), base(GIB, GIB), 0), 2 * MIB),
+            ((Full, None, None, 400), MIB + 400),
+            (
+                (Full, None, base(GIB, 300 * MIB), 400),
+                301 * MIB + 16 + 400,
+            ),
+            (
+                (Full, Some(10), base(3 * GIB, 2 * GIB), 0),
+                2 * GIB + MIB + 160,
+            ),
+            ((Full, Some(u64::MAX), base(GIB, u64::MAX), 400), u64::MAX),
         ];
-        for ((disk_gib, base, seed), want) in rows {
-            assert_eq!(needed(disk_gib, base, seed), want, "{disk_gib:?} {base:?}");
+        for ((mode, disk_gib, base, seed), want) in rows {
+            assert_eq!(
+                needed(mode, disk_gib, base, seed),
+                want,
+                "{mode:?} {disk_gib:?} {base:?}"
+            );
         }
         assert_eq!(disk_capacity(Some(2), GIB), 2 * GIB);
+        assert_eq!(disk_capacity(Some(1), 3 * GIB), 3 * GIB);
     }
 }

@@ -20,6 +20,8 @@ pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 pub const MAX_CHUNK_BYTES: usize = 1024 * 1024;
 /// Longest image URL the guest may pass to `import-image`.
 pub const MAX_URL_BYTES: usize = 2048;
+/// Most connections one `connection.probe` checks.
+pub const MAX_PROBES: usize = 64;
 
 /// The libvirt state of one provider call, built by [`LibvirtCapability::prepare`]: owned by that
 /// call's store, shared with nothing else.

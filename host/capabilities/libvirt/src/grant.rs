@@ -18,6 +18,7 @@
 //!   origins: ["https://images.lab"]            # https://host[:port], no path; default deny
 //!   caConfigMapRef: {name: images-ca, key: ca.pem}   # or caSecretRef, caFile; no system roots
 //!   maxBytes: 8589934592                       # largest image (8 GiB, the default)
+//!   unusedRetentionMs: 86400000                # an image nothing uses is removed after (24 h)
 //! timeouts: { callMs: 30000, importMs: 1800000 }
 //! maxUploadBytes: 67108864                     # largest guest upload (64 MiB, the default)
 //! ```
@@ -42,6 +43,8 @@ pub const DEFAULT_IMPORT_MS: u64 = 30 * 60 * 1000;
 pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 64 * 1024 * 1024;
 /// Largest imported image when a grant sets none (8 GiB).
 pub const DEFAULT_MAX_IMAGE_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+/// How long an imported image nothing uses stays in its pool when a grant sets nothing (24 h).
+pub const DEFAULT_UNUSED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 /// The owner of marks when a grant names none.
 pub const DEFAULT_OWNER: &str = "egress-operator";
 
@@ -185,6 +188,12 @@ pub struct ImageGrant {
     /// Largest image; a larger `Content-Length`, or more bytes, fails the import.
     #[serde(default = "default_max_image_bytes")]
     pub max_bytes: u64,
+    /// How long an image stays in its pool once nothing uses it (no volume is backed by it, no
+    /// domain's disk reads it, nothing imported it or was made from it) before the host removes
+    /// it, when the provider asks it to prune (`storage-pool.prune-images`). 0 removes it at the
+    /// first prune that finds it unused.
+    #[serde(default = "default_unused_retention_ms")]
+    pub unused_retention_ms: u64,
 }
 
 /// Timeouts in milliseconds. A call's timeout also stops at the operation's deadline, whichever
@@ -250,6 +259,10 @@ fn default_max_image_bytes() -> u64 {
     DEFAULT_MAX_IMAGE_BYTES
 }
 
+fn default_unused_retention_ms() -> u64 {
+    DEFAULT_UNUSED_RETENTION_MS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +285,7 @@ images:
   origins: ["https://images.lab"]
   caFile: /etc/egress/ca.pem
   maxBytes: 1024
+  unusedRetentionMs: 60000
 timeouts: { callMs: 1000, importMs: 2000 }
 maxUploadBytes: 4096
 "#,
@@ -286,6 +300,7 @@ maxUploadBytes: 4096
         );
         assert_eq!(connection.bridges, ["br0"]);
         assert_eq!(grant.images.as_ref().unwrap().max_bytes, 1024);
+        assert_eq!(grant.images.as_ref().unwrap().unused_retention_ms, 60000);
         assert_eq!(grant.timeouts.call(), Duration::from_millis(1000));
         assert_eq!(grant.max_upload_bytes, 4096);
     }

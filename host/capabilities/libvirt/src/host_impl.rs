@@ -7,13 +7,14 @@ use virt::sys;
 use wasmtime::component::Resource;
 
 use crate::bindings::egress::libvirt::libvirt::{
-    AddressSource, DomainState, DomainStatus, DomainSummary, Error, Host, HostConnection,
+    AddressSource, DomainState, DomainStatus, DomainSummary, Error, Health, Host, HostConnection,
     HostDomain, HostStoragePool, HostVolume, HostVolumeUpload, InterfaceAddresses, PoolInfo,
     VolumeInfo,
 };
-use crate::call::{self, MAX_CHUNK_BYTES, MAX_DOMAIN_XML_BYTES, MAX_METADATA_BYTES};
+use crate::call::{self, MAX_CHUNK_BYTES, MAX_DOMAIN_XML_BYTES, MAX_METADATA_BYTES, MAX_PROBES};
 use crate::conn::{self, Conn};
 use crate::resources::{Connection, Domain, OpenStream, StoragePool, Volume, VolumeUpload};
+use crate::retention::{self, VolumeKey};
 use crate::{LibvirtCtxView, METADATA_PREFIX, error, import, policy};
 
 type Outcome<T> = wasmtime::Result<Result<T, Error>>;
@@ -21,6 +22,81 @@ type Outcome<T> = wasmtime::Result<Result<T, Error>>;
 /// libvirt's error as the guest's.
 fn lv(error: virt::error::Error) -> Error {
     error::libvirt(&error)
+}
+
+/// `libvirtd`'s version as `major.minor.release`.
+fn version_of(connect: &virt::connect::Connect) -> Result<String, Error> {
+    let version = connect.get_lib_version().map_err(lv)?;
+    Ok(format!(
+        "{}.{}.{}",
+        version / 1_000_000,
+        version / 1_000 % 1_000,
+        version % 1_000
+    ))
+}
+
+/// One probe: a fresh connection's daemon version and the sizes of `pool`. Blocks.
+fn health(access: &crate::conn::ActiveConnection, pool: &str) -> Result<Health, Error> {
+    let conn = crate::conn::dial_unpooled(access)?;
+    let version = version_of(conn.connect())?;
+    let info = virt::storage_pool::StoragePool::lookup_by_name(conn.connect(), pool)
+        .and_then(|pool| pool.get_info())
+        .map_err(lv)?;
+    Ok(Health {
+        version,
+        pool: PoolInfo {
+            capacity: info.capacity,
+            allocation: info.allocation,
+            available: info.available,
+        },
+    })
+}
+
+/// The path and format of the volume a backing store names, as libvirt reads them; refused when
+/// that volume is backed itself (its own backing file is not the guest's to choose). Blocks.
+fn resolve_backing(
+    connect: &virt::connect::Connect,
+    backing: &policy::Backing,
+) -> Result<(String, String), Error> {
+    let named = |error: virt::error::Error| match lv(error) {
+        Error::Libvirt(mut libvirt) => {
+            libvirt.message = format!(
+                "backing store {}/{}: {}",
+                backing.pool, backing.volume, libvirt.message
+            );
+            Error::Libvirt(libvirt)
+        }
+        other => other,
+    };
+    let pool =
+        virt::storage_pool::StoragePool::lookup_by_name(connect, &backing.pool).map_err(named)?;
+    let volume =
+        virt::storage_vol::StorageVol::lookup_by_name(&pool, &backing.volume).map_err(named)?;
+    let described = volume.get_xml_desc(0).map_err(named)?;
+    let document = roxmltree::Document::parse(&described).map_err(|error| {
+        Error::Invalid(format!(
+            "backing store {}/{}: libvirt's description is not XML: {error}",
+            backing.pool, backing.volume
+        ))
+    })?;
+    let root = document.root_element();
+    if root
+        .children()
+        .any(|node| node.has_tag_name("backingStore") && node.has_children())
+    {
+        return Err(error::denied(format!(
+            "backing store {}/{} is itself backed by another file: refused",
+            backing.pool, backing.volume
+        )));
+    }
+    let format = root
+        .children()
+        .find(|node| node.has_tag_name("target"))
+        .and_then(|target| target.children().find(|node| node.has_tag_name("format")))
+        .and_then(|format| format.attribute("type"))
+        .unwrap_or("raw")
+        .to_owned();
+    Ok((volume.get_path().map_err(named)?, format))
 }
 
 /// `Ok(None)` for a lookup of something that is not there.
@@ -132,6 +208,24 @@ impl LibvirtCtxView<'_> {
         })
     }
 
+    /// One connection of a probe, checked against the grant: what to dial, or why not.
+    fn probe_target(
+        &self,
+        name: &str,
+        pool: &str,
+    ) -> Result<Arc<crate::conn::ActiveConnection>, Error> {
+        let grant = self.ctx.grant()?;
+        let Some(access) = grant.connections.get(name) else {
+            return Err(error::denied(format!("connection {name:?} is not granted")));
+        };
+        if !access.pools.contains(pool) {
+            return Err(error::denied(format!(
+                "pool {pool:?} is not granted on connection {name}"
+            )));
+        }
+        Ok(access.clone())
+    }
+
     /// The provider's metadata namespace.
     fn namespace(&self) -> Result<String, Error> {
         Ok(self.ctx.grant()?.namespace.clone())
@@ -149,19 +243,68 @@ impl HostConnection for LibvirtCtxView<'_> {
         self.open_connection(name, false).await
     }
 
+    async fn probe(
+        &mut self,
+        names: Vec<String>,
+        pool: String,
+        timeout_ms: u32,
+    ) -> Outcome<Vec<Result<Health, Error>>> {
+        self.ctx.shared.count_call()?;
+        if names.len() > MAX_PROBES {
+            return Ok(Err(Error::Invalid(format!(
+                "a probe checks at most {MAX_PROBES} connections, not {}",
+                names.len()
+            ))));
+        }
+        let checked = call::name("pool name", &pool).and_then(|()| {
+            names
+                .iter()
+                .try_for_each(|name| call::bounded("connection name", name, call::MAX_NAME_BYTES))
+        });
+        if let Err(invalid) = checked {
+            return Ok(Err(invalid));
+        }
+        let timeout = std::time::Duration::from_millis(timeout_ms.into());
+        let stop = self.ctx.stop_at(self.ctx.call_timeout().min(timeout));
+        // Every dial starts before any answer is awaited: the probe takes as long as the slowest.
+        let probes: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let access = self.probe_target(name, &pool)?;
+                let pool = pool.clone();
+                Ok(tokio::task::spawn_blocking(move || health(&access, &pool)))
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(probes.len());
+        for (name, probe) in names.iter().zip(probes) {
+            let answer = match (probe, stop) {
+                (Err(refused), _) => Err(refused),
+                (Ok(_), None) => Err(Error::Timeout),
+                (Ok(task), Some(stop)) => {
+                    match tokio::time::timeout_at(tokio::time::Instant::from_std(stop), task).await
+                    {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(join)) => {
+                            return Err(wasmtime::format_err!("a libvirt probe failed: {join}"));
+                        }
+                        // The dial goes on in the background; its connection closes when it ends.
+                        Err(_elapsed) => {
+                            tracing::warn!(connection = %name, "libvirt probe timed out");
+                            Err(Error::Timeout)
+                        }
+                    }
+                }
+            };
+            answers.push(answer);
+        }
+        Ok(Ok(answers))
+    }
+
     async fn version(&mut self, this: Resource<Connection>) -> Outcome<String> {
         let conn = self.table.get(&this)?.conn.clone();
         let on = conn.clone();
         self.ctx
-            .blocking(Some(&on), move || {
-                let version = conn.connect().get_lib_version().map_err(lv)?;
-                Ok(format!(
-                    "{}.{}.{}",
-                    version / 1_000_000,
-                    version / 1_000 % 1_000,
-                    version % 1_000
-                ))
-            })
+            .blocking(Some(&on), move || version_of(conn.connect()))
             .await
     }
 
@@ -283,6 +426,7 @@ impl HostConnection for LibvirtCtxView<'_> {
             ))));
         }
         let conn = connection.conn.clone();
+        let access = connection.access.clone();
         let hypervisor = connection.access.hypervisor();
         let on = conn.clone();
         let pool = self
@@ -292,6 +436,7 @@ impl HostConnection for LibvirtCtxView<'_> {
                     .map_err(lv)?;
                 Ok(StoragePool {
                     conn,
+                    access,
                     hypervisor,
                     pool: Arc::new(pool),
                     name,
@@ -484,7 +629,8 @@ impl HostDomain for LibvirtCtxView<'_> {
 }
 
 impl LibvirtCtxView<'_> {
-    /// Creates a volume in the pool behind `this` from checked XML, cloning `base` when given.
+    /// Creates a volume in the pool behind `this` from checked XML, cloning `base` when given,
+    /// backed by the volume the XML names when it names one.
     async fn create_volume_from(
         &mut self,
         this: Resource<StoragePool>,
@@ -493,8 +639,24 @@ impl LibvirtCtxView<'_> {
     ) -> Outcome<Resource<Volume>> {
         let checked = call::bounded("volume XML", &xml, call::MAX_VOLUME_XML_BYTES)
             .and_then(|()| policy::check_volume(&xml));
-        if let Err(refused) = checked {
-            return Ok(Err(refused));
+        let request = match checked {
+            Ok(request) => request,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let pool = self.table.get(&this)?;
+        if let Some(backing) = &request.backing {
+            if base.is_some() {
+                return Ok(Err(Error::Invalid(
+                    "a clone is a whole copy of its source: name a backing store with create-volume"
+                        .into(),
+                )));
+            }
+            if !pool.access.pools.contains(&backing.pool) {
+                return Ok(Err(error::denied(format!(
+                    "backing store {}/{}: pool {:?} is not granted on connection {}",
+                    backing.pool, backing.volume, backing.pool, pool.access.name
+                ))));
+            }
         }
         let base = match base {
             Some(base) => Some(self.table.get(&base)?.volume.clone()),
@@ -503,10 +665,33 @@ impl LibvirtCtxView<'_> {
         let asked = policy::capacity_bytes(&xml);
         let pool = self.table.get(&this)?;
         let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
+        let hypervisor = pool.hypervisor.clone();
+        let state = self.ctx.shared.retention.clone();
         let on = conn.clone();
         let created = self
             .ctx
             .blocking(Some(&on), move || {
+                // A volume backed by another holds the hypervisor's lock shared, so no prune
+                // removes the other meanwhile, and records its use (`retention`). A clone needs
+                // neither: libvirt refuses to delete a volume it copies from.
+                let ordered = state.lock(&hypervisor);
+                let _held = request.backing.as_ref().map(|backing| {
+                    state.used(VolumeKey {
+                        hypervisor: hypervisor.clone(),
+                        pool: backing.pool.clone(),
+                        volume: backing.volume.clone(),
+                    });
+                    ordered
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                });
+                let xml = match &request.backing {
+                    Some(backing) => {
+                        let (path, format) = resolve_backing(conn.connect(), backing)?;
+                        policy::with_backing_path(&xml, backing, &path, &format)
+                    }
+                    None => xml,
+                };
                 let volume = match &base {
                     Some(base) => {
                         let clone =
@@ -625,6 +810,52 @@ impl HostStoragePool for LibvirtCtxView<'_> {
             }
             Err(error) => Err(error),
         })
+    }
+
+    async fn prune_images(
+        &mut self,
+        this: Resource<StoragePool>,
+        prefix: String,
+    ) -> Outcome<Vec<String>> {
+        if let Err(invalid) = call::name("image name prefix", &prefix) {
+            return Ok(Err(invalid));
+        }
+        let retention = match self.ctx.grant() {
+            Ok(grant) => match &grant.images {
+                Some(images) => images.unused_retention,
+                // A base put in place by a person: the host could not import it again.
+                None => return Ok(Ok(Vec::new())),
+            },
+            Err(denied) => return Ok(Err(denied)),
+        };
+        let pool = self.table.get(&this)?;
+        let (conn, handle) = (pool.conn.clone(), pool.pool.clone());
+        let place = import::Place {
+            hypervisor: pool.hypervisor.clone(),
+            pool: pool.name.clone(),
+        };
+        let (imports, state) = (
+            self.ctx.shared.imports.clone(),
+            self.ctx.shared.retention.clone(),
+        );
+        let on = conn.clone();
+        self.ctx
+            .blocking(Some(&on), move || {
+                let importing = |volume: &str| imports.is_running(&place, volume);
+                retention::prune(
+                    conn.connect(),
+                    &handle,
+                    &state,
+                    &retention::Prune {
+                        hypervisor: &place.hypervisor,
+                        pool: &place.pool,
+                        prefix: &prefix,
+                        retention,
+                        importing: &importing,
+                    },
+                )
+            })
+            .await
     }
 
     async fn drop(&mut self, this: Resource<StoragePool>) -> wasmtime::Result<()> {

@@ -52,7 +52,7 @@ const CHANNEL_CHUNKS: usize = 4;
 pub const MAX_IMPORTS_PER_PROVIDER: usize = 2;
 
 /// What the temporary volume of an import is called after the volume it becomes.
-const IMPORTING_SUFFIX: &str = ".importing";
+pub(crate) const IMPORTING_SUFFIX: &str = ".importing";
 
 /// The CA trusted for image origins: held in memory from a Secret or ConfigMap, or a file read
 /// at each import.
@@ -68,6 +68,8 @@ pub(crate) struct ImageAccess {
     origins: Vec<url::Origin>,
     ca: ImageCa,
     max_bytes: u64,
+    /// How long an image nothing uses stays (see `retention`).
+    pub(crate) unused_retention: std::time::Duration,
 }
 
 impl ImageAccess {
@@ -145,6 +147,7 @@ impl ImageAccess {
             origins,
             ca,
             max_bytes: grant.max_bytes,
+            unused_retention: std::time::Duration::from_millis(grant.unused_retention_ms),
         })
     }
 
@@ -259,6 +262,14 @@ impl Imports {
         }
     }
 
+    /// Whether a job is importing volume `name` at `place`.
+    pub(crate) fn is_running(&self, place: &Place, name: &str) -> bool {
+        lock(&self.jobs).contains_key(&JobKey {
+            place: place.clone(),
+            name: name.to_owned(),
+        })
+    }
+
     /// Stops the jobs `identity` started: its grant is gone.
     pub(crate) fn abort_of(&self, identity: &str) {
         lock(&self.jobs).retain(|_, job| {
@@ -317,6 +328,11 @@ pub(crate) async fn import(
         Ok(url) => url,
         Err(refused) => return Ok(Err(refused)),
     };
+    let imported = crate::retention::VolumeKey {
+        hypervisor: place.hypervisor.clone(),
+        pool: place.pool.clone(),
+        volume: name.clone(),
+    };
     let key = JobKey {
         place,
         name: name.clone(),
@@ -365,6 +381,8 @@ pub(crate) async fn import(
     if let Err(error) = outcome {
         return Ok(Err(error));
     }
+    // Imported, or found there: in use now, for the image retention.
+    ctx.shared.retention.used(imported);
     ctx.blocking(Some(&conn), move || {
         StorageVol::lookup_by_name(&pool, &name).map_err(|error| crate::error::libvirt(&error))
     })
@@ -634,7 +652,7 @@ fn too_large(max: u64) -> Error {
 }
 
 /// Escapes text for XML content.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -739,6 +757,7 @@ mod tests {
                 ca_config_map_ref: None,
                 ca_file: Some("/ca.pem".into()),
                 max_bytes: 10,
+                unused_retention_ms: 1,
             },
             &GrantContext {
                 digests: &[],

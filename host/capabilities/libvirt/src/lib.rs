@@ -24,7 +24,9 @@
 //!
 //! `connection.open(name)` opens a granted connection from the host's pool (one connection per
 //! URI, shared by every call of every provider; reopened when it dies or a call on it times
-//! out); `connection.open-unpooled(name)` dials a fresh one for health checks. On a connection:
+//! out); `connection.open-unpooled(name)` dials a fresh one for health checks, and
+//! `connection.probe` checks several at once, each dialed afresh within its own timeout. On a
+//! connection:
 //! define, look up (by name or UUID) and list domains; start, destroy, undefine (with the
 //! grant's flags: qemu's UEFI domains need `nvram`, which the test driver refuses, so a grant for
 //! the test driver lists fewer flags; the host never retries without them), state and reason,
@@ -39,7 +41,8 @@
 //!   volumes of granted pools, interfaces join granted networks or bridges, metadata is in the
 //!   provider's namespace, and nothing names a host path, device, emulator or qemu argument
 //!   (which would hand the provider the hypervisor host). Volume XML gives a name, sizes and a
-//!   format only. See the `policy` module for the rules.
+//!   format, and for copy-on-write a backing store named as a granted pool's volume, whose path
+//!   the host looks up itself. See the `policy` module for the rules.
 //! - **Metadata namespaces.** Each provider reads and writes one metadata element, in the
 //!   namespace `https://egress-operator.io/owner/<owner>` ([`METADATA_NAMESPACE_PREFIX`]), which
 //!   the host derives from its grant's `owner`: a provider cannot see or forge the marks of
@@ -157,6 +160,7 @@ mod import;
 mod keys;
 mod policy;
 mod resources;
+mod retention;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -217,6 +221,9 @@ pub(crate) struct Shared {
     pub(crate) pool: ConnectionPool,
     /// Image imports running, which outlive the calls that start them.
     pub(crate) imports: Arc<Imports>,
+    /// When images were last used, and the locks that keep a prune from removing a base a disk
+    /// is being made on.
+    pub(crate) retention: Arc<retention::Retention>,
     /// Where SSH material from Secrets is written, once a grant needs it (see `keys`).
     key_dir: OnceLock<Result<Arc<KeyDir>, String>>,
     /// The base directory for it, if the host chose one.
@@ -227,7 +234,17 @@ pub(crate) struct Shared {
     /// TEST ONLY: whether a call trapped at the cut ([`LibvirtCapability::cut_fired`]).
     #[cfg(feature = "fault-injection")]
     pub(crate) fired: std::sync::atomic::AtomicBool,
+    /// TEST ONLY: calls left before a hook runs, and the hook ([`LibvirtCapability::before_call`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) hook: std::sync::Mutex<Option<(usize, TestHook)>>,
+    /// TEST ONLY: capability calls that reached libvirt ([`LibvirtCapability::calls`]).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) counted: std::sync::atomic::AtomicUsize,
 }
+
+/// TEST ONLY: what [`LibvirtCapability::before_call`] runs.
+#[cfg(feature = "fault-injection")]
+pub type TestHook = Box<dyn FnOnce() + Send>;
 
 impl Shared {
     /// The key directory, made on first use.
@@ -241,6 +258,25 @@ impl Shared {
     /// Counts one capability call about to reach libvirt; a trap when a test cut falls here.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn count_call(&self) -> wasmtime::Result<()> {
+        self.counted
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let due = {
+            let mut hook = self
+                .hook
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match hook.as_mut() {
+                Some((0, _)) => hook.take().map(|(_, run)| run),
+                Some((left, _)) => {
+                    *left -= 1;
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(run) = due {
+            run();
+        }
         let mut cut = self
             .cut
             .lock()
@@ -354,6 +390,28 @@ impl LibvirtCapability {
     #[cfg(feature = "fault-injection")]
     pub fn cut_fired(&self) -> bool {
         self.shared.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// TEST ONLY (feature `fault-injection`): with `Some((calls, hook))`, run `hook` once, just
+    /// before the call after the next `calls` ones reaches libvirt (the calls
+    /// [`LibvirtCapability::cut_after`] counts), as if someone acted on the hypervisor right
+    /// then; it runs on the calling thread. `None` disarms a hook that has not run.
+    #[cfg(feature = "fault-injection")]
+    pub fn before_call(&self, hook: Option<(usize, TestHook)>) {
+        *self
+            .shared
+            .hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hook;
+    }
+
+    /// TEST ONLY (feature `fault-injection`): how many capability calls have reached libvirt
+    /// since this capability was made (the calls [`LibvirtCapability::cut_after`] counts).
+    #[cfg(feature = "fault-injection")]
+    pub fn calls(&self) -> usize {
+        self.shared
+            .counted
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The identities that have a libvirt grant, sorted.

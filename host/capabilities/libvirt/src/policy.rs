@@ -21,8 +21,12 @@
 //!   are denied.
 //!
 //! Volume XML may give a name, a capacity, an allocation and the target's format; no path,
-//! permissions, backing store or encryption. Metadata is one well-formed element. All three are
-//! parsed without DTDs (no entity expansion), within the byte bounds checked before parsing.
+//! permissions or encryption. A qcow2 volume may name a backing store (copy-on-write), but only
+//! as a volume of a pool by name, `<backingStore><source pool='…' volume='…'/></backingStore>`:
+//! the host checks that the pool is granted on the connection, looks the volume up, and writes
+//! its path and format itself. A path the guest gives is denied: it could name any host file,
+//! which qemu would then read. Metadata is one well-formed element. All three are parsed without
+//! DTDs (no entity expansion), within the byte bounds checked before parsing.
 
 use std::collections::BTreeSet;
 
@@ -140,7 +144,7 @@ const PATH_ATTRIBUTES: &[&str] = &["file", "path", "dir", "socket", "template"];
 
 const RNG_SOURCES: &[&str] = &["/dev/urandom", "/dev/random", "/dev/hwrng"];
 
-const VOLUME_CHILDREN: &[&str] = &["name", "capacity", "allocation", "target"];
+const VOLUME_CHILDREN: &[&str] = &["name", "capacity", "allocation", "target", "backingStore"];
 const VOLUME_TARGET_CHILDREN: &[&str] = &["format", "compat", "features", "nocow", "clusterSize"];
 
 fn parse<'x>(what: &str, xml: &'x str) -> Result<Document<'x>, Error> {
@@ -352,8 +356,26 @@ fn no_source(device: Node<'_, '_>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Checks volume XML against the policy (module docs); returns the volume's name.
-pub(crate) fn check_volume(xml: &str) -> Result<String, Error> {
+/// Volume XML that passed the policy.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct VolumeRequest {
+    /// The volume's name.
+    pub(crate) name: String,
+    /// The volume it is to be backed by, if any.
+    pub(crate) backing: Option<Backing>,
+}
+
+/// A backing store as the guest names it: a volume of a pool, by name.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Backing {
+    pub(crate) pool: String,
+    pub(crate) volume: String,
+    /// Where the `<backingStore>` element is in the XML, for [`with_backing_path`].
+    range: std::ops::Range<usize>,
+}
+
+/// Checks volume XML against the policy (module docs).
+pub(crate) fn check_volume(xml: &str) -> Result<VolumeRequest, Error> {
     let document = parse("volume XML", xml)?;
     let volume = document.root_element();
     if !volume.has_tag_name("volume") || volume.tag_name().namespace().is_some() {
@@ -365,7 +387,8 @@ pub(crate) fn check_volume(xml: &str) -> Result<String, Error> {
         return Err(deny("a volume is a file".into()));
     }
     allow_children(volume, VOLUME_CHILDREN)?;
-    if let Some(target) = child(volume, "target") {
+    let target = child(volume, "target");
+    if let Some(target) = target {
         allow_children(target, VOLUME_TARGET_CHILDREN)?;
     }
     let name = child(volume, "name")
@@ -373,7 +396,90 @@ pub(crate) fn check_volume(xml: &str) -> Result<String, Error> {
         .unwrap_or_default()
         .trim();
     crate::call::name("volume name", name)?;
-    Ok(name.to_owned())
+    let mut stores = elements(volume).filter(|node| node.has_tag_name("backingStore"));
+    let backing = stores.next().map(backing).transpose()?;
+    if stores.next().is_some() {
+        return Err(deny("a volume has one backing store at most".into()));
+    }
+    if backing.is_some() {
+        let format = target
+            .and_then(|target| child(target, "format"))
+            .and_then(|format| format.attribute("type"));
+        if format != Some("qcow2") {
+            return Err(deny(
+                "a volume with a backing store is qcow2 (<target><format type='qcow2'/>)".into(),
+            ));
+        }
+    }
+    Ok(VolumeRequest {
+        name: name.to_owned(),
+        backing,
+    })
+}
+
+/// A `<backingStore>` that names a volume of a pool: `<source pool='…' volume='…'/>` and nothing
+/// else, so no path the guest wrote reaches libvirt.
+fn backing(store: Node<'_, '_>) -> Result<Backing, Error> {
+    let refused = |what: String| {
+        deny(format!(
+            "a backing store names a volume of a granted pool as <source pool='…' volume='…'/>, not {what}"
+        ))
+    };
+    if let Some(attribute) = store.attributes().next() {
+        return Err(refused(format!("an attribute {}", attribute.name())));
+    }
+    if let Some(text) = store
+        .children()
+        .filter_map(|node| node.is_text().then(|| node.text()).flatten())
+        .find(|text| !text.trim().is_empty())
+    {
+        return Err(refused(format!("text {:?}", text.trim())));
+    }
+    let mut children = elements(store);
+    let (Some(source), None) = (children.next(), children.next()) else {
+        let names: Vec<_> = elements(store)
+            .map(|node| format!("<{}>", node.tag_name().name()))
+            .collect();
+        return Err(refused(if names.is_empty() {
+            "nothing".into()
+        } else {
+            names.join(", ")
+        }));
+    };
+    if !source.has_tag_name("source") || source.tag_name().namespace().is_some() {
+        return Err(refused(format!("<{}>", source.tag_name().name())));
+    }
+    if source.has_children() {
+        return Err(refused("a <source> with content".into()));
+    }
+    if let Some(other) = source
+        .attributes()
+        .find(|attribute| !matches!(attribute.name(), "pool" | "volume"))
+    {
+        return Err(refused(format!("a source attribute {}", other.name())));
+    }
+    let (Some(pool), Some(volume)) = (source.attribute("pool"), source.attribute("volume")) else {
+        return Err(refused("a source without both pool and volume".into()));
+    };
+    crate::call::name("backing pool name", pool)?;
+    crate::call::name("backing volume name", volume)?;
+    Ok(Backing {
+        pool: pool.to_owned(),
+        volume: volume.to_owned(),
+        range: store.range(),
+    })
+}
+
+/// `xml` with the backing store `backing` names replaced by the volume the host resolved: its
+/// `path` and `format`, as libvirt reads them.
+pub(crate) fn with_backing_path(xml: &str, backing: &Backing, path: &str, format: &str) -> String {
+    format!(
+        "{}<backingStore><path>{}</path><format type='{}'/></backingStore>{}",
+        &xml[..backing.range.start],
+        crate::import::escape(path),
+        crate::import::escape(format),
+        &xml[backing.range.end..]
+    )
 }
 
 /// The capacity volume XML asks for, in bytes (libvirt's units; bytes when none is given).
@@ -526,6 +632,93 @@ mod tests {
         }
     }
 
+    /// A backing store is a granted pool's volume by name, resolved by the host: never a path,
+    /// and each way of slipping one in is denied with what it named.
+    #[test]
+    fn a_backing_store_names_a_pools_volume_and_nothing_else() {
+        let volume = |store: &str| {
+            format!(
+                "<volume><name>proxy-a.qcow2</name><capacity unit='bytes'>1073741824</capacity><target><format type='qcow2'/></target>{store}</volume>"
+            )
+        };
+        let xml = volume(
+            "<backingStore><source pool='images' volume='egress-base-1.qcow2'/></backingStore>",
+        );
+        let checked = check_volume(&xml).unwrap();
+        let backing = checked.backing.expect("a backing store");
+        assert_eq!(
+            (backing.pool.as_str(), backing.volume.as_str()),
+            ("images", "egress-base-1.qcow2")
+        );
+        assert_eq!(
+            with_backing_path(
+                &xml,
+                &backing,
+                "/var/lib/images/egress-base-1.qcow2",
+                "qcow2"
+            ),
+            volume(
+                "<backingStore><path>/var/lib/images/egress-base-1.qcow2</path><format type='qcow2'/></backingStore>"
+            )
+        );
+        let denied = [
+            (
+                "<backingStore><path>/etc/shadow</path></backingStore>",
+                "not <path>",
+            ),
+            (
+                "<backingStore><path>/etc/shadow</path><source pool='images' volume='b'/></backingStore>",
+                "<path>, <source>",
+            ),
+            (
+                "<backingStore><source pool='images' volume='b'/><format type='raw'/></backingStore>",
+                "<source>, <format>",
+            ),
+            (
+                "<backingStore>/etc/shadow</backingStore>",
+                "text \"/etc/shadow\"",
+            ),
+            (
+                "<backingStore type='file'><source pool='images' volume='b'/></backingStore>",
+                "an attribute type",
+            ),
+            (
+                "<backingStore><source file='/etc/shadow'/></backingStore>",
+                "a source attribute file",
+            ),
+            (
+                "<backingStore><source pool='images' volume='b' file='/x'/></backingStore>",
+                "a source attribute file",
+            ),
+            (
+                "<backingStore><source pool='images'/></backingStore>",
+                "without both pool and volume",
+            ),
+            (
+                "<backingStore><source pool='images' volume='b'><path>/x</path></source></backingStore>",
+                "content",
+            ),
+            ("<backingStore/>", "not nothing"),
+            (
+                "<backingStore><source pool='images' volume='b'/></backingStore><backingStore><source pool='images' volume='c'/></backingStore>",
+                "one backing store at most",
+            ),
+        ];
+        for (store, says) in denied {
+            match check_volume(&volume(store)) {
+                Err(Error::Denied(reason)) => assert!(reason.contains(says), "{store}: {reason}"),
+                other => panic!("{store}: {other:?}"),
+            }
+        }
+        let raw = xml.replace("type='qcow2'", "type='raw'");
+        assert!(
+            matches!(check_volume(&raw), Err(Error::Denied(reason)) if reason.contains("is qcow2"))
+        );
+        let climbing =
+            volume("<backingStore><source pool='images' volume='../etc'/></backingStore>");
+        assert!(matches!(check_volume(&climbing), Err(Error::Invalid(_))));
+    }
+
     #[test]
     fn malformed_xml_and_dtds_are_invalid() {
         let billion_laughs =
@@ -539,15 +732,15 @@ mod tests {
 
     #[test]
     fn volumes_give_a_name_size_and_format_only() {
-        let name = check_volume(
+        let checked = check_volume(
             "<volume><name>proxy-a.qcow2</name><capacity unit='GiB'>10</capacity><target><format type='qcow2'/></target></volume>",
         )
         .unwrap();
-        assert_eq!(name, "proxy-a.qcow2");
+        assert_eq!(checked.name, "proxy-a.qcow2");
+        assert_eq!(checked.backing, None);
         for xml in [
             "<volume><name>v</name><capacity>1</capacity><target><path>/etc/shadow</path></target></volume>",
             "<volume><name>v</name><capacity>1</capacity><target><permissions><mode>4755</mode></permissions></target></volume>",
-            "<volume><name>v</name><capacity>1</capacity><backingStore><path>/etc/shadow</path></backingStore></volume>",
             "<volume type='dir'><name>v</name><capacity>1</capacity></volume>",
         ] {
             assert!(matches!(check_volume(xml), Err(Error::Denied(_))), "{xml}");

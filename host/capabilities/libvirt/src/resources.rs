@@ -25,6 +25,8 @@ pub struct Domain {
 /// Behind a `storage-pool` handle: a pool the grant names.
 pub struct StoragePool {
     pub(crate) conn: Arc<Conn>,
+    /// The grant of the connection it was opened on (the pools a backing store may name).
+    pub(crate) access: Arc<ActiveConnection>,
     /// The connection's URI as granted: which hypervisor this is.
     pub(crate) hypervisor: String,
     pub(crate) pool: Arc<virt::storage_pool::StoragePool>,

@@ -404,3 +404,122 @@ async fn an_imported_qcow2_image_stays_qcow2() {
     assert_eq!(info["format"], "qcow2");
     assert_eq!(info["virtual-size"], 16 * 1024 * 1024);
 }
+
+/// Copy-on-write on a real libvirtd: a qcow2 volume backed by a granted pool's volume, made at
+/// the size asked in one call, reads the base's bytes and holds almost none of its own; the host
+/// wrote the base's path and format into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_on_write_volume_reads_its_base_at_the_size_asked() {
+    let pool = DirPool::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let raw = scratch.path().join("base.raw");
+    std::fs::write(&raw, pattern(4 * 1024 * 1024, 11)).unwrap();
+    let base = pool.path("base.qcow2");
+    let converted = std::process::Command::new("qemu-img")
+        .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&base)
+        .status()
+        .expect("qemu-img runs");
+    assert!(converted.success());
+    {
+        let mut connect = virt::connect::Connect::open(Some(SYSTEM_URI)).unwrap();
+        virt::storage_pool::StoragePool::lookup_by_name(&connect, &pool.name)
+            .unwrap()
+            .refresh(0)
+            .unwrap();
+        connect.close().unwrap();
+    }
+    let capability = capability("kvm2", pool.grant());
+    let mut call = Call::new(&capability, "kvm2");
+    let images = pool_of(&mut call, &pool).await;
+    ok(call
+        .view()
+        .create_volume(
+            images,
+            format!(
+                "<volume><name>disk.qcow2</name><capacity unit='GiB'>1</capacity><target><format type='qcow2'/></target><backingStore><source pool='{}' volume='base.qcow2'/></backingStore></volume>",
+                pool.name
+            ),
+        )
+        .await);
+    let disk = pool.path("disk.qcow2");
+    let info = std::process::Command::new("qemu-img")
+        .args(["info", "--output=json"])
+        .arg(&disk)
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["format"], "qcow2", "{info}");
+    assert_eq!(info["virtual-size"], 1u64 << 30, "{info}");
+    assert_eq!(info["backing-filename"], base.to_str().unwrap(), "{info}");
+    assert_eq!(info["backing-filename-format"], "qcow2", "{info}");
+    assert!(info["actual-size"].as_u64().unwrap() < 1 << 20, "{info}");
+    let compared = std::process::Command::new("qemu-img")
+        .args(["compare", "-q"])
+        .arg(&raw)
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(compared.success(), "the disk reads the base's bytes");
+}
+
+/// `prune-images` removes the unused images of the pool named by the prefix, and nothing else:
+/// not a volume another volume is backed by, not an import's temporary volume, not a volume
+/// outside the prefix; and nothing at all for a grant that cannot import images.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pruning_removes_only_unused_images_and_only_for_a_grant_that_imports() {
+    let pool = DirPool::new();
+    let mut grant = pool.grant();
+    grant["images"] = serde_json::json!({
+        "origins": ["https://images.invalid"],
+        "caFile": "/nonexistent/ca.pem",
+        "unusedRetentionMs": 0,
+    });
+    let importing = capability("kvm2", grant);
+    let not_importing = capability("other", pool.grant());
+    let mut call = Call::new(&importing, "kvm2");
+    let images = pool_of(&mut call, &pool).await;
+    let mut view = call.view();
+    let borrow = || Resource::<StoragePool>::new_borrow(images.rep());
+    for name in [
+        "egress-base-unused.raw",
+        "egress-base-backing.raw",
+        "egress-base-half.raw.importing",
+        "other.raw",
+    ] {
+        ok(view.create_volume(borrow(), volume_xml(name)).await);
+    }
+    ok(view
+        .create_volume(
+            borrow(),
+            format!(
+                "<volume><name>disk.qcow2</name><capacity unit='MiB'>16</capacity><target><format type='qcow2'/></target><backingStore><source pool='{}' volume='egress-base-backing.raw'/></backingStore></volume>",
+                pool.name
+            ),
+        )
+        .await);
+    let all = pool.volumes();
+
+    let mut other_call = Call::new(&not_importing, "other");
+    let other_images = pool_of(&mut other_call, &pool).await;
+    let removed = ok(other_call
+        .view()
+        .prune_images(other_images, "egress-base-".into())
+        .await);
+    assert!(removed.is_empty(), "{removed:?}");
+    assert_eq!(pool.volumes(), all);
+
+    let invalid = err(view.prune_images(borrow(), String::new()).await);
+    assert!(matches!(invalid, Error::Invalid(_)), "{invalid:?}");
+    let removed = ok(view.prune_images(borrow(), "egress-base-".into()).await);
+    assert_eq!(removed, ["egress-base-unused.raw"]);
+    let mut left = all;
+    left.remove("egress-base-unused.raw");
+    assert_eq!(pool.volumes(), left);
+    // Once its disk is gone, the backing image goes too.
+    let disk = ok(view.lookup_volume(borrow(), "disk.qcow2".into()).await).unwrap();
+    ok(view.delete(disk).await);
+    let removed = ok(view.prune_images(borrow(), "egress-base-".into()).await);
+    assert_eq!(removed, ["egress-base-backing.raw"]);
+}

@@ -221,3 +221,68 @@ async fn oversized_or_nul_bearing_inputs_are_invalid() {
     .await));
     let _ = HostDomain::status(&mut view, domain).await;
 }
+
+/// A copy-on-write volume's backing store is a volume of a granted pool, named by pool and
+/// volume and resolved by the host: a path, a pool the connection does not grant, a volume that
+/// does not exist, or one that is backed itself is refused, naming what was asked for.
+#[tokio::test]
+async fn a_backing_store_outside_the_granted_pools_volumes_is_refused_naming_it() {
+    let node = TestNode::new();
+    let (mut call, connection) = opened(&node).await;
+    let mut view = call.view();
+    let images = ok(view.storage_pool(connection, "images".into()).await);
+    let pool = || Resource::<egress_capability_libvirt::StoragePool>::new_borrow(images.rep());
+    let overlay = |name: &str, store: &str| {
+        format!(
+            "<volume><name>{name}</name><capacity unit='GiB'>2</capacity><target><format type='qcow2'/></target><backingStore>{store}</backingStore></volume>"
+        )
+    };
+    let reason = denied(err(view
+        .create_volume(pool(), overlay("a.qcow2", "<path>/etc/shadow</path>"))
+        .await));
+    assert!(reason.contains("not <path>"), "{reason}");
+    let reason = denied(err(view
+        .create_volume(
+            pool(),
+            overlay("a.qcow2", "<source pool='other' volume='x.qcow2'/>"),
+        )
+        .await));
+    assert!(
+        reason.contains("backing store other/x.qcow2") && reason.contains("not granted"),
+        "{reason}"
+    );
+    match err(view
+        .create_volume(
+            pool(),
+            overlay("a.qcow2", "<source pool='images' volume='nope.qcow2'/>"),
+        )
+        .await)
+    {
+        Error::Libvirt(libvirt) => {
+            assert_eq!(libvirt.code, 50, "{libvirt:?}");
+            assert!(
+                libvirt.message.contains("backing store images/nope.qcow2"),
+                "{libvirt:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Backed by the base: allowed, and the host wrote the base's path and format.
+    ok(view
+        .create_volume(
+            pool(),
+            overlay("a.qcow2", "<source pool='images' volume='base.qcow2'/>"),
+        )
+        .await);
+    let reason = denied(err(view
+        .create_volume(
+            pool(),
+            overlay("b.qcow2", "<source pool='images' volume='a.qcow2'/>"),
+        )
+        .await));
+    assert!(
+        reason.contains("images/a.qcow2 is itself backed"),
+        "{reason}"
+    );
+    assert!(ok(view.lookup_volume(pool(), "b.qcow2".into()).await).is_none());
+}

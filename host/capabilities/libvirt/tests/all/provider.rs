@@ -166,8 +166,9 @@ struct Daemon {
     /// Test-driver nodes granted beside the daemon.
     _nodes: Vec<tempfile::TempDir>,
     capability: LibvirtCapability,
+    grant: serde_json::Value,
     config: serde_json::Value,
-    /// The image's format, also the disks' file extension.
+    /// The image's format.
     format: &'static str,
     base: String,
 }
@@ -224,7 +225,7 @@ impl Daemon {
             "origins": [server.origin()],
             "caFile": ca_file,
         });
-        let capability = capability(IDENTITY, grant);
+        let capability = capability(IDENTITY, grant.clone());
         let config = serde_json::json!({
             "connections": ["system"],
             "pool": pool.name,
@@ -241,6 +242,7 @@ impl Daemon {
             _server: server,
             _nodes: node_dirs,
             capability,
+            grant,
             config,
             format,
             base,
@@ -262,9 +264,67 @@ impl Daemon {
         names
     }
 
-    /// The VM's disk volume.
+    /// Whether the config asks for whole copies rather than copy-on-write disks.
+    fn full_copies(&self) -> bool {
+        self.config["diskMode"] == "fullCopy"
+    }
+
+    /// The config with disks made in `mode` (`copyOnWrite`, the default, or `fullCopy`).
+    fn in_mode(mut self, mode: &str) -> Self {
+        self.config["diskMode"] = serde_json::json!(mode);
+        self
+    }
+
+    /// The grant anew, with images nothing uses removed after `ms`.
+    fn retaining(self, ms: u64) -> Self {
+        let mut grant = self.grant.clone();
+        grant["images"]["unusedRetentionMs"] = serde_json::json!(ms);
+        regrant(&self.capability, IDENTITY, grant);
+        self
+    }
+
+    /// The VM's disk volume: qcow2 when backed by the base, else in the image's format.
     fn disk(&self, name: &str) -> String {
-        format!("{name}.{}", self.format)
+        let format = if self.full_copies() {
+            self.format
+        } else {
+            "qcow2"
+        };
+        format!("{name}.{format}")
+    }
+
+    /// Checks VM `name`'s disk with `qemu-img` (`-U`: a running domain holds its lock): its
+    /// format, its virtual size `capacity`, backed by the base or standing alone as the config
+    /// asks, and reading the image's bytes (the rest zeros).
+    fn assert_disk_reads_the_image(&self, name: &str, capacity: u64, what: &str) {
+        let (base, disk) = (self.pool.path(&self.base), self.pool.path(&self.disk(name)));
+        let format = if self.full_copies() {
+            self.format
+        } else {
+            "qcow2"
+        };
+        let output = qemu_img(&["info", "-U", "--output=json", "-f", format], &[&disk]);
+        let info: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("{what}: {error}: {output:?}"));
+        assert_eq!(info["virtual-size"], capacity, "{what}: {info}");
+        if self.full_copies() {
+            assert!(info.get("backing-filename").is_none(), "{what}: {info}");
+        } else {
+            assert_eq!(
+                info["backing-filename"],
+                base.to_str().unwrap(),
+                "{what}: {info}"
+            );
+            assert_eq!(
+                info["backing-filename-format"], self.format,
+                "{what}: {info}"
+            );
+        }
+        let compared = qemu_img(
+            &["compare", "-U", "-f", self.format, "-F", format],
+            &[&base, &disk],
+        );
+        assert!(compared.status.success(), "{what}: {compared:?}");
     }
 
     fn volumes_of(&self, name: &str) -> BTreeSet<String> {
@@ -313,8 +373,9 @@ impl Daemon {
 /// Destroys and undefines a domain of the real daemon when a test ends, passed or not.
 struct DomainGuard(String);
 
-impl Drop for DomainGuard {
-    fn drop(&mut self) {
+impl DomainGuard {
+    /// Destroys and undefines the domain now, as a person with `virsh` would.
+    fn remove(&self) {
         if let Ok(mut connect) = virt::connect::Connect::open(Some(SYSTEM_URI)) {
             if let Ok(domain) = virt::domain::Domain::lookup_by_name(&connect, &self.0) {
                 let _ = domain.destroy();
@@ -322,6 +383,12 @@ impl Drop for DomainGuard {
             }
             let _ = connect.close();
         }
+    }
+}
+
+impl Drop for DomainGuard {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 
@@ -346,15 +413,13 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
         "it starts with the host"
     );
     assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
-    // The base holds the image's bytes, the disk is its clone, the seed is a NoCloud ISO.
+    // The base holds the image's bytes, the disk is backed by it (copy-on-write, the default),
+    // the seed is a NoCloud ISO.
     assert_eq!(
         std::fs::read(daemon.pool.path(&daemon.base)).unwrap(),
         pattern(IMAGE_BYTES, 3)
     );
-    assert_eq!(
-        std::fs::read(daemon.pool.path(&format!("{name}.raw"))).unwrap(),
-        pattern(IMAGE_BYTES, 3)
-    );
+    daemon.assert_disk_reads_the_image(&name, IMAGE_BYTES as u64, "the disk");
     let seed = std::fs::read(daemon.pool.path(&format!("{name}-seed.iso"))).unwrap();
     assert!(
         seed.windows(6)
@@ -407,32 +472,268 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
         .expect("delete is idempotent");
 }
 
+/// K2, the space precheck, counts what the new volumes allocate, not the disk's virtual size: a
+/// pool with 10 GiB available takes a 200 GiB copy-on-write disk of a 60 GiB base (its overlay is
+/// about 1 MiB), but not a whole copy of the base's 60 GiB of data: `quota-exceeded`, and nothing
+/// is made.
+/// A `tracing` writer appending to a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything this test binary logs from the first call on, down to `debug`, as the operator's
+/// text format writes it. Global: a thread-local subscriber races other tests over `tracing`'s
+/// per-callsite interest cache.
+fn logs() -> &'static Captured {
+    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+        logs
+    })
+}
+
+/// The provider's own lines about VM `vm`.
+fn lines_about(vm: &str) -> Vec<String> {
+    let logs = String::from_utf8(logs().0.lock().unwrap().clone()).unwrap();
+    logs.lines()
+        .filter(|line| {
+            line.contains("egress_runtime::guest") && line.contains(&format!("vm={vm} "))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// K35, logs a person can debug with: a create logs one `debug` line per capability call (what
+/// for, the VM, the connection, how it ended, in how many ms), as many as the host counted, and
+/// one `info` line with its outcome; a get of a VM that is gone logs its `not-found`. The seed's
+/// user-data, which may hold secrets, is in none of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pool_too_small_for_the_disk_is_quota_exceeded_and_nothing_is_made() {
+async fn a_create_logs_each_capability_call_and_its_outcome() {
+    logs();
     let daemon = Daemon::new().await;
     let provider = provider(&daemon.capability).await;
-    let name = unique_name("quota");
+    let name = unique_name("logged");
     let _guard = DomainGuard(name.clone());
-    let mut config = daemon.config.clone();
-    config["diskGiB"] = serde_json::json!(65536);
-    let outcome = create(
-        &provider,
-        &config,
-        &name,
-        "6c1f0a2e-0000-4000-8000-000000000002",
-    )
-    .await;
+    let secret = "s3cret-in-user-data";
+    let counted = daemon.capability.calls();
+    let request = CreateRequest {
+        name: name.clone(),
+        uid: "6c1f0a2e-0000-4000-8000-000000000015".into(),
+        tags: Vec::new(),
+        user_data: format!("#cloud-config\npassword: {secret}\n"),
+        config: daemon.config.to_string(),
+    };
+    let created = match call(&provider, Request::Create { request }).await.unwrap() {
+        Response::Create(instance) => instance,
+        other => panic!("create answered {other:?}"),
+    };
+    let counted = daemon.capability.calls() - counted;
+
+    let lines = lines_about(&name);
+    let calls: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("libvirt call"))
+        .collect();
+    // The host counts an import twice: the job, then the lookup of the volume it made.
+    let imports = calls
+        .iter()
+        .filter(|line| line.contains("call=\"import the base image\""))
+        .count();
+    assert_eq!(
+        calls.len() + imports,
+        counted,
+        "one line per call the host counted:\n{lines:#?}"
+    );
+    for line in &calls {
+        assert!(line.contains(" DEBUG "), "{line}");
+        assert!(line.contains("operation=\"create\""), "{line}");
+        assert!(line.contains("connection=system"), "{line}");
+        assert!(line.contains("outcome="), "{line}");
+        assert!(line.contains(" ms="), "{line}");
+    }
+    for step in [
+        "look up the domain",
+        "import the base image",
+        "make the disk",
+        "upload the seed",
+        "define the domain",
+        "start the domain",
+    ] {
+        assert!(
+            calls.iter().any(|line| line.contains(&format!("call=\"{step}\" connection=system outcome=ok"))),
+            "{step}:\n{lines:#?}"
+        );
+    }
+    let finished: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("libvirt operation finished"))
+        .collect();
+    assert_eq!(finished.len(), 1, "{lines:#?}");
+    assert!(finished[0].contains(" INFO "), "{}", finished[0]);
+    assert!(
+        finished[0].contains(&format!(
+            "outcome=\"ok: {} provisioning\"",
+            created.provider_id
+        )),
+        "{}",
+        finished[0]
+    );
+    assert!(
+        lines.iter().all(|line| !line.contains(secret)),
+        "{lines:#?}"
+    );
+
+    delete(&provider, &daemon.config, &created.provider_id)
+        .await
+        .unwrap();
+    let gone = get(&provider, &daemon.config, &created.provider_id).await;
+    assert_eq!(class(&gone), Some(ErrorClass::NotFound), "{gone:?}");
+    let lines = lines_about(&name);
+    assert!(
+        lines.iter().any(|line| line.contains("operation=\"get\"")
+            && line.contains("libvirt operation finished")
+            && line.contains("outcome=\"not-found: domain")),
+        "{lines:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_without_room_for_what_the_disk_allocates_is_quota_exceeded_and_nothing_is_made() {
+    const GIB: u64 = 1 << 30;
+    let uid = "6c1f0a2e-0000-4000-8000-000000000002";
+    let (_f, f) = test_node(
+        "f",
+        "images",
+        &[],
+        &[(NODE_BASE, 60 * GIB), ("filler", 30 * GIB)],
+    );
+    let capability = capability(IDENTITY, serde_json::json!({ "connections": [f] }));
+    let provider = provider(&capability).await;
+    let mut config = test_driver_config_on(&["f"]);
+    config["diskGiB"] = serde_json::json!(200);
+
+    config["diskMode"] = serde_json::json!("fullCopy");
+    let outcome = create(&provider, &config, "full", uid).await;
     assert_eq!(
         class(&outcome),
         Some(ErrorClass::QuotaExceeded),
         "{outcome:?}"
     );
-    assert_eq!(Daemon::domain_state(&name), None);
-    assert_eq!(
-        daemon.volumes(),
-        BTreeSet::from([daemon.base.clone()]),
-        "only the shared base"
+    assert!(
+        format!("{outcome:?}").contains("pool images on connection f has"),
+        "{outcome:?}"
     );
+    let [disk, seed] = node_volumes("full");
+    let raw_disk = "full.raw";
+    let creating = "full.raw.creating";
+    assert!(
+        held(
+            &capability,
+            "f",
+            "images",
+            &[&disk, &seed, raw_disk, creating]
+        )
+        .await
+        .is_empty()
+    );
+
+    config["diskMode"] = serde_json::json!("copyOnWrite");
+    create_until_the_upload(&provider, &config, "backed", uid).await;
+    assert_eq!(node_holds(&capability, "f", "backed").await.len(), 2);
+}
+
+/// K23, unused bases: once no VM uses a base, it leaves its pool after the grant's retention
+/// (`images.unusedRetentionMs`), at a later create or delete; never while a disk is backed by it
+/// or a domain reads it, whatever the retention. The prunes here are deletes of a VM that is
+/// gone, polled until the base goes or a deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_no_vm_uses_leaves_after_the_retention_and_never_while_a_disk_reads_it() {
+    const RETENTION: std::time::Duration = std::time::Duration::from_secs(3);
+    let daemon = Daemon::new().await.retaining(RETENTION.as_millis() as u64);
+    let provider = provider(&daemon.capability).await;
+    let base = || daemon.volumes().contains(&daemon.base);
+    let prune = async || {
+        delete(&provider, &daemon.config, "system/egress-long-gone")
+            .await
+            .unwrap();
+    };
+    let (first, second) = (unique_name("keep1"), unique_name("keep2"));
+    let _guards = (DomainGuard(first.clone()), DomainGuard(second.clone()));
+    let made = create(
+        &provider,
+        &daemon.config,
+        &first,
+        "6c1f0a2e-0000-4000-8000-000000000013",
+    )
+    .await
+    .unwrap();
+    create(
+        &provider,
+        &daemon.config,
+        &second,
+        "6c1f0a2e-0000-4000-8000-000000000014",
+    )
+    .await
+    .unwrap();
+    // One VM gone, the other's disk still reads the base: kept, past the retention too.
+    delete(&provider, &daemon.config, &made.provider_id)
+        .await
+        .unwrap();
+    let since = std::time::Instant::now();
+    while since.elapsed() < 2 * RETENTION {
+        prune().await;
+        assert!(base(), "removed while a disk is backed by it");
+    }
+    // Another owner's domain whose disk is the base file: kept for as long as it is there.
+    delete(&provider, &daemon.config, &format!("system/{second}"))
+        .await
+        .unwrap();
+    let foreign = unique_name("foreign");
+    let foreign_guard = DomainGuard(foreign.clone());
+    {
+        let mut connect = Daemon::connect();
+        let xml = format!(
+            "<domain type='qemu'><name>{foreign}</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os><devices><disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{}'/><target dev='vda' bus='virtio'/></disk></devices></domain>",
+            daemon.pool.path(&daemon.base).display()
+        );
+        virt::domain::Domain::define_xml(&connect, &xml).unwrap();
+        connect.close().unwrap();
+    }
+    let since = std::time::Instant::now();
+    let mut last_seen_used = since;
+    while since.elapsed() < 2 * RETENTION {
+        last_seen_used = std::time::Instant::now();
+        prune().await;
+        assert!(base(), "removed while a domain reads it");
+    }
+    foreign_guard.remove();
+    // Nothing uses it now: it goes once unused for the retention, counted from the last prune
+    // that saw it used, not before.
+    let deadline = std::time::Instant::now() + 10 * RETENTION;
+    while base() {
+        assert!(std::time::Instant::now() < deadline, "the base stayed");
+        prune().await;
+    }
+    let unused_for = last_seen_used.elapsed();
+    assert!(unused_for >= RETENTION, "{unused_for:?}");
+    assert_eq!(daemon.volumes(), BTreeSet::new());
 }
 
 const SHUTOFF: u32 = virt::sys::VIR_DOMAIN_SHUTOFF;
@@ -562,6 +863,53 @@ async fn a_delete_cut_before_any_call_then_retried_leaves_nothing_behind() {
         );
     }
     assert!(cuts >= 6, "a delete makes more calls than {cuts}");
+}
+
+/// §1e: a domain that vanishes at any step of a delete (someone undefined it meanwhile) still
+/// has its disk and seed removed, found by name; `not-found` there would make the operator count
+/// the delete as done and leave them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_that_vanishes_at_any_step_of_delete_still_has_its_volumes_removed() {
+    let daemon = Daemon::new().await;
+    let provider = provider(&daemon.capability).await;
+    let uid = "6c1f0a2e-0000-4000-8000-000000000011";
+    let mut vanished_at = 0;
+    for n in 0.. {
+        assert!(n < 32, "delete never finished within 32 calls");
+        let name = unique_name("vanish");
+        let _guard = DomainGuard(name.clone());
+        let instance = create(&provider, &daemon.config, &name, uid).await.unwrap();
+        let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hook = {
+            let (name, fired) = (name.clone(), fired.clone());
+            Box::new(move || {
+                DomainGuard(name).remove();
+                fired.store(true, Ordering::SeqCst);
+            })
+        };
+        daemon.capability.before_call(Some((n, hook)));
+        let outcome = delete(&provider, &daemon.config, &instance.provider_id).await;
+        daemon.capability.before_call(None);
+        outcome.unwrap_or_else(|error| panic!("vanished before call {n}: {error}"));
+        assert_eq!(
+            Daemon::domain_state(&name),
+            None,
+            "vanished before call {n}"
+        );
+        assert_eq!(
+            daemon.volumes(),
+            BTreeSet::from([daemon.base.clone()]),
+            "vanished before call {n}"
+        );
+        if !fired.load(Ordering::SeqCst) {
+            break;
+        }
+        vanished_at += 1;
+    }
+    assert!(
+        vanished_at >= 6,
+        "a delete makes more calls than {vanished_at}"
+    );
 }
 
 /// A domain in a test-driver node's file: running unless `runstate` (a `virDomainState`, the
@@ -787,9 +1135,9 @@ async fn node_autostart(capability: &LibvirtCapability, connection: &str, name: 
     ok(view.autostart(domain).await)
 }
 
-/// A VM's disk and seed on a test-driver node.
+/// A VM's disk (copy-on-write, so qcow2) and seed on a test-driver node.
 fn node_volumes(name: &str) -> [String; 2] {
-    [format!("{name}.raw"), format!("{name}-seed.iso")]
+    [format!("{name}.qcow2"), format!("{name}-seed.iso")]
 }
 
 async fn node_holds(
@@ -942,6 +1290,33 @@ async fn a_domain_with_our_name_but_another_or_no_uid_is_never_adopted_or_delete
     assert_eq!(foreign.state, InstanceState::Running);
 }
 
+/// K15, docs/contract.md: `get` of a provider ID this provider never makes is `not-found` (the
+/// operator then creates again), never `permanent`; `delete` of one stays `permanent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_of_a_malformed_provider_id_is_not_found_and_delete_of_one_permanent() {
+    let (_dir, grant) = test_node_with_domains(
+        "proxy-a",
+        "6c1f0a2e-0000-4000-8000-000000000010",
+        "proxy-b",
+        "proxy-c",
+    );
+    let capability = capability(IDENTITY, grant);
+    let provider = provider(&capability).await;
+    let config = test_driver_config();
+    for id in ["", "node", "node/", "/proxy-a", "node/proxy-a/x"] {
+        let got = get(&provider, &config, id).await;
+        assert_eq!(class(&got), Some(ErrorClass::NotFound), "{id:?}: {got:?}");
+        let deleted = delete(&provider, &config, id).await;
+        assert_eq!(
+            class(&deleted),
+            Some(ErrorClass::Permanent),
+            "{id:?}: {deleted:?}"
+        );
+    }
+    // Nothing was touched.
+    assert!(get(&provider, &config, "node/proxy-a").await.is_ok());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_leave_it_alone() {
     use egress_capability_libvirt::bindings::egress::libvirt::libvirt::DomainState;
@@ -961,7 +1336,7 @@ async fn get_of_a_domain_without_our_mark_is_not_found_and_create_and_delete_lea
             ),
             NodeDomain::new("unmarked-off", String::new()).in_state(5),
         ],
-        &[("unmarked.raw", 1 << 20), ("unmarked-seed.iso", 4096)],
+        &[("unmarked.qcow2", 1 << 20), ("unmarked-seed.iso", 4096)],
     );
     let capability = capability(IDENTITY, serde_json::json!({ "connections": [connection] }));
     let provider = provider(&capability).await;
@@ -1166,7 +1541,7 @@ async fn create_until_the_upload(
     let outcome = create(provider, config, name, uid).await;
     assert_eq!(class(&outcome), Some(ErrorClass::Permanent), "{outcome:?}");
     assert!(
-        format!("{outcome:?}").contains("upload the seed"),
+        format!("{outcome:?}").contains("the seed's upload"),
         "{outcome:?}"
     );
 }
@@ -1236,24 +1611,19 @@ async fn placement_follows_the_rule_and_a_retry_continues_where_a_volume_was_lef
     )
     .await;
     assert_eq!(holders("p2").await, [("c", 2)]);
-    // firstWithRoom for a 60 GiB disk: only c has room.
+    // firstWithRoom for a 200 GiB disk, larger than any pool: copy-on-write, it allocates
+    // about 1 MiB, so b has room.
     create_until_the_upload(
         &provider,
-        &config(&["a", "b", "c"], "firstWithRoom", Some(60)),
+        &config(&["a", "b", "c"], "firstWithRoom", Some(200)),
         "p3",
         uid,
     )
     .await;
-    assert_eq!(holders("p3").await, [("c", 2)]);
-    // No pool has room for 200 GiB: quota-exceeded under either rule, nothing made.
+    assert_eq!(holders("p3").await, [("b", 2)]);
+    // a alone has no room for that MiB: quota-exceeded under either rule, nothing made.
     for placement in ["firstWithRoom", "mostAvailable"] {
-        let outcome = create(
-            &provider,
-            &config(&["a", "b", "c"], placement, Some(200)),
-            "p4",
-            uid,
-        )
-        .await;
+        let outcome = create(&provider, &config(&["a"], placement, None), "p4", uid).await;
         assert_eq!(
             class(&outcome),
             Some(ErrorClass::QuotaExceeded),
@@ -1337,79 +1707,102 @@ async fn a_connection_that_does_not_answer_is_left_out_of_create_and_list_and_na
     assert_eq!(adopted.provider_id, "b/proxy-b");
 }
 
+/// K33: check probes every connection at once, each within 20 s, below check's 30 s deadline:
+/// two hypervisors that accept and never answer are reported `unreachable`, naming the first, in
+/// time. (Probed one after the other, or each up to the grant's 30 s call timeout, the call would
+/// run out its deadline instead.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_qcow2_base_is_cloned_to_a_qcow2_disk_on_a_real_libvirtd() {
-    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
-    let provider = provider(&daemon.capability).await;
-    let name = unique_name("qcow2");
-    let _guard = DomainGuard(name.clone());
-    let uid = "6c1f0a2e-0000-4000-8000-00000000000c";
-
-    let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
-    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
-    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
-    let (base, disk) = (
-        daemon.pool.path(&daemon.base),
-        daemon.pool.path(&daemon.disk(&name)),
+async fn check_reports_silent_hypervisors_unreachable_within_its_deadline() {
+    let (_a, a) = test_node("a", "images", &[], &[]);
+    let (first, second) = (Silent::start().await, Silent::start().await);
+    // The grant's call timeout is the default, 30 s: as long as check's whole deadline.
+    let capability = capability(
+        IDENTITY,
+        serde_json::json!({ "connections": [
+            a,
+            first.connection("silent1", "images"),
+            second.connection("silent2", "images"),
+        ] }),
     );
-    for file in [&base, &disk] {
-        let bytes = std::fs::read(file).unwrap();
-        assert_eq!(&bytes[..4], b"QFI\xfb", "{} is qcow2", file.display());
-    }
-    // A full clone (no backing file) the image's size, holding what the image holds: libvirt
-    // read the base as qcow2, not as raw bytes to wrap.
-    let info = qcow2_info(&disk);
-    assert_eq!(info["virtual-size"], IMAGE_BYTES, "{info}");
-    assert!(info.get("backing-filename").is_none(), "{info}");
-    let compared = qemu_img(
-        &["compare", "-U", "-f", "qcow2", "-F", "qcow2"],
-        &[&base, &disk],
-    );
-    assert!(compared.status.success(), "{compared:?}");
-    // The domain reads the disk as qcow2.
-    let connect = Daemon::connect();
-    let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
-    let xml = domain.get_xml_desc(0).unwrap();
-    assert!(xml.contains("<driver name='qemu' type='qcow2'/>"), "{xml}");
-
-    delete(&provider, &daemon.config, &created.provider_id)
-        .await
-        .unwrap();
-    assert_eq!(Daemon::domain_state(&name), None);
-    assert_eq!(daemon.volumes(), BTreeSet::from([daemon.base.clone()]));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_qcow2_disk_grows_to_disk_gib_on_a_real_libvirtd() {
-    let daemon = Daemon::build("qcow2", |_| Vec::new()).await;
-    let provider = provider(&daemon.capability).await;
-    let name = unique_name("qcow2g");
-    let _guard = DomainGuard(name.clone());
-    let mut config = daemon.config.clone();
-    config["diskGiB"] = serde_json::json!(1);
-
-    let created = create(
+    let provider = provider(&capability).await;
+    let started = std::time::Instant::now();
+    let checked = check(
         &provider,
-        &config,
-        &name,
-        "6c1f0a2e-0000-4000-8000-00000000000e",
+        &test_driver_config_on(&["a", "silent1", "silent2"]),
     )
-    .await
-    .unwrap();
-    let info = qcow2_info(&daemon.pool.path(&daemon.disk(&name)));
-    delete(&provider, &config, &created.provider_id)
-        .await
-        .unwrap();
-    assert_eq!(info["virtual-size"], 1u64 << 30, "{info}");
+    .await;
+    let took = started.elapsed();
+    assert_eq!(checked.reason, CheckReason::Unreachable, "{checked:?}");
+    assert_eq!(
+        checked.message, "connection silent1: did not answer within 20 s",
+        "{checked:?}"
+    );
+    assert!(took < std::time::Duration::from_secs(25), "{took:?}");
 }
 
-/// `qemu-img info` of a qcow2 file, which must be one (`-U`: a running domain holds its lock).
-fn qcow2_info(file: &PathBuf) -> serde_json::Value {
-    let output = qemu_img(&["info", "-U", "--output=json", "-f", "qcow2"], &[file]);
-    let info: serde_json::Value = serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|error| panic!("{error}: {output:?}"));
-    assert_eq!(info["format"], "qcow2", "{info}");
-    info
+/// A qcow2 base gives a qcow2 disk in either mode: backed by the base by default (copy-on-write),
+/// a whole copy with no backing file with `fullCopy`. Both read what the image holds (libvirt
+/// read the base as qcow2, not as raw bytes to wrap), the domain reads the disk as qcow2, and a
+/// delete leaves the base.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_base_gives_a_qcow2_disk_backed_by_it_or_copied_whole() {
+    for mode in ["copyOnWrite", "fullCopy"] {
+        let daemon = Daemon::build("qcow2", |_| Vec::new()).await.in_mode(mode);
+        let provider = provider(&daemon.capability).await;
+        let name = unique_name("qcow2");
+        let _guard = DomainGuard(name.clone());
+        let uid = "6c1f0a2e-0000-4000-8000-00000000000c";
+
+        let created = create(&provider, &daemon.config, &name, uid).await.unwrap();
+        assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+        assert_eq!(daemon.volumes(), daemon.volumes_of(&name), "{mode}");
+        assert_eq!(daemon.disk(&name), format!("{name}.qcow2"));
+        daemon.assert_disk_reads_the_image(&name, IMAGE_BYTES as u64, mode);
+        let connect = Daemon::connect();
+        let domain = virt::domain::Domain::lookup_by_name(&connect, &name).unwrap();
+        let xml = domain.get_xml_desc(0).unwrap();
+        assert!(
+            xml.contains("<driver name='qemu' type='qcow2'/>"),
+            "{mode}: {xml}"
+        );
+
+        delete(&provider, &daemon.config, &created.provider_id)
+            .await
+            .unwrap();
+        assert_eq!(Daemon::domain_state(&name), None);
+        assert_eq!(daemon.volumes(), BTreeSet::from([daemon.base.clone()]));
+    }
+}
+
+/// `diskGiB` above the image's size: in either mode the disk is that large from the moment it
+/// has its name, and still reads the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_is_disk_gib_large_in_either_mode_on_a_real_libvirtd() {
+    for (format, mode) in [
+        ("qcow2", "copyOnWrite"),
+        ("qcow2", "fullCopy"),
+        ("raw", "fullCopy"),
+    ] {
+        let daemon = Daemon::build(format, |_| Vec::new()).await.in_mode(mode);
+        let provider = provider(&daemon.capability).await;
+        let name = unique_name("grown");
+        let _guard = DomainGuard(name.clone());
+        let mut config = daemon.config.clone();
+        config["diskGiB"] = serde_json::json!(1);
+
+        let created = create(
+            &provider,
+            &config,
+            &name,
+            "6c1f0a2e-0000-4000-8000-000000000016",
+        )
+        .await
+        .unwrap();
+        daemon.assert_disk_reads_the_image(&name, 1 << 30, &format!("{format} {mode}"));
+        delete(&provider, &config, &created.provider_id)
+            .await
+            .unwrap();
+    }
 }
 
 /// Runs `qemu-img` with `args` then `files`.
@@ -1421,18 +1814,33 @@ fn qemu_img(args: &[&str], files: &[&PathBuf]) -> std::process::Output {
         .expect("qemu-img runs")
 }
 
+/// The kill-point sweep: a create cut before each of its capability calls in turn (the host
+/// dying there), then retried, ends with one running domain, one whole disk of `diskGiB` that
+/// reads the image, and one seed, in both disk modes. Making the disk is among the cuts: the
+/// copy-on-write disk's one call, and a whole copy's temporary volume, copy and cleanup (gap 9:
+/// a disk cut between its clone and its resize was reused as it was).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() {
-    // node: a test-driver node, listed first, whose pool (named as the real one) is full: every
-    // create looks on it, then makes the VM on the real daemon.
-    let daemon = Daemon::build("raw", |pool| {
-        vec![test_node("node", pool, &[], &[("filler", NODE_POOL_BYTES)])]
-    })
-    .await;
+    for mode in ["copyOnWrite", "fullCopy"] {
+        // node: a test-driver node, listed first, whose pool (named as the real one) is full:
+        // every create looks on it, then makes the VM on the real daemon.
+        let daemon = Daemon::build("qcow2", |pool| {
+            vec![test_node("node", pool, &[], &[("filler", NODE_POOL_BYTES)])]
+        })
+        .await
+        .in_mode(mode);
+        cut_every_call_of_a_create(&daemon).await;
+    }
+}
+
+/// [`a_create_cut_anywhere_across_two_connections_converges_on_one_domain`] for one daemon.
+async fn cut_every_call_of_a_create(daemon: &Daemon) {
     let provider = provider(&daemon.capability).await;
     let uid = "6c1f0a2e-0000-4000-8000-00000000000d";
     let mut config = daemon.config.clone();
     config["connections"] = serde_json::json!(["node", "system"]);
+    config["diskGiB"] = serde_json::json!(1);
+    let mode = config["diskMode"].clone();
     let on_node = async |name: &str| {
         let [_, seed] = node_volumes(name);
         let disk = daemon.disk(name);
@@ -1446,7 +1854,8 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
     };
     let mut cuts = 0;
     for n in 0.. {
-        assert!(n < 96, "create never finished within 96 calls");
+        assert!(n < 96, "{mode}: create never finished within 96 calls");
+        let what = format!("{mode}, cut before call {n}");
         let name = unique_name("cut2");
         let _guard = DomainGuard(name.clone());
         daemon.forget_base();
@@ -1457,29 +1866,22 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
         let instance = if let Ok(instance) = first {
             instance
         } else {
-            assert!(is_cut(&first), "cut before call {n}: {first:?}");
+            assert!(is_cut(&first), "{what}: {first:?}");
             cuts += 1;
             create(&provider, &config, &name, uid)
                 .await
-                .unwrap_or_else(|error| panic!("cut before call {n}: the retry failed: {error}"))
+                .unwrap_or_else(|error| panic!("{what}: the retry failed: {error}"))
         };
-        assert_eq!(
-            instance.provider_id,
-            format!("system/{name}"),
-            "cut before call {n}"
-        );
+        assert_eq!(instance.provider_id, format!("system/{name}"), "{what}");
         assert_eq!(
             Daemon::domain_state(&name).map(|s| s.0),
             Some(RUNNING),
-            "cut before call {n}"
+            "{what}"
         );
-        assert_eq!(Daemon::autostart(&name), Some(true), "cut before call {n}");
-        assert_eq!(
-            daemon.volumes(),
-            daemon.volumes_of(&name),
-            "cut before call {n}"
-        );
-        assert!(on_node(&name).await.is_empty(), "cut before call {n}");
+        assert_eq!(Daemon::autostart(&name), Some(true), "{what}");
+        assert_eq!(daemon.volumes(), daemon.volumes_of(&name), "{what}");
+        daemon.assert_disk_reads_the_image(&name, 1 << 30, &what);
+        assert!(on_node(&name).await.is_empty(), "{what}");
         if completed {
             // node now has room and comes first: a create that did not look on every
             // connection would make a second VM there.
@@ -1497,7 +1899,7 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
         assert_eq!(
             daemon.volumes(),
             BTreeSet::from([daemon.base.clone()]),
-            "cut before call {n}"
+            "{what}"
         );
         if completed {
             break;
@@ -1505,8 +1907,105 @@ async fn a_create_cut_anywhere_across_two_connections_converges_on_one_domain() 
     }
     assert!(
         cuts >= 14,
-        "a create over two connections makes more calls than {cuts}"
+        "{mode}: a create over two connections makes more calls than {cuts}"
     );
+}
+
+/// A whole copy is published by libvirt copying the temporary disk into the disk, which the
+/// host may stop waiting for (its call timed out) while libvirt goes on. A create that then finds
+/// the disk beside its temporary volume must neither use the disk nor make it again: libvirt
+/// refuses to delete the temporary volume while it copies from it, so the create is `transient`
+/// and defines nothing; once the copy ends, the next create trusts the disk as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_still_being_copied_is_waited_for_then_trusted_never_used_or_made_again() {
+    const COPIED: usize = 1 << 30;
+    let daemon = Daemon::new().await.in_mode("fullCopy");
+    let provider = provider(&daemon.capability).await;
+    let name = unique_name("copying");
+    let _guard = DomainGuard(name.clone());
+    let uid = "6c1f0a2e-0000-4000-8000-000000000012";
+    let (disk, creating) = (
+        daemon.disk(&name),
+        format!("{}.creating", daemon.disk(&name)),
+    );
+
+    // The temporary disk, as a cut attempt left it: 1 GiB that is not the image.
+    let mut written = Sha256::new();
+    {
+        use std::io::Write;
+        let chunk = pattern(64 << 20, 42);
+        let mut file = std::fs::File::create(daemon.pool.path(&creating)).unwrap();
+        for _ in 0..COPIED / chunk.len() {
+            file.write_all(&chunk).unwrap();
+            written.update(&chunk);
+        }
+    }
+    let written = written.finalize();
+    let copy = {
+        let (pool, disk, creating) = (daemon.pool.name.clone(), disk.clone(), creating.clone());
+        std::thread::spawn(move || {
+            let mut connect = Daemon::connect();
+            let pool = virt::storage_pool::StoragePool::lookup_by_name(&connect, &pool).unwrap();
+            pool.refresh(0).unwrap();
+            let source = virt::storage_vol::StorageVol::lookup_by_name(&pool, &creating).unwrap();
+            let xml = format!(
+                "<volume><name>{disk}</name><capacity unit='bytes'>{COPIED}</capacity><target><format type='raw'/></target></volume>"
+            );
+            virt::storage_vol::StorageVol::create_xml_from(&pool, &xml, &source, 0).unwrap();
+            connect.close().unwrap();
+        })
+    };
+    // libvirt refuses to refresh a pool while it copies: look the disk up without one.
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the copy started",
+        || {
+            let mut connect = Daemon::connect();
+            let pool = virt::storage_pool::StoragePool::lookup_by_name(&connect, &daemon.pool.name)
+                .unwrap();
+            let started = virt::storage_vol::StorageVol::lookup_by_name(&pool, &disk).is_ok();
+            connect.close().unwrap();
+            started
+        },
+    );
+
+    let outcome = create(&provider, &daemon.config, &name, uid).await;
+    assert!(
+        !copy.is_finished(),
+        "the copy ended before create looked: {outcome:?}"
+    );
+    assert_eq!(class(&outcome), Some(ErrorClass::Transient), "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("delete the temporary disk"),
+        "{outcome:?}"
+    );
+    assert_eq!(Daemon::domain_state(&name), None, "nothing defined on it");
+
+    copy.join().unwrap();
+    create(&provider, &daemon.config, &name, uid).await.unwrap();
+    assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
+    assert_eq!(daemon.volumes(), daemon.volumes_of(&name));
+    let mut published = Sha256::new();
+    {
+        use std::io::Read;
+        let mut file = std::fs::File::open(daemon.pool.path(&disk)).unwrap();
+        let mut buffer = vec![0; 64 << 20];
+        loop {
+            let read = file.read(&mut buffer).unwrap();
+            if read == 0 {
+                break;
+            }
+            published.update(&buffer[..read]);
+        }
+    }
+    assert_eq!(
+        published.finalize(),
+        written,
+        "the copied disk was used as it was"
+    );
+    delete(&provider, &daemon.config, &format!("system/{name}"))
+        .await
+        .unwrap();
 }
 
 /// Deletes the `filler` volume of `node`'s pool, through the capability's pooled connection.

@@ -63,6 +63,21 @@ pub fn try_capability(
     Ok(capability)
 }
 
+/// Sets `identity`'s grant on `capability` anew, as a host does when a grant changes.
+pub fn regrant(capability: &LibvirtCapability, identity: &str, grant: serde_json::Value) {
+    let grant: LibvirtGrant = serde_json::from_value(grant).unwrap();
+    capability
+        .set_grant(
+            identity,
+            &grant,
+            &GrantContext {
+                digests: &[],
+                host: &FilesOnly,
+            },
+        )
+        .unwrap();
+}
+
 /// One provider call: its libvirt state and resource table, as a store would hold them.
 pub struct Call {
     pub ctx: LibvirtCallCtx,
@@ -195,4 +210,48 @@ pub fn pattern(length: usize, seed: u8) -> Vec<u8> {
     (0..length)
         .map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// Accepts connections and holds them open without a byte; dropping it closes them (which
+/// releases the blocked libvirt threads).
+pub struct Silent {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Silent {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        Self { port, task }
+    }
+
+    /// A grant of this listener alone, as connection `hung`, with calls timing out at `call_ms`.
+    pub fn grant(&self, call_ms: u64) -> serde_json::Value {
+        serde_json::json!({
+            "connections": [self.connection("hung", "images")],
+            "timeouts": { "callMs": call_ms },
+        })
+    }
+
+    /// This listener's grant entry as connection `name`, with pool `pool`.
+    pub fn connection(&self, name: &str, pool: &str) -> serde_json::Value {
+        serde_json::json!({
+            "name": name,
+            "uri": format!("qemu+tcp://127.0.0.1:{}/system", self.port),
+            "pools": [pool],
+        })
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

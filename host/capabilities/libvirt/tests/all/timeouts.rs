@@ -1,50 +1,13 @@
 //! A hypervisor that never answers: a TCP listener that accepts and stays silent, dialed as
 //! `qemu+tcp://`. libvirt's open blocks on it; the guest must get `timeout` at the per-call
-//! timeout or the operation's deadline, whichever comes first.
+//! timeout or the operation's deadline, whichever comes first, and a probe of several
+//! connections must not wait on it for the others.
 
 use std::time::{Duration, Instant};
 
 use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{Error, HostConnection};
-use tokio::net::TcpListener;
 
 use crate::support::*;
-
-/// Accepts connections and holds them open without a byte; dropping it closes them (which
-/// releases the blocked libvirt threads).
-struct Silent {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Silent {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                held.push(stream);
-            }
-        });
-        Self { port, task }
-    }
-
-    fn grant(&self, call_ms: u64) -> serde_json::Value {
-        serde_json::json!({
-            "connections": [{
-                "name": "hung",
-                "uri": format!("qemu+tcp://127.0.0.1:{}/system", self.port),
-            }],
-            "timeouts": { "callMs": call_ms },
-        })
-    }
-}
-
-impl Drop for Silent {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// The call's outcome, failing the test if the host let it run 10 s (the bound the host broke).
 async fn bounded<T>(call: impl Future<Output = T>) -> T {
@@ -92,4 +55,51 @@ async fn a_passed_deadline_times_out_without_calling_libvirt() {
     let mut call = Call::until(&capability, "kvm2", Instant::now());
     let error = err(call.view().open("node".into()).await);
     assert!(matches!(error, Error::Timeout), "{error:?}");
+}
+
+/// K33: `probe` dials every connection at once, so a hypervisor that never answers costs the
+/// others nothing: the test driver behind the silent one answers, and the whole probe takes the
+/// probe's timeout, not one per connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_dials_every_connection_at_once_and_a_silent_one_times_out_alone() {
+    let (first, second) = (Silent::start().await, Silent::start().await);
+    let node = TestNode::new();
+    let mut grant = node.grant();
+    let connections = grant["connections"].as_array_mut().unwrap();
+    connections.push(first.connection("silent1", "images"));
+    connections.push(second.connection("silent2", "images"));
+    let capability = capability("kvm2", grant);
+    let mut call = Call::new(&capability, "kvm2");
+    let names = ["silent1", "node", "silent2", "ungranted"].map(String::from);
+    let started = Instant::now();
+    let answers = ok(bounded(HostConnection::probe(
+        &mut call.view(),
+        names.to_vec(),
+        "images".into(),
+        1000,
+    ))
+    .await);
+    let took = started.elapsed();
+    assert!(matches!(answers[0], Err(Error::Timeout)), "{answers:?}");
+    let health = answers[1].as_ref().expect("the test driver answers");
+    assert!(health.version.starts_with(char::is_numeric), "{health:?}");
+    assert!(health.pool.capacity > 0, "{health:?}");
+    assert!(matches!(answers[2], Err(Error::Timeout)), "{answers:?}");
+    assert!(matches!(&answers[3], Err(Error::Denied(_))), "{answers:?}");
+    assert!(took < Duration::from_millis(1900), "{took:?}");
+    // A pool the connection does not grant is denied before any dial.
+    let answers =
+        ok(
+            HostConnection::probe(&mut call.view(), vec!["node".into()], "other".into(), 1000)
+                .await,
+        );
+    assert!(matches!(&answers[0], Err(Error::Denied(_))), "{answers:?}");
+    let too_many = err(HostConnection::probe(
+        &mut call.view(),
+        vec!["node".into(); 65],
+        "images".into(),
+        1000,
+    )
+    .await);
+    assert!(matches!(too_many, Error::Invalid(_)), "{too_many:?}");
 }
