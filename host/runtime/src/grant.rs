@@ -12,6 +12,10 @@
 //! | the operator (ProviderConfigs) | the Secrets and ConfigMaps it watches | refused: a ProviderConfig cannot make the operator read its own files |
 //! | the CLI (`--grants`) | refused: there are no Secrets | allowed |
 //!
+//! A document spells each place one value may come from as a field of its own (`caSecretRef`,
+//! `caConfigMapRef`, `caFile`), so its YAML and schema stay flat; [`ValueFrom::one_of`] reads
+//! those fields into one model and [`GrantContext::resolve`] is the one place it is resolved.
+//!
 //! A grant is set and removed at run time; calls in flight keep the grant they started with.
 //!
 //! [`Capability::Grant`]: crate::Capability::Grant
@@ -73,6 +77,83 @@ pub trait GrantHost: Sync {
     fn file(&self, path: &Path) -> Result<(), String>;
 }
 
+/// Where one value a grant document names comes from, and the field that names it.
+///
+/// The fields stay the document's own (`#[serde(flatten)]` cannot be combined with the
+/// documents' `deny_unknown_fields`, and would change their schema), so this model is read from
+/// them, not serialized: [`ValueFrom::one_of`] picks the one field set, and
+/// [`GrantContext::resolve`] resolves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueFrom<'a> {
+    /// The field, as the document spells it (`tls.caSecretRef`): what an error names.
+    pub field: &'static str,
+    /// What the field names.
+    pub source: ValueSource<'a>,
+}
+
+/// What a grant document's field names as the place a value comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueSource<'a> {
+    /// A key of a Secret the host holds.
+    Secret(&'a SecretKeyRef),
+    /// A key of a ConfigMap the host holds (public material: a CA, a known_hosts list).
+    ConfigMap(&'a SecretKeyRef),
+    /// A file of the host, which the capability reads itself when it needs it.
+    File(&'a Path),
+}
+
+/// Names the object, never its content: `Secret proxmox-token key token`, for errors and logs.
+impl std::fmt::Display for ValueSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Secret(reference) => write!(f, "Secret {} key {}", reference.name, reference.key),
+            Self::ConfigMap(reference) => {
+                write!(f, "ConfigMap {} key {}", reference.name, reference.key)
+            }
+            Self::File(path) => write!(f, "file {}", path.display()),
+        }
+    }
+}
+
+/// A document named more than one place for one value; which is meant cannot be guessed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoreThanOneSource;
+
+impl<'a> ValueFrom<'a> {
+    /// The one of `fields` (each the field's name and what it names, when set) the document
+    /// sets: `Ok(None)` when none is set. Whether none is allowed is the caller's to say.
+    pub fn one_of(
+        fields: impl IntoIterator<Item = (&'static str, Option<ValueSource<'a>>)>,
+    ) -> Result<Option<Self>, MoreThanOneSource> {
+        let mut set = fields
+            .into_iter()
+            .filter_map(|(field, source)| Some(Self { field, source: source? }));
+        let first = set.next();
+        match set.next() {
+            Some(_) => Err(MoreThanOneSource),
+            None => Ok(first),
+        }
+    }
+}
+
+/// A value [`GrantContext::resolve`] resolved.
+pub enum Resolved<'a> {
+    /// The value of a Secret's or ConfigMap's key, which the host holds; zeroed on drop.
+    Value(zeroize::Zeroizing<Vec<u8>>),
+    /// A file the document may name. The capability reads it when it needs it, so a file that
+    /// changes is read again without setting the grant again.
+    File(&'a Path),
+}
+
+impl std::fmt::Debug for Resolved<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Value(_) => f.write_str("Value([redacted])"),
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
+}
+
 /// What [`Capability::set_grant`](crate::Capability::set_grant) is told beside the document.
 #[derive(Clone, Copy)]
 pub struct GrantContext<'a> {
@@ -98,6 +179,25 @@ impl GrantContext<'_> {
                 })
             })
             .collect()
+    }
+
+    /// Resolves `from` through the host: a Secret's or ConfigMap's value now, or for a file
+    /// whether the document may name it. `Err` (built by `invalid`, for `from`'s field) names
+    /// the object, never its content.
+    pub fn resolve<'a>(
+        &self,
+        from: ValueFrom<'a>,
+        invalid: impl Fn(&str, String) -> GrantError,
+    ) -> Result<Resolved<'a>, GrantError> {
+        let resolved = match from.source {
+            ValueSource::Secret(reference) => self.host.secret(reference).map(Resolved::Value),
+            ValueSource::ConfigMap(reference) => self
+                .host
+                .config_map(reference)
+                .map(|text| Resolved::Value(zeroize::Zeroizing::new(text.into_bytes()))),
+            ValueSource::File(path) => self.host.file(path).map(|()| Resolved::File(path)),
+        };
+        resolved.map_err(|reason| invalid(from.field, reason))
     }
 }
 
@@ -197,5 +297,57 @@ mod tests {
         assert!(FilesOnly.secret(&reference).unwrap_err().contains("token"));
         assert!(FilesOnly.config_map(&reference).is_err());
         assert!(FilesOnly.file(Path::new("/etc/ca.pem")).is_ok());
+    }
+
+    #[test]
+    fn a_value_comes_from_at_most_one_field() {
+        let reference = SecretKeyRef::default();
+        let file = Path::new("/etc/ca.pem");
+        let none = ValueFrom::one_of([("caSecretRef", None), ("caFile", None)]);
+        assert_eq!(none, Ok(None));
+        let one = ValueFrom::one_of([
+            ("caSecretRef", None),
+            ("caFile", Some(ValueSource::File(file))),
+        ]);
+        assert_eq!(
+            one,
+            Ok(Some(ValueFrom {
+                field: "caFile",
+                source: ValueSource::File(file)
+            }))
+        );
+        let two = ValueFrom::one_of([
+            ("caSecretRef", Some(ValueSource::Secret(&reference))),
+            ("caFile", Some(ValueSource::File(file))),
+        ]);
+        assert_eq!(two, Err(MoreThanOneSource));
+    }
+
+    #[test]
+    fn resolving_names_the_field_the_host_refused() {
+        let context = GrantContext {
+            digests: &[],
+            host: &FilesOnly,
+        };
+        let invalid = GrantError::about("http", "proxmox");
+        let reference = SecretKeyRef {
+            name: "token".into(),
+            ..SecretKeyRef::default()
+        };
+        let secret = ValueFrom {
+            field: "credential.secretRef",
+            source: ValueSource::Secret(&reference),
+        };
+        let error = context.resolve(secret, &invalid).unwrap_err();
+        assert_eq!(error.field, "credential.secretRef");
+        assert!(error.reason.contains("token"), "{error}");
+        let file = ValueFrom {
+            field: "credential.secretFile",
+            source: ValueSource::File(Path::new("/etc/token")),
+        };
+        assert!(matches!(
+            context.resolve(file, &invalid),
+            Ok(Resolved::File(path)) if path == Path::new("/etc/token")
+        ));
     }
 }

@@ -7,7 +7,7 @@
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use egress_capability_http::redact::Redactor;
+use egress_capability_http::Redactor;
 use std::hint::black_box;
 
 const SECRET: &str = "root@pam!op=0f1e2d3c-aaaa-bbbb-cccc-1234567890ab";

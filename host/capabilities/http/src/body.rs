@@ -88,6 +88,86 @@ impl ResponseBody {
         }
         trailers
     }
+
+    /// The server's next frame; the deadline's error once it passed while the server kept the
+    /// body waiting; a failed read as the code the guest gets.
+    fn poll_server(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, EgressError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_pending() {
+            let deadline = self.deadline;
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
+            }
+        }
+        polled.map(|frame| frame.map(|frame| frame.map_err(|error| read_failed(&error))))
+    }
+
+    /// What the guest gets of one frame of the server's: `None` when nothing yet (redaction
+    /// holds data back, or the frame is neither data nor trailers).
+    fn pass(&mut self, frame: Frame<Bytes>) -> Option<Result<Frame<Bytes>, EgressError>> {
+        match frame.into_data() {
+            Ok(data) => self.pass_data(data),
+            Err(frame) => {
+                let trailers = frame.into_trailers().ok()?;
+                Some(Ok(self.pass_trailers(trailers)))
+            }
+        }
+    }
+
+    /// Data, counted against the cap and redacted.
+    fn pass_data(&mut self, data: Bytes) -> Option<Result<Frame<Bytes>, EgressError>> {
+        let len = data.len() as u64;
+        if len > self.remaining {
+            self.finished = true;
+            return Some(Err(EgressError::HttpResponseBodySize(Some(self.limit))));
+        }
+        self.remaining -= len;
+        match self.redactor.as_mut() {
+            Some(redactor) => {
+                let out = redactor.push(&data);
+                // All held back: an occurrence may be starting.
+                (!out.is_empty()).then(|| Ok(Frame::data(out)))
+            }
+            None => Some(Ok(Frame::data(data))),
+        }
+    }
+
+    /// Trailers come after the data redaction still holds back, so that goes first and the
+    /// trailers wait for the next poll.
+    fn pass_trailers(&mut self, trailers: http::HeaderMap) -> Frame<Bytes> {
+        let tail = self.finish_redaction();
+        if tail.is_empty() {
+            Frame::trailers(self.redact_trailers(trailers))
+        } else {
+            self.pending_trailers = Some(trailers);
+            Frame::data(tail)
+        }
+    }
+
+    /// What redaction still holds back, now that no more data comes.
+    fn finish_redaction(&mut self) -> Bytes {
+        self.redactor
+            .as_mut()
+            .map(StreamRedactor::finish)
+            .unwrap_or_default()
+    }
+}
+
+/// A failed read of the body, as the guest's error code: a failure of unknown kind is an
+/// incomplete response, since the headers had arrived.
+fn read_failed(error: &reqwest::Error) -> EgressError {
+    let (code, kind) = classify(error);
+    tracing::warn!(error.type = kind, "response body failed");
+    match code {
+        EgressError::InternalError(_) => EgressError::HttpResponseIncomplete,
+        other => other,
+    }
 }
 
 impl Body for ResponseBody {
@@ -110,80 +190,21 @@ impl Body for ResponseBody {
             return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
         }
         loop {
-            let polled = Pin::new(&mut this.inner).poll_frame(cx);
-            if polled.is_pending() {
-                let deadline = this.deadline;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                if timer.as_mut().poll(cx).is_ready() {
-                    this.finished = true;
-                    return Poll::Ready(Some(Err(EgressError::HttpResponseTimeout)));
-                }
-            }
-            let frame = match ready!(polled) {
+            let frame = match ready!(this.poll_server(cx)) {
                 None => {
                     this.finished = true;
-                    let tail = this
-                        .redactor
-                        .as_mut()
-                        .map(StreamRedactor::finish)
-                        .unwrap_or_default();
+                    let tail = this.finish_redaction();
                     return Poll::Ready((!tail.is_empty()).then(|| Ok(Frame::data(tail))));
                 }
-                Some(Err(error)) => {
+                Some(Err(code)) => {
                     this.finished = true;
-                    let (code, kind) = classify(&error);
-                    tracing::warn!(error.type = kind, "response body failed");
-                    let code = match code {
-                        EgressError::InternalError(_) => EgressError::HttpResponseIncomplete,
-                        other => other,
-                    };
                     return Poll::Ready(Some(Err(code)));
                 }
                 Some(Ok(frame)) => frame,
             };
-            let frame = match frame.into_data() {
-                Ok(data) => {
-                    let len = data.len() as u64;
-                    if len > this.remaining {
-                        this.finished = true;
-                        return Poll::Ready(Some(Err(EgressError::HttpResponseBodySize(Some(
-                            this.limit,
-                        )))));
-                    }
-                    this.remaining -= len;
-                    match this.redactor.as_mut() {
-                        Some(redactor) => {
-                            let out = redactor.push(&data);
-                            if out.is_empty() {
-                                // All held back: an occurrence may be starting.
-                                continue;
-                            }
-                            Frame::data(out)
-                        }
-                        None => Frame::data(data),
-                    }
-                }
-                Err(frame) => match frame.into_trailers() {
-                    Ok(trailers) => {
-                        let tail = this
-                            .redactor
-                            .as_mut()
-                            .map(StreamRedactor::finish)
-                            .unwrap_or_default();
-                        if tail.is_empty() {
-                            Frame::trailers(this.redact_trailers(trailers))
-                        } else {
-                            this.pending_trailers = Some(trailers);
-                            Frame::data(tail)
-                        }
-                    }
-                    // Neither data nor trailers: nothing the guest could read.
-                    Err(_) => continue,
-                },
-            };
-            return Poll::Ready(Some(Ok(frame)));
+            if let Some(passed) = this.pass(frame) {
+                return Poll::Ready(Some(passed));
+            }
         }
     }
 

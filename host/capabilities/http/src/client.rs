@@ -231,14 +231,7 @@ impl Shared {
         origin: &Origin,
         roots: Option<&[reqwest::Certificate]>,
     ) -> Result<reqwest::Client, ClientError> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            // The grant is the whole policy: no proxy from the environment, no redirect to
-            // somewhere the allowlist never saw (a 3xx goes back to the provider as is).
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
+        let mut builder = locked_down_client()
             // Idle connections kept per origin: a guest's burst of requests cannot leave more
             // sockets open than its in-flight budget, and they are reused, not multiplied.
             .pool_max_idle_per_host(MAX_IDLE_PER_ORIGIN)
@@ -257,6 +250,20 @@ impl Shared {
         }
         builder.build().map_err(ClientError::Build)
     }
+}
+
+/// A client builder for a host's outgoing HTTP on behalf of a provider, where the grant is the
+/// whole policy and nothing of the environment or of the server widens it: rustls with no
+/// built-in roots (the caller adds the CA the grant names, and only it), no proxy from the
+/// environment, no redirect to somewhere the allowlist never saw (a 3xx goes back to the caller
+/// as is), no `Referer`. One builder, so two TLS policies of the host cannot drift apart.
+pub fn locked_down_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
 }
 
 /// Every certificate of a PEM bundle held in memory; `path` names it in errors.

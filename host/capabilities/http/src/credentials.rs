@@ -121,13 +121,9 @@ impl FileSource {
         }
     }
 
-    /// The file read.
-    pub fn path(&self) -> &Path {
-        &self.shared.path
-    }
-
     /// Read and check the file now, blocking the calling thread. Bypasses the cache.
-    pub fn read_blocking(&self) -> Result<Secret, CredentialError> {
+    #[cfg(test)]
+    fn read_blocking(&self) -> Result<Secret, CredentialError> {
         read_file(&self.shared.path).map(|secret| Secret::new(secret.to_string()))
     }
 

@@ -59,12 +59,12 @@ impl Metrics {
     }
 
     /// Counts one request and records its duration to headers.
-    pub fn record(&self, provider: &str, origin: &str, outcome: &str, elapsed: Duration) {
+    pub(crate) fn record(&self, provider: &str, origin: &str, outcome: &str, elapsed: Duration) {
         self.series(provider, origin, outcome).record(elapsed);
     }
 
     /// The series of one label set, to record into without looking them up again.
-    pub fn series(&self, provider: &str, origin: &str, outcome: &str) -> Series {
+    pub(crate) fn series(&self, provider: &str, origin: &str, outcome: &str) -> Series {
         let labels = RequestLabels {
             provider: provider.to_owned(),
             origin: origin.to_owned(),

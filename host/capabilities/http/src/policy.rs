@@ -186,11 +186,6 @@ impl Allowlist {
     pub fn position(&self, origin: &Origin) -> Option<usize> {
         self.origins.iter().position(|allowed| allowed == origin)
     }
-
-    /// The allowed origins.
-    pub fn origins(&self) -> &[Origin] {
-        &self.origins
-    }
 }
 
 /// Headers that carry credentials: a guest may never set them, whatever its grant.

@@ -51,11 +51,6 @@ impl FileWatch {
         }
     }
 
-    /// The watched file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Whether the file changed since the last [`FileWatch::arm_blocking`]. Never blocks; a
     /// change seen disarms the watch until the next arming.
     pub fn check(&self) -> Freshness {

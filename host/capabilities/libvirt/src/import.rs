@@ -689,12 +689,7 @@ fn client(ca: &ImageCa, connect_timeout: std::time::Duration) -> Result<reqwest:
             .collect(),
         ImageCa::Pem(pem) => CertificateDer::pem_slice_iter(pem.as_bytes()).collect(),
     };
-    let mut builder = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .referer(false)
+    let mut builder = egress_capability_http::locked_down_client()
         .https_only(true)
         .connect_timeout(connect_timeout);
     let mut any = false;
