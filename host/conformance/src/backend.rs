@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use egress_capability_http::Broker;
+use egress_runtime::Digest;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
@@ -24,7 +25,7 @@ impl Pvesim {
     pub(crate) async fn detect(
         broker: &Broker,
         identity: &str,
-        digest: &str,
+        digest: Digest,
         origins: &[String],
     ) -> Option<Pvesim> {
         for origin in origins {
@@ -32,7 +33,7 @@ impl Pvesim {
                 broker: broker.clone(),
                 site: CallSite {
                     provider: identity.into(),
-                    digest: digest.into(),
+                    digest: digest.hex().into(),
                     operation: OPERATION,
                 },
                 origin: origin.trim_end_matches('/').to_owned(),

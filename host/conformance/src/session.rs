@@ -120,8 +120,13 @@ impl Session {
             .as_ref()
             .map(|grant| grant.origins.clone())
             .unwrap_or_default();
-        let backend =
-            Pvesim::detect(&broker, provider.identity(), provider.digest(), &origins).await;
+        let backend = Pvesim::detect(
+            &broker,
+            provider.identity(),
+            provider.component_digest(),
+            &origins,
+        )
+        .await;
         let denied_before = denied(&broker, provider.identity());
         let run = format!("{:08x}", rand::random::<u32>());
         Ok(Session {

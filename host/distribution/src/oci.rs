@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine as _;
+use egress_digest::Digest;
 use futures::StreamExt as _;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config};
 use oci_client::errors::{DigestError, OciDistributionError, OciErrorCode};
@@ -39,7 +40,6 @@ use oci_client::manifest::{OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_wasm::{ToConfig as _, WasmConfig};
-use sha2::Digest as _;
 
 use crate::signing::{self, SIGNATURE_ANNOTATION, SIGNATURE_MEDIA_TYPE, Signature, SigningKey};
 
@@ -415,7 +415,7 @@ impl RegistryClient {
             )
             .await
             .map_err(registry_error)?;
-        Ok(sha256_digest(&manifest_bytes))
+        Ok(Digest::of(&manifest_bytes).to_string())
     }
 
     /// Pulls the component at `reference` into memory, within the layer cap.
@@ -522,48 +522,19 @@ impl RegistryClient {
         let payload = signing::payload(&docker_reference, manifest_digest);
         let signature = base64::engine::general_purpose::STANDARD.encode(key.sign(&payload));
         let (tag_reference, existing) = self.signature_manifest(reference, manifest_digest).await?;
-        let mut layers: Vec<oci_client::manifest::OciDescriptor> = existing
-            .map(|manifest| manifest.layers)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|layer| layer.media_type == SIGNATURE_MEDIA_TYPE)
-            .collect();
-        layers.push(oci_client::manifest::OciDescriptor {
+        let payload_digest = Digest::of(&payload).to_string();
+        let layer = oci_client::manifest::OciDescriptor {
             media_type: SIGNATURE_MEDIA_TYPE.to_owned(),
-            digest: sha256_digest(&payload),
+            digest: payload_digest.clone(),
             size: payload.len() as i64,
             annotations: Some([(SIGNATURE_ANNOTATION.to_owned(), signature)].into()),
             ..Default::default()
-        });
-        // Cosign's config: an empty image config listing the layers.
-        let config = serde_json::to_vec(&serde_json::json!({
-            "architecture": "",
-            "config": {},
-            "created": "0001-01-01T00:00:00Z",
-            "history": [{"created": "0001-01-01T00:00:00Z"}],
-            "os": "",
-            "rootfs": {
-                "type": "layers",
-                "diff_ids": layers.iter().map(|layer| layer.digest.clone()).collect::<Vec<_>>(),
-            },
-        }))
-        .unwrap_or_default();
-        let manifest = OciImageManifest {
-            schema_version: 2,
-            media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_owned()),
-            config: oci_client::manifest::OciDescriptor {
-                media_type: oci_client::manifest::IMAGE_CONFIG_MEDIA_TYPE.to_owned(),
-                digest: sha256_digest(&config),
-                size: config.len() as i64,
-                ..Default::default()
-            },
-            layers,
-            ..Default::default()
         };
+        let (manifest, config) = with_signature(existing, layer);
         let manifest_bytes = serde_json::to_vec(&manifest).unwrap_or_default();
         let registry_error = |e| self.registry_error(reference, &tag_reference, e);
         self.client
-            .push_blob(&tag_reference, &payload, &sha256_digest(&payload))
+            .push_blob(&tag_reference, &payload, &payload_digest)
             .await
             .map_err(registry_error)?;
         self.client
@@ -813,8 +784,44 @@ fn check_wasm_layout(reference: &str, manifest: &OciImageManifest) -> Result<(),
     })
 }
 
-fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+/// The signature manifest `existing` (a new one when `None`) with the signature `layer` added
+/// beside its signatures, and its config: cosign's, an empty image config listing the layers.
+fn with_signature(
+    existing: Option<OciImageManifest>,
+    layer: oci_client::manifest::OciDescriptor,
+) -> (OciImageManifest, Vec<u8>) {
+    let mut layers: Vec<oci_client::manifest::OciDescriptor> = existing
+        .map(|manifest| manifest.layers)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|layer| layer.media_type == SIGNATURE_MEDIA_TYPE)
+        .collect();
+    layers.push(layer);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "",
+        "config": {},
+        "created": "0001-01-01T00:00:00Z",
+        "history": [{"created": "0001-01-01T00:00:00Z"}],
+        "os": "",
+        "rootfs": {
+            "type": "layers",
+            "diff_ids": layers.iter().map(|layer| layer.digest.clone()).collect::<Vec<_>>(),
+        },
+    }))
+    .unwrap_or_default();
+    let manifest = OciImageManifest {
+        schema_version: 2,
+        media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_owned()),
+        config: oci_client::manifest::OciDescriptor {
+            media_type: oci_client::manifest::IMAGE_CONFIG_MEDIA_TYPE.to_owned(),
+            digest: Digest::of(&config).to_string(),
+            size: config.len() as i64,
+            ..Default::default()
+        },
+        layers,
+        ..Default::default()
+    };
+    (manifest, config)
 }
 
 #[cfg(test)]

@@ -306,12 +306,12 @@ impl ProviderSet {
                     message: format!("the spec pins {pin:?}, which is not sha256:<64 hex digits>"),
                 });
             };
-            if pinned != component.digest() {
+            if pinned != component.component_digest().hex() {
                 return Err(NotReady {
                     reason: "DigestMismatch",
                     message: format!(
                         "{file} is sha256:{}, the spec pins sha256:{pinned}",
-                        component.digest()
+                        component.component_digest().hex()
                     ),
                 });
             }
@@ -381,7 +381,7 @@ impl ProviderSet {
         let effective = match self.capabilities.set(name, &grant, &context) {
             Ok(()) => Ok(EffectiveGrant {
                 identity: name.to_owned(),
-                digest: format!("sha256:{}", binding.provider.digest()),
+                digest: binding.provider.component_digest().to_string(),
                 http: grant.http.clone(),
                 libvirt: grant.libvirt.clone(),
             }),
@@ -453,7 +453,7 @@ impl ProviderSet {
                         provider_config_revision: revision,
                         name: description.name.clone(),
                         version: description.version.clone(),
-                        digest: format!("sha256:{}", fresh.provider.digest()),
+                        digest: fresh.provider.component_digest().to_string(),
                     },
                 }))
             }
@@ -464,7 +464,7 @@ impl ProviderSet {
         let digests = std::iter::once(&binding)
             .chain(&entry.binding)
             .chain(&entry.retired)
-            .map(|bound| bound.provider.digest().to_owned())
+            .map(|bound| bound.provider.component_digest().hex())
             .collect();
         Some(NextBinding {
             binding,

@@ -423,7 +423,7 @@ async fn inspect(
             "name": description.name,
             "version": description.version,
             "contractVersion": provider.contract_version().to_string(),
-            "digest": provider.digest(),
+            "digest": provider.component_digest().hex(),
             "capabilities": provider.capabilities(),
             "exports": provider.exports(),
             "imports": provider.imports(),
@@ -436,7 +436,7 @@ async fn inspect(
     println!("version:          {}", description.version);
     // Both read from the component itself (its export and its imports), not from `describe`.
     println!("contract version: {}", provider.contract_version());
-    println!("digest:           sha256:{}", provider.digest());
+    println!("digest:           {}", provider.component_digest());
     let capabilities = provider.capabilities();
     println!(
         "capabilities:     {}",

@@ -273,7 +273,7 @@ fn observe<'a>(bound: &'a Bound) -> Observed<'a, egress_runtime::Provider> {
                     name: description.name.clone(),
                     version: description.version.clone(),
                     contract_version: description.contract_version.clone(),
-                    digest: format!("sha256:{}", binding.provider.digest()),
+                    digest: binding.provider.component_digest().to_string(),
                     generation: binding.provider.generation(),
                 },
                 grant: serving.grant.clone(),

@@ -120,71 +120,95 @@ impl Sweeper {
             .map(|vm| vm.provider_id.clone())
             .collect();
         if !suspects.is_empty() {
-            let installation = target.installation.as_str();
-            let ours: HashSet<String> = match listed(
-                calls
-                    .call(list(INSTALLATION_TAG, installation), &context)
-                    .await,
-            ) {
-                Ok(ours) => ours
-                    .instances
-                    .into_iter()
-                    .map(|vm| vm.provider_id)
-                    .collect(),
+            let request = list(INSTALLATION_TAG, target.installation.as_str());
+            match listed(calls.call(request, &context).await) {
+                Ok(ours) => self.keep_ours(&target, ours, &mut suspects, &mut report),
                 Err(note) => {
                     // Without it no suspect can be proven ours: nothing is deleted.
                     report.notes.push(note);
                     return report;
                 }
-            };
-            let mut foreign: Vec<String> = suspects.difference(&ours).cloned().collect();
-            foreign.sort();
-            report.foreign = foreign.len() as u32;
-            suspects.retain(|provider_id| ours.contains(provider_id));
-            self.report_foreign(name, target.installation, foreign, &mut report);
+            }
         }
-        let confirmed: Vec<String> = {
-            let mut all = lock(&self.suspects);
-            let before = all
-                .insert(name.to_owned(), suspects.clone())
-                .unwrap_or_default();
-            let mut confirmed: Vec<String> = suspects.intersection(&before).cloned().collect();
-            confirmed.sort();
-            confirmed
-        };
-        for provider_id in confirmed {
+        for provider_id in self.confirmed(name, suspects) {
             report.found.push(provider_id.clone());
-            if target.mode == SweepMode::Report {
-                report.notes.push(Note::warning(
-                    "OrphanFound",
-                    format!("{provider_id} is marked as ours but no Proxy owns it (report only)"),
-                ));
-                continue;
-            }
-            let request = Request::Delete {
-                config: target.config.to_owned(),
-                provider_id: provider_id.clone(),
-            };
-            match calls.call(request, &context).await {
-                Ok(_) => {
-                    report.deleted += 1;
-                    report.notes.push(Note::warning(
-                        "OrphanDeleted",
-                        format!(
-                            "{provider_id} was made by this installation ({}) and no Proxy owns \
-                             it; deleted",
-                            target.installation
-                        ),
-                    ));
-                }
-                Err(error) if error.class() == ErrorClass::NotFound => report.deleted += 1,
-                Err(error) => report.notes.push(Note::warning(
-                    "OrphanNotDeleted",
-                    format!("{provider_id} could not be deleted: {error}"),
-                )),
-            }
+            self.dispose(calls, &target, &context, provider_id, &mut report)
+                .await;
         }
         report
+    }
+
+    /// Keeps the suspects `ours`, this installation's listing, holds; the others are foreign,
+    /// reported and never touched.
+    fn keep_ours(
+        &self,
+        target: &SweepTarget<'_>,
+        ours: Listing,
+        suspects: &mut HashSet<String>,
+        report: &mut SweepReport,
+    ) {
+        let ours: HashSet<String> = ours
+            .instances
+            .into_iter()
+            .map(|vm| vm.provider_id)
+            .collect();
+        let mut foreign: Vec<String> = suspects.difference(&ours).cloned().collect();
+        foreign.sort();
+        report.foreign = foreign.len() as u32;
+        suspects.retain(|provider_id| ours.contains(provider_id));
+        self.report_foreign(target.provider_config, target.installation, foreign, report);
+    }
+
+    /// This sweep's suspects that the last sweep suspected too, sorted; this sweep's become the
+    /// next one's.
+    fn confirmed(&self, name: &str, suspects: HashSet<String>) -> Vec<String> {
+        let mut all = lock(&self.suspects);
+        let before = all
+            .insert(name.to_owned(), suspects.clone())
+            .unwrap_or_default();
+        let mut confirmed: Vec<String> = suspects.intersection(&before).cloned().collect();
+        confirmed.sort();
+        confirmed
+    }
+
+    /// Reports a confirmed orphan, or deletes it in `Delete` mode.
+    async fn dispose(
+        &self,
+        calls: &impl ProviderCalls,
+        target: &SweepTarget<'_>,
+        context: &CallContext,
+        provider_id: String,
+        report: &mut SweepReport,
+    ) {
+        if target.mode == SweepMode::Report {
+            report.notes.push(Note::warning(
+                "OrphanFound",
+                format!("{provider_id} is marked as ours but no Proxy owns it (report only)"),
+            ));
+            return;
+        }
+        let request = Request::Delete {
+            config: target.config.to_owned(),
+            provider_id: provider_id.clone(),
+        };
+        match calls.call(request, context).await {
+            Ok(_) => {
+                report.deleted += 1;
+                report.notes.push(Note::warning(
+                    "OrphanDeleted",
+                    format!(
+                        "{provider_id} was made by this installation ({}) and no Proxy owns it; \
+                         deleted",
+                        target.installation
+                    ),
+                ));
+            }
+            Err(error) if error.class() == ErrorClass::NotFound => report.deleted += 1,
+            Err(error) => report.notes.push(Note::warning(
+                "OrphanNotDeleted",
+                format!("{provider_id} could not be deleted: {error}"),
+            )),
+        }
     }
 
     /// One Event for each VM, not reported before, that carries a live Proxy's UID but is not the

@@ -186,7 +186,7 @@ impl Harness {
             .providers
             .binding(PC)
             .expect("a binding serves");
-        format!("sha256:{}", binding.provider.digest())
+        binding.provider.component_digest().to_string()
     }
 
     /// One `get` through the binding that serves.

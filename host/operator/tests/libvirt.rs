@@ -4,7 +4,8 @@
 //! - Local mode, the real binary over a folder: three Proxies end Running with addresses (the
 //!   network's leases), on qcow2 disks cloned from the imported base; a removed manifest takes its
 //!   domain, disk and seed; the ProviderConfig renamed keeps its domains (marks follow the grant's
-//!   owner, not the identity).
+//!   owner, not the identity); a domain paused by hand makes its Proxy Paused and, resumed by
+//!   hand, Running again with no restart spent.
 //! - Kubernetes mode against a real kube-apiserver (`cluster_support`), the operator as its
 //!   ServiceAccount: the same through the API, a create killed at each of its
 //!   capability calls and retried by a fresh operator ends with one domain, disk and seed.
@@ -136,6 +137,29 @@ async fn three_proxies_run_on_libvirtd_a_removed_manifest_takes_its_vm_and_a_ren
         lab.pool.volumes().contains(&base),
         "{:?}",
         lab.pool.volumes()
+    );
+
+    // Issue 32, the state table on libvirt: a domain a person paused makes its Proxy Paused, no
+    // restart spent; resumed by hand, it is Running again with no change to any object.
+    let paused = folder.proxy("default/b").unwrap().status.vm_name.unwrap();
+    lab.set_paused(&paused, true);
+    folder.wait_until("proxy b Paused", BOOT_LIMIT, |proxies| {
+        proxies.iter().any(|record| {
+            record.status.vm_name.as_deref() == Some(paused.as_str())
+                && record.status.phase == Some(Phase::Paused)
+                && reason(record, conditions::READY) == "VMPaused"
+        })
+    });
+    lab.set_paused(&paused, false);
+    folder.wait_until("proxy b Running again", BOOT_LIMIT, |proxies| {
+        proxies.len() == 3 && proxies.iter().all(running)
+    });
+    let b = folder.proxy("default/b").unwrap();
+    assert_eq!(b.status.restarts, 0, "no restart spent on a paused domain");
+    assert_eq!(
+        b.status.vm_name.as_deref(),
+        Some(paused.as_str()),
+        "the same VM"
     );
 
     // A removed manifest: its domain, disk and seed go; the others stay.

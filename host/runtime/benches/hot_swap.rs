@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use egress_runtime::{
-    CallContext, Compilation, Registry, RegistryEvent, Request, Runtime, RuntimeConfig,
+    CallContext, Compilation, Digest, Registry, RegistryEvent, Request, Runtime, RuntimeConfig,
 };
-use sha2::Digest;
 
 /// Calls per second kept running during the swaps.
 const CALLS_PER_SECOND: u64 = 200;
@@ -47,7 +46,7 @@ fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> 
 /// The digest being waited for and when a call was first answered by it.
 #[derive(Default)]
 struct Awaited {
-    digest: String,
+    digest: Option<Digest>,
     answered_at: Option<Instant>,
 }
 
@@ -123,11 +122,11 @@ impl Swapper {
             "egress-bench-swap",
             &self.swaps.to_le_bytes(),
         );
-        let digest = hex::encode(sha2::Sha256::digest(&bytes));
+        let digest = Digest::of(&bytes);
         let partial = self.served.with_extension("wasm.partial");
         std::fs::write(&partial, &bytes).expect("new build written");
         *self.awaited.lock().expect("not poisoned") = Awaited {
-            digest: digest.clone(),
+            digest: Some(digest),
             answered_at: None,
         };
         let renamed_at = Instant::now();
@@ -216,7 +215,9 @@ async fn call_steadily(
                     answered.fetch_add(1, Ordering::Relaxed);
                     let now = Instant::now();
                     let mut awaited = awaited.lock().expect("not poisoned");
-                    if awaited.answered_at.is_none() && awaited.digest == provider.digest() {
+                    if awaited.answered_at.is_none()
+                        && awaited.digest == Some(provider.component_digest())
+                    {
                         awaited.answered_at = Some(now);
                     }
                 }

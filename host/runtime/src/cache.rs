@@ -21,7 +21,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
+use egress_digest::Digest;
+use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -37,11 +38,6 @@ pub fn default_cache_dir() -> Option<PathBuf> {
                 .map(|home| PathBuf::from(home).join(".cache"))
         })?;
     Some(base.join("egress-operator"))
-}
-
-/// The sha256 of `bytes` as lowercase hex.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Feeds a [`Hash`] value into sha256, so the engine's compatibility hash becomes a stable digest
@@ -77,9 +73,10 @@ impl CompileCache {
     }
 
     /// The entry's file for a component whose bytes hash to `component_digest`.
-    pub(crate) fn entry_path(&self, component_digest: &str) -> PathBuf {
+    pub(crate) fn entry_path(&self, component_digest: &Digest) -> PathBuf {
         self.dir.join(format!(
-            "{component_digest}-{}.cwasm",
+            "{}-{}.cwasm",
+            component_digest.hex(),
             &self.engine_digest[..16]
         ))
     }
@@ -90,7 +87,7 @@ impl CompileCache {
 
     /// Load the compiled component for `component_digest`, if a sound entry exists in a
     /// directory only this user can write. Blocking: call it off the async executor.
-    pub(crate) fn load(&self, engine: &Engine, component_digest: &str) -> Option<Component> {
+    pub(crate) fn load(&self, engine: &Engine, component_digest: &Digest) -> Option<Component> {
         if !self.dir.exists() {
             // Nothing cached yet: the first store creates the directory.
             return None;
@@ -109,7 +106,8 @@ impl CompileCache {
                 return None;
             }
         };
-        if sha256_hex(&compiled).as_bytes() != expected.trim_ascii() {
+        // The checksum file holds bare hex, as `try_store` writes it.
+        if Digest::of(&compiled).hex().as_bytes() != expected.trim_ascii() {
             tracing::warn!(entry = %entry.display(), "compile cache entry is corrupt; recompiling");
             return None;
         }
@@ -129,13 +127,13 @@ impl CompileCache {
     }
 
     /// Store `component`'s compiled form. Failures are logged and otherwise ignored.
-    pub(crate) fn store(&self, component: &Component, component_digest: &str) {
+    pub(crate) fn store(&self, component: &Component, component_digest: &Digest) {
         if let Err(error) = self.try_store(component, component_digest) {
             tracing::warn!(dir = %self.dir.display(), error = %error, "could not write compile cache entry");
         }
     }
 
-    fn try_store(&self, component: &Component, component_digest: &str) -> std::io::Result<()> {
+    fn try_store(&self, component: &Component, component_digest: &Digest) -> std::io::Result<()> {
         let compiled = component.serialize().map_err(std::io::Error::other)?;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -148,7 +146,7 @@ impl CompileCache {
         write_atomically(&entry, &compiled)?;
         write_atomically(
             &Self::checksum_path(&entry),
-            sha256_hex(&compiled).as_bytes(),
+            Digest::of(&compiled).hex().as_bytes(),
         )
     }
 }
@@ -207,28 +205,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sha256_hex_is_lowercase_hex_of_the_digest() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
     fn entry_name_carries_component_and_engine_digests() {
         let engine = Engine::default();
         let cache = CompileCache::new(PathBuf::from("/cache"), &engine);
-        let entry = cache.entry_path("abcd");
+        let component = Digest::of(b"abcd");
+        let entry = cache.entry_path(&component);
         let name = entry.file_name().unwrap().to_str().unwrap();
+        let hex = component.hex();
         assert!(
-            name.starts_with("abcd-") && name.ends_with(".cwasm"),
+            name.starts_with(&format!("{hex}-")) && name.ends_with(".cwasm"),
             "{name}"
         );
-        assert_eq!(name.len(), "abcd-".len() + 16 + ".cwasm".len());
+        assert_eq!(name.len(), hex.len() + "-".len() + 16 + ".cwasm".len());
         // A differently configured engine gets different entries.
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         let other = CompileCache::new(PathBuf::from("/cache"), &Engine::new(&config).unwrap());
-        assert_ne!(other.entry_path("abcd"), entry);
+        assert_ne!(other.entry_path(&component), entry);
     }
 }

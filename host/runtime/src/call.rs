@@ -16,7 +16,7 @@ use crate::error::{Budget, CallError, one_line};
 use crate::limits::Limits;
 use crate::state::{HostState, Stop};
 use crate::types::{Operation, ProviderError, Request, Response};
-use crate::wit::{ContractPre, Failure};
+use crate::wit::{CallOutcome, ContractPre, Failure};
 
 /// What every call of every provider shares: the instance pool's slots, the per-provider
 /// permits, and the ticker that drives every engine's epoch.
@@ -38,6 +38,25 @@ pub(crate) struct CallEnv {
 }
 
 impl CallEnv {
+    /// What the calls of a runtime with `limits` share: a pool of instance slots of
+    /// `slot_memory_bytes` each, the `ticker` of its engines, and a count of host calls when
+    /// `count_host_calls`.
+    pub(crate) fn new(
+        limits: &Limits,
+        slot_memory_bytes: usize,
+        count_host_calls: bool,
+        ticker: EpochTicker,
+    ) -> CallEnv {
+        let slots = limits.max_concurrent_instances_limit() as usize;
+        CallEnv {
+            instance_slots: Arc::new(Semaphore::new(slots)),
+            slot_memory_bytes,
+            semaphores: std::sync::Mutex::new(std::collections::HashMap::new()),
+            host_calls: count_host_calls.then(Default::default),
+            _ticker: ticker,
+        }
+    }
+
     /// The concurrency permits of the provider `identity` allowed `permits` calls at once,
     /// created on first use.
     pub(crate) fn semaphore_for(&self, identity: &str, permits: usize) -> Arc<Semaphore> {
@@ -118,9 +137,8 @@ pub(crate) async fn run_call(
     request: Request,
     started: Instant,
 ) -> Result<Response, CallError> {
-    let limits = plan.limits;
     let operation = request.operation();
-    let after = limits.deadline_for(operation);
+    let after = plan.limits.deadline_for(operation);
     let deadline = started + after;
     let _slot = match tokio::time::timeout_at(deadline.into(), env.instance_slots.acquire()).await {
         Ok(Ok(slot)) => slot,
@@ -134,87 +152,131 @@ pub(crate) async fn run_call(
     };
     let mut store = new_store(&plan, operation, deadline);
     if let Some(calls) = &env.host_calls {
-        let calls = Arc::clone(calls);
-        store.call_hook(move |_, hook| {
-            if let CallHook::CallingHost = hook {
-                calls.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(())
-        });
+        count_host_calls(&mut store, Arc::clone(calls));
     }
     let meter = Arc::clone(&store.data().cpu);
     let work = Metered::new(plan.pre.call(&mut store, request), meter);
-    let outcome = tokio::time::timeout_at(deadline.into(), work).await;
-    let state = store.data();
-    let budget_error = |budget, limit| CallError::Budget {
+    let Ok(outcome) = tokio::time::timeout_at(deadline.into(), work).await else {
+        return Err(CallError::Deadline { operation, after });
+    };
+    let classifier = Classifier {
         operation,
-        budget,
-        limit,
+        after,
+        limits: plan.limits,
     };
-    let failure = match outcome {
-        Err(_elapsed) => return Err(CallError::Deadline { operation, after }),
-        Ok(Ok(answer)) => {
-            // A guest stopped for a budget it could observe (a refused request) fails even if
-            // it went on to answer.
-            if let Some(Stop::Budget(budget, limit)) = crate::http::budget_exceeded(state) {
-                return Err(budget_error(budget, limit));
-            }
-            return bound(operation, answer);
+    classifier.classify(outcome, store.data())
+}
+
+/// Count in `calls` every call the guest makes into the host.
+fn count_host_calls(store: &mut Store<HostState>, calls: Arc<AtomicU64>) {
+    store.call_hook(move |_, hook| {
+        if let CallHook::CallingHost = hook {
+            calls.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Err(failure)) => failure,
-    };
-    let stderr = state.stderr();
-    if !stderr.is_empty() {
-        tracing::debug!(stderr = %crate::log::escape(&stderr), "provider stderr");
-    }
-    if state.limiter.memory_cap_hit {
-        return Err(CallError::MemoryCap {
-            limit: state.limiter.memory_bytes(),
-        });
-    }
-    // What stopped the guest, most specific first: the host's own stop (deadline, CPU, log),
-    // then a bound wasmtime enforced, then a refused request the guest carried on after.
-    match state.stop {
-        Some(Stop::Deadline) => return Err(CallError::Deadline { operation, after }),
-        Some(Stop::Budget(budget, limit)) => return Err(budget_error(budget, limit)),
-        None => {}
-    }
-    let error = match &failure {
-        Failure::Instantiate(error) | Failure::Call(error) => error,
-    };
-    if let Some(budget) = wasmtime_budget(error) {
-        let limit = match budget {
-            Budget::TransferBytes => limits.transfer_bytes_limit(),
-            Budget::HeaderBytes => limits.header_bytes_limit(),
-            _ => limits.resource_handles_limit(),
+        Ok(())
+    });
+}
+
+/// Says how a call that ended before its deadline went, by its operation, deadline and limits.
+struct Classifier<'a> {
+    operation: Operation,
+    /// The call's deadline, counted from when it started.
+    after: Duration,
+    limits: &'a Limits,
+}
+
+impl Classifier<'_> {
+    /// The call's result from its `outcome` and what its `state` recorded.
+    fn classify(&self, outcome: CallOutcome, state: &HostState) -> Result<Response, CallError> {
+        // A budget the guest could observe (a refused request) fails the call even if the guest
+        // went on to answer; when it failed, more specific causes come first.
+        let http_budget = match crate::http::budget_exceeded(state) {
+            Some(Stop::Budget(budget, limit)) => Some(self.budget_error(budget, limit)),
+            Some(Stop::Deadline) | None => None,
         };
-        return Err(budget_error(budget, limit as u64));
-    }
-    if let Some(Stop::Budget(budget, limit)) = crate::http::budget_exceeded(state) {
-        return Err(budget_error(budget, limit));
-    }
-    match failure {
-        Failure::Instantiate(error) => Err(CallError::Instantiate {
-            message: one_line(&error),
-        }),
-        Failure::Call(error) => {
-            let trap = match error.downcast_ref::<wasmtime::Trap>() {
-                Some(trap) => trap.to_string(),
-                None => one_line(&error),
-            };
-            let message = if stderr.is_empty() {
-                trap
-            } else {
-                let stderr = stderr
-                    .lines()
-                    .map(str::trim)
-                    .filter(|line| !line.is_empty());
-                format!("{trap}; stderr: {}", stderr.collect::<Vec<_>>().join(" | "))
-            };
-            Err(CallError::Trap {
-                message: crate::log::escape(&message).into_owned(),
-            })
+        match outcome {
+            Ok(answer) => match http_budget {
+                Some(error) => Err(error),
+                None => bound(self.operation, answer),
+            },
+            Err(failure) => Err(self.failure_error(failure, state, http_budget)),
         }
+    }
+
+    /// What stopped a guest that failed, most specific first: the memory cap, the host's own
+    /// stop (deadline, CPU, log), then a bound wasmtime enforced, then `http_budget` (a refused
+    /// request the guest carried on after), and only then the trap itself.
+    fn failure_error(
+        &self,
+        failure: Failure,
+        state: &HostState,
+        http_budget: Option<CallError>,
+    ) -> CallError {
+        let stderr = state.stderr();
+        if !stderr.is_empty() {
+            tracing::debug!(stderr = %crate::log::escape(&stderr), "provider stderr");
+        }
+        if state.limiter.memory_cap_hit {
+            return CallError::MemoryCap {
+                limit: state.limiter.memory_bytes(),
+            };
+        }
+        match state.stop {
+            Some(Stop::Deadline) => {
+                return CallError::Deadline {
+                    operation: self.operation,
+                    after: self.after,
+                };
+            }
+            Some(Stop::Budget(budget, limit)) => return self.budget_error(budget, limit),
+            None => {}
+        }
+        let (Failure::Instantiate(error) | Failure::Call(error)) = &failure;
+        if let Some(budget) = wasmtime_budget(error) {
+            let limit = match budget {
+                Budget::TransferBytes => self.limits.transfer_bytes_limit(),
+                Budget::HeaderBytes => self.limits.header_bytes_limit(),
+                _ => self.limits.resource_handles_limit(),
+            };
+            return self.budget_error(budget, limit as u64);
+        }
+        http_budget.unwrap_or_else(|| trap_error(failure, &stderr))
+    }
+
+    fn budget_error(&self, budget: Budget, limit: u64) -> CallError {
+        CallError::Budget {
+            operation: self.operation,
+            budget,
+            limit,
+        }
+    }
+}
+
+/// A failed instantiation, or a trap with the guest's stderr, which often says why.
+fn trap_error(failure: Failure, stderr: &str) -> CallError {
+    let error = match failure {
+        Failure::Instantiate(error) => {
+            return CallError::Instantiate {
+                message: one_line(&error),
+            };
+        }
+        Failure::Call(error) => error,
+    };
+    let trap = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => one_line(&error),
+    };
+    let message = if stderr.is_empty() {
+        trap
+    } else {
+        let stderr = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty());
+        format!("{trap}; stderr: {}", stderr.collect::<Vec<_>>().join(" | "))
+    };
+    CallError::Trap {
+        message: crate::log::escape(&message).into_owned(),
     }
 }
 

@@ -87,32 +87,7 @@ pub(crate) fn build_engine(
             config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
         }
         (None, Allocation::Pooled) => {
-            let instances = limits.max_concurrent_instances_limit();
-            let core_instances_per_store =
-                u32::try_from(limits.instances_per_store_limit()).unwrap_or(u32::MAX);
-            let mut pooling = PoolingAllocationConfig::default();
-            pooling
-                .total_component_instances(instances)
-                .total_core_instances(instances.saturating_mul(core_instances_per_store))
-                .total_memories(instances.saturating_mul(MEMORIES_PER_COMPONENT))
-                .max_memories_per_component(MEMORIES_PER_COMPONENT)
-                .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
-                .max_tables_per_component(TABLES_PER_COMPONENT)
-                .total_stacks(instances)
-                .max_memory_size(slot_memory_bytes)
-                .table_elements(limits.table_elements_limit())
-                // Reset a freed slot's touched pages in place instead of `madvise`-ing them away,
-                // so the next instance takes no page faults on them: `PAGEMAP_SCAN` (Linux ≥ 6.7)
-                // finds exactly the touched pages. A Rust guest's 1 MiB stack sits below its data,
-                // so the window must reach past it to cover what a call touches. Without the
-                // ioctl the whole window would be `memset` on every reuse, costing more than the
-                // faults it saves: older kernels keep wasmtime's default (decommit everything).
-                .pagemap_scan(Enabled::Auto);
-            if kernel_has_pagemap_scan() {
-                pooling
-                    .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
-                    .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES);
-            }
+            let pooling = pooling_config(limits, slot_memory_bytes);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
             // Fresh instances map the component's data segments copy-on-write instead of
             // copying them: the main reason instantiation takes microseconds.
@@ -120,6 +95,37 @@ pub(crate) fn build_engine(
         }
     }
     Engine::new(&config)
+}
+
+/// The pooling allocator sized from `limits`, with slots of `slot_memory_bytes` of linear memory.
+fn pooling_config(limits: &Limits, slot_memory_bytes: usize) -> PoolingAllocationConfig {
+    let instances = limits.max_concurrent_instances_limit();
+    let core_instances_per_store =
+        u32::try_from(limits.instances_per_store_limit()).unwrap_or(u32::MAX);
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling
+        .total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(core_instances_per_store))
+        .total_memories(instances.saturating_mul(MEMORIES_PER_COMPONENT))
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
+        .max_tables_per_component(TABLES_PER_COMPONENT)
+        .total_stacks(instances)
+        .max_memory_size(slot_memory_bytes)
+        .table_elements(limits.table_elements_limit())
+        // Reset a freed slot's touched pages in place instead of `madvise`-ing them away, so the
+        // next instance takes no page faults on them: `PAGEMAP_SCAN` (Linux ≥ 6.7) finds exactly
+        // the touched pages. A Rust guest's 1 MiB stack sits below its data, so the window must
+        // reach past it to cover what a call touches. Without the ioctl the whole window would be
+        // `memset` on every reuse, costing more than the faults it saves: older kernels keep
+        // wasmtime's default (decommit everything).
+        .pagemap_scan(Enabled::Auto);
+    if kernel_has_pagemap_scan() {
+        pooling
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
+            .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES);
+    }
+    pooling
 }
 
 /// Whether the running kernel has the `PAGEMAP_SCAN` ioctl (Linux 6.7 and later).

@@ -125,9 +125,12 @@ impl<'a> ValueFrom<'a> {
     pub fn one_of(
         fields: impl IntoIterator<Item = (&'static str, Option<ValueSource<'a>>)>,
     ) -> Result<Option<Self>, MoreThanOneSource> {
-        let mut set = fields
-            .into_iter()
-            .filter_map(|(field, source)| Some(Self { field, source: source? }));
+        let mut set = fields.into_iter().filter_map(|(field, source)| {
+            Some(Self {
+                field,
+                source: source?,
+            })
+        });
         let first = set.next();
         match set.next() {
             Some(_) => Err(MoreThanOneSource),

@@ -92,7 +92,10 @@ pub mod wit;
 
 pub use cache::default_cache_dir;
 pub use capability::{Capability, PrepareContext};
+// The digest of a component's bytes (`Provider::component_digest`), in a leaf crate of its own so
+// that crates without wasmtime share it.
 pub use egress::{CallSite, DenyAll, Egress, Refusal, RefusalReporter, default_forbidden_header};
+pub use egress_digest::{Digest, ParseDigestError};
 pub use engine::{Compilation, Tier};
 pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};
 pub use limits::Limits;

@@ -117,14 +117,27 @@ fn emit<T: LogView + 'static>(
     fields: &WasmList<Field>,
 ) -> wasmtime::Result<()> {
     let message = escape(prefix(&message.to_str(&store)?, MAX_MESSAGE)).into_owned();
+    let rendered = render_fields(&mut store, fields)?;
+    let state = store.data_mut();
+    charge(state, message.len() + rendered.len())?;
+    trace_line(&state.log_budget().site, level, &message, &rendered);
+    Ok(())
+}
+
+/// The first [`MAX_FIELDS`] of `fields` as `key=value` pairs, each bounded and escaped, and how
+/// many more were cut.
+fn render_fields<T: 'static>(
+    store: &mut StoreContextMut<'_, T>,
+    fields: &WasmList<Field>,
+) -> wasmtime::Result<String> {
     let mut rendered = String::new();
     for index in 0..fields.len().min(MAX_FIELDS) {
-        let Some(field) = fields.get(&mut store, index) else {
+        let Some(field) = fields.get(&mut *store, index) else {
             break;
         };
         let field = field?;
-        let key = escape(prefix(&field.key.to_str(&store)?, MAX_KEY)).into_owned();
-        let value = field.value.to_str(&store)?;
+        let key = escape(prefix(&field.key.to_str(&*store)?, MAX_KEY)).into_owned();
+        let value = field.value.to_str(&*store)?;
         if !rendered.is_empty() {
             rendered.push(' ');
         }
@@ -133,11 +146,14 @@ fn emit<T: LogView + 'static>(
     if fields.len() > MAX_FIELDS {
         let _ = write!(rendered, " (+{} fields cut)", fields.len() - MAX_FIELDS);
     }
+    Ok(rendered)
+}
 
-    let state = store.data_mut();
+/// Count one line of `bytes` against the call's log budget; past it, the call is stopped.
+fn charge<T: LogView>(state: &mut T, bytes: usize) -> wasmtime::Result<()> {
     let budget = state.log_budget();
     budget.lines += 1;
-    budget.bytes += message.len() + rendered.len();
+    budget.bytes += bytes;
     let exceeded = if budget.lines > budget.max_lines {
         Some((Budget::LogLines, budget.max_lines as u64))
     } else if budget.bytes > budget.max_bytes {
@@ -153,7 +169,11 @@ fn emit<T: LogView + 'static>(
         }
         .into());
     }
-    let site = &budget.site;
+    Ok(())
+}
+
+/// One guest line as a `tracing` event at its level, attributed to the call's `site`.
+fn trace_line(site: &CallSite, level: Level, message: &str, rendered: &str) {
     let (provider, operation) = (&*site.provider, site.operation);
     // Emitted inside the call's `provider_call` span (version, proxy, generation), and carrying
     // the provider and operation itself so a line is attributed at any level.
@@ -174,7 +194,6 @@ fn emit<T: LogView + 'static>(
             tracing::error!(target: "egress_runtime::guest", provider, operation, fields = %rendered, "{message}")
         }
     }
-    Ok(())
 }
 
 /// Append `key=value`; a value that is empty or holds whitespace, quotes or `=` is quoted, and

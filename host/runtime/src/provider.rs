@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use egress_digest::Digest;
 use semver::Version;
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
@@ -63,7 +64,7 @@ pub struct Provider {
     capabilities: Arc<[Arc<dyn Linked>]>,
     description: Description,
     identity: Arc<str>,
-    digest: Arc<str>,
+    digest: Digest,
     path: PathBuf,
     generation: u64,
     from_cache: bool,
@@ -80,7 +81,7 @@ impl std::fmt::Debug for Provider {
             .field("version", &self.description.version)
             .field("contract_version", &self.contract_version.to_string())
             .field("capabilities", &self.capabilities())
-            .field("digest", &self.digest)
+            .field("digest", &self.digest.hex())
             .field("path", &self.path)
             .field("generation", &self.generation)
             .field("tier", &self.tier())
@@ -108,7 +109,7 @@ pub(crate) struct LoadedParts {
     pub(crate) capabilities: Vec<Arc<dyn Linked>>,
     pub(crate) description: Description,
     pub(crate) identity: Arc<str>,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
     pub(crate) path: PathBuf,
     pub(crate) generation: u64,
     pub(crate) from_cache: bool,
@@ -127,7 +128,7 @@ impl Provider {
             capabilities: parts.capabilities.into(),
             description: parts.description,
             identity: parts.identity,
-            digest: Arc::from(parts.digest),
+            digest: parts.digest,
             path: parts.path,
             generation: parts.generation,
             from_cache: parts.from_cache,
@@ -161,9 +162,10 @@ impl Provider {
         &self.identity
     }
 
-    /// The sha256 of the component's bytes, lowercase hex.
-    pub fn digest(&self) -> &str {
-        &self.digest
+    /// The sha256 of the component's bytes, which a grant or a ProviderConfig may pin. It displays
+    /// as `sha256:<hex>`; [`Digest::hex`] gives the bare hex.
+    pub fn component_digest(&self) -> Digest {
+        self.digest
     }
 
     /// The file the component was loaded from.
@@ -234,7 +236,7 @@ impl Provider {
             capabilities: Arc::clone(&self.capabilities),
             description: self.description.clone(),
             identity: Arc::from(identity),
-            digest: Arc::clone(&self.digest),
+            digest: self.digest,
             path: self.path.clone(),
             generation: self.generation,
             from_cache: self.from_cache,
@@ -328,13 +330,18 @@ impl Provider {
                     });
                 }
             };
-        let site = CallSite {
-            provider: Arc::clone(&self.identity),
-            digest: Arc::clone(&self.digest),
-            operation: operation.as_str(),
-        };
         let code = self.code.load_full();
+        let site = self.site(operation.as_str());
         run_call(&self.env, self.plan(&code, site), request, started).await
+    }
+
+    /// Who calls: this provider, running `operation`.
+    fn site(&self, operation: &'static str) -> CallSite {
+        CallSite {
+            provider: Arc::clone(&self.identity),
+            digest: Arc::from(self.digest.hex()),
+            operation,
+        }
     }
 
     /// What a call of this provider as `site` running `code` needs.
@@ -350,11 +357,7 @@ impl Provider {
     /// Instantiate once in a fresh store and drop it: the fixed cost of every call.
     #[doc(hidden)]
     pub async fn instantiate_for_benchmark(&self) -> Result<(), CallError> {
-        let site = CallSite {
-            provider: Arc::clone(&self.identity),
-            digest: Arc::clone(&self.digest),
-            operation: "benchmark",
-        };
+        let site = self.site("benchmark");
         let deadline = Instant::now() + BENCHMARK_DEADLINE;
         let code = self.code.load_full();
         let mut store = new_store(&self.plan(&code, site), Operation::Describe, deadline);

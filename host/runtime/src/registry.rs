@@ -18,10 +18,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use egress_digest::Digest;
 use notify::Watcher;
 use tokio::sync::{Mutex, broadcast, mpsc};
 
-use crate::cache::sha256_hex;
 use crate::error::{CallError, LoadError, RegistryError};
 use crate::identity::identity_of;
 use crate::provider::{CallContext, Provider};
@@ -46,7 +46,7 @@ pub enum RegistryEvent {
         /// The new generation.
         generation: u64,
         /// The sha256 of the component's bytes.
-        digest: String,
+        digest: Digest,
         /// The file.
         path: PathBuf,
     },
@@ -102,10 +102,14 @@ impl FileChange {
     }
 }
 
-/// What the registry last concluded about a file.
-struct FileState {
-    /// The sha256 of the bytes last examined; unchanged bytes are not reloaded.
-    digest: String,
+/// What the registry last saw of a file, so that it examines (and reports) each version of the
+/// file once.
+#[derive(PartialEq, Eq)]
+enum FileState {
+    /// The sha256 of the bytes last examined, good or bad; unchanged bytes are not reloaded.
+    Read(Digest),
+    /// The error reading it last failed with.
+    Unread(String),
 }
 
 struct RegistryInner {
@@ -273,92 +277,10 @@ impl RegistryInner {
         let mut files = self.files.lock().await;
         let listing = list_wasm_files(self.dir.clone()).await?;
         let mut providers = HashMap::clone(&self.providers.load());
-        let mut events = Vec::new();
-
-        // Files that disappeared take their provider with them.
-        let gone: Vec<PathBuf> = files
-            .keys()
-            .filter(|path| !listing.contains(*path))
-            .cloned()
-            .collect();
-        for path in gone {
-            files.remove(&path);
-            let Ok(identity) = identity_of(&path) else {
-                continue;
-            };
-            if providers
-                .get(&identity)
-                .is_some_and(|provider| provider.path() == path)
-            {
-                providers.remove(&identity);
-                tracing::info!(provider = %identity, path = %path.display(), "provider removed");
-                events.push(RegistryEvent::Removed { identity, path });
-            }
-        }
-
+        let mut events = remove_gone(&mut files, &listing, &mut providers);
         for path in &listing {
-            let bytes = match self.runtime.read_component(path).await {
-                Ok(bytes) => bytes,
-                // Gone between listing and reading: the next event's rescan removes it.
-                Err(LoadError::Read { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    continue;
-                }
-                Err(error) => {
-                    // Reported once per size, not on every rescan.
-                    let seen = format!("unread:{error}");
-                    if files.get(path).is_some_and(|state| state.digest == seen) {
-                        continue;
-                    }
-                    files.insert(path.clone(), FileState { digest: seen });
-                    events.push(self.rejected(path, error.to_string()));
-                    continue;
-                }
-            };
-            let digest = sha256_hex(&bytes);
-            if files.get(path).is_some_and(|state| state.digest == digest) {
-                continue;
-            }
-            // Remember the bytes, good or bad, so they are examined (and reported) once.
-            files.insert(
-                path.clone(),
-                FileState {
-                    digest: digest.clone(),
-                },
-            );
-            let loaded = match identity_of(path) {
-                Ok(identity) => self.runtime.load_bytes(&identity, &bytes, path).await,
-                Err(error) => Err(error),
-            };
-            match loaded {
-                // The old generation, if any, keeps serving.
-                Err(error) => events.push(self.rejected(path, error.to_string())),
-                Ok(provider) => {
-                    let identity = provider.identity().to_owned();
-                    let described_as = provider.description().name.clone();
-                    if let Some(other) = providers.values().find(|other| {
-                        other.identity() != identity && other.description().name == described_as
-                    }) {
-                        tracing::warn!(
-                            provider = %identity,
-                            other = %other.identity(),
-                            described_as = %described_as,
-                            "two components describe themselves under one name; each serves, and is granted, only as its own identity"
-                        );
-                    }
-                    events.push(RegistryEvent::Loaded {
-                        identity: identity.clone(),
-                        described_as,
-                        generation: provider.generation(),
-                        digest: provider.digest().to_owned(),
-                        path: path.clone(),
-                    });
-                    providers.insert(identity, provider);
-                }
-            }
+            events.extend(self.examine(path, &mut files, &mut providers).await);
         }
-
         self.providers.store(Arc::new(providers));
         drop(files);
         for event in events {
@@ -368,6 +290,40 @@ impl RegistryInner {
         Ok(())
     }
 
+    /// Read the file at `path` and, when its bytes are new, load them into `providers`; what
+    /// changed, if anything.
+    async fn examine(
+        &self,
+        path: &Path,
+        files: &mut HashMap<PathBuf, FileState>,
+        providers: &mut HashMap<String, Arc<Provider>>,
+    ) -> Option<RegistryEvent> {
+        let (state, bytes) = match self.runtime.read_component(path).await {
+            Ok(bytes) => (FileState::Read(Digest::of(&bytes)), Ok(bytes)),
+            // Gone between listing and reading: the next event's rescan removes it.
+            Err(LoadError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return None;
+            }
+            // Reported once per error (a file too large, once per size), not on every rescan.
+            Err(error) => (FileState::Unread(error.to_string()), Err(error)),
+        };
+        if files.get(path) == Some(&state) {
+            return None;
+        }
+        files.insert(path.to_owned(), state);
+        let loaded = match (bytes, identity_of(path)) {
+            (Ok(bytes), Ok(identity)) => self.runtime.load_bytes(&identity, &bytes, path).await,
+            (Err(error), _) | (_, Err(error)) => Err(error),
+        };
+        Some(match loaded {
+            // The old generation, if any, keeps serving.
+            Err(error) => self.rejected(path, error.to_string()),
+            Ok(provider) => serve(provider, providers),
+        })
+    }
+
     fn rejected(&self, path: &Path, error: String) -> RegistryEvent {
         tracing::error!(path = %path.display(), error = %error, "provider file rejected; the previous generation keeps serving");
         RegistryEvent::Rejected {
@@ -375,6 +331,63 @@ impl RegistryInner {
             error,
         }
     }
+}
+
+/// Forget the files of `files` missing from `listing`, and take their providers out of
+/// `providers`.
+fn remove_gone(
+    files: &mut HashMap<PathBuf, FileState>,
+    listing: &BTreeSet<PathBuf>,
+    providers: &mut HashMap<String, Arc<Provider>>,
+) -> Vec<RegistryEvent> {
+    let gone: Vec<PathBuf> = files
+        .keys()
+        .filter(|path| !listing.contains(*path))
+        .cloned()
+        .collect();
+    let mut events = Vec::new();
+    for path in gone {
+        files.remove(&path);
+        let Ok(identity) = identity_of(&path) else {
+            continue;
+        };
+        if providers
+            .get(&identity)
+            .is_some_and(|provider| provider.path() == path)
+        {
+            providers.remove(&identity);
+            tracing::info!(provider = %identity, path = %path.display(), "provider removed");
+            events.push(RegistryEvent::Removed { identity, path });
+        }
+    }
+    events
+}
+
+/// Put `provider` in `providers` under its identity, warning when another serving component
+/// describes itself under the same name.
+fn serve(provider: Arc<Provider>, providers: &mut HashMap<String, Arc<Provider>>) -> RegistryEvent {
+    let identity = provider.identity().to_owned();
+    let described_as = provider.description().name.clone();
+    if let Some(other) = providers
+        .values()
+        .find(|other| other.identity() != identity && other.description().name == described_as)
+    {
+        tracing::warn!(
+            provider = %identity,
+            other = %other.identity(),
+            described_as = %described_as,
+            "two components describe themselves under one name; each serves, and is granted, only as its own identity"
+        );
+    }
+    let event = RegistryEvent::Loaded {
+        identity: identity.clone(),
+        described_as,
+        generation: provider.generation(),
+        digest: provider.component_digest(),
+        path: provider.path().to_owned(),
+    };
+    providers.insert(identity, provider);
+    event
 }
 
 /// The directory's `*.wasm` regular files, sorted, listed on a blocking thread.

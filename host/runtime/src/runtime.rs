@@ -1,20 +1,20 @@
 //! [`Runtime`]: the engine, linker and limits shared by every provider, and the loader that turns a
 //! component file into a validated [`Provider`].
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use egress_digest::Digest;
 use semver::Version;
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
 use tracing::Instrument;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Engine, MemoryCreator};
 
-use crate::cache::{CompileCache, default_cache_dir, sha256_hex};
+use crate::cache::{CompileCache, default_cache_dir};
 use crate::call::{CallEnv, CallPlan, run_call};
 use crate::capability::{Capability, CapabilitySet, Linked};
 use crate::egress::CallSite;
@@ -209,97 +209,52 @@ impl Runtime {
     /// denied. Fails when the engine cannot be configured, a capability's interfaces cannot be
     /// linked, or two capabilities share a name.
     pub fn new(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let mut capabilities: Vec<Arc<dyn Linked>> = Vec::new();
-        if !config
-            .capabilities
-            .iter()
-            .any(|capability| capability.provides(crate::http::TYPES_IMPORT))
-        {
-            capabilities.push(Arc::new(HttpCapability::new(Arc::new(crate::DenyAll))));
-        }
-        capabilities.extend(config.capabilities.iter().cloned());
-        let capabilities =
-            CapabilitySet::new(capabilities).map_err(|name| RuntimeError::Linker {
-                message: format!("the capability `{name}` is given twice"),
-            })?;
+        let capabilities = with_http(&config.capabilities)?;
+        let limits = &config.limits;
         let slot_memory_bytes = config
             .slot_memory_bytes
             .unwrap_or(0)
-            .max(config.limits.memory_bytes_limit());
+            .max(limits.memory_bytes_limit());
         let tier = match config.compilation {
             Compilation::Baseline => Tier::Baseline,
             Compilation::Tiered | Compilation::Optimized => Tier::Optimized,
         };
-        let engine_error = |error: wasmtime::Error| RuntimeError::Engine {
-            message: one_line(&error),
-        };
         let engine = build_engine(
-            &config.limits,
+            limits,
             slot_memory_bytes,
             config.memory_creator.clone(),
             tier,
             Allocation::Pooled,
         )
-        .map_err(engine_error)?;
-        let link = |engine: &Engine| -> Result<Linker<HostState>, RuntimeError> {
-            let mut linker = Linker::new(engine);
-            wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-                .and_then(|_| wit::add_to_linker(&mut linker))
-                .and_then(|_| {
-                    capabilities.iter().try_for_each(|capability| {
-                        capability.link(&mut linker).map_err(|error| {
-                            error.context(format!("linking the `{}` capability", capability.name()))
-                        })
-                    })
-                })
-                .map_err(|error| RuntimeError::Linker {
-                    message: one_line(&error),
-                })?;
-            Ok(linker)
-        };
-        let linker = link(&engine)?;
-        let cache = config.cache_dir.map(|dir| CompileCache::new(dir, &engine));
+        .map_err(|error| RuntimeError::Engine {
+            message: one_line(&error),
+        })?;
+        let linker = new_linker(&engine, &capabilities)?;
+        let cache = config
+            .cache_dir
+            .clone()
+            .map(|dir| CompileCache::new(dir, &engine));
         let baseline = match config.compilation {
-            Compilation::Tiered => match build_engine(
-                &config.limits,
+            Compilation::Tiered => start_tiering(
+                &config,
                 slot_memory_bytes,
-                config.memory_creator,
-                Tier::Baseline,
-                Allocation::OnDemand,
-            ) {
-                Ok(baseline) => {
-                    let baseline_linker = link(&baseline)?;
-                    let optimizer = Optimizer::start(engine.clone(), linker.clone(), cache.clone())
-                        .map_err(RuntimeError::Optimizer)?;
-                    Some((baseline, baseline_linker, optimizer))
-                }
-                // Winch serves x86-64 only: elsewhere, tiering is only slower loads.
-                Err(error) => {
-                    tracing::warn!(
-                        error = %one_line(&error),
-                        "the baseline compiler is not available here; components compile with Cranelift before they serve"
-                    );
-                    None
-                }
-            },
+                &capabilities,
+                &engine,
+                &linker,
+                cache.clone(),
+            )?,
             Compilation::Optimized | Compilation::Baseline => None,
         };
         let ticked = std::iter::once(engine.clone())
             .chain(baseline.as_ref().map(|(engine, ..)| engine.clone()))
             .collect();
-        let ticker = EpochTicker::start(ticked, config.limits.epoch_tick_interval())
+        let ticker = EpochTicker::start(ticked, limits.epoch_tick_interval())
             .map_err(RuntimeError::Ticker)?;
-        let slots = config.limits.max_concurrent_instances_limit() as usize;
+        let env = CallEnv::new(limits, slot_memory_bytes, config.count_host_calls, ticker);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
-                env: Arc::new(CallEnv {
-                    instance_slots: Arc::new(Semaphore::new(slots)),
-                    slot_memory_bytes,
-                    semaphores: Mutex::new(HashMap::new()),
-                    host_calls: config.count_host_calls.then(Default::default),
-                    _ticker: ticker,
-                }),
+                env: Arc::new(env),
                 linker,
                 tier,
                 baseline,
@@ -407,70 +362,106 @@ impl Runtime {
         origin: &Path,
     ) -> Result<Arc<Provider>, LoadError> {
         let path = origin.to_owned();
+        self.validate(identity, bytes, &path)?;
+        let digest = Digest::of(bytes);
+        let bytes: Arc<[u8]> = Arc::from(bytes);
+        let compiled = self.compile(Arc::clone(&bytes), digest, &path).await?;
+        let linked = self.link(compiled, &path)?;
+        let description = self.describe_linked(identity, &linked, &path).await?;
+        let source = Source {
+            bytes,
+            digest,
+            path,
+        };
+        Ok(self.publish(identity, linked, description, source))
+    }
+
+    /// The checks before compiling: the size, the identity, and that the bytes are a component.
+    fn validate(&self, identity: &str, bytes: &[u8], path: &Path) -> Result<(), LoadError> {
         if bytes.len() as u64 > self.inner.max_component_bytes {
             return Err(LoadError::TooLarge {
-                path,
+                path: path.to_owned(),
                 size: bytes.len().to_string(),
                 cap: self.inner.max_component_bytes,
             });
         }
         if let Some(problem) = name_problem(identity) {
-            return Err(LoadError::InvalidIdentity { path, problem });
+            return Err(LoadError::InvalidIdentity {
+                path: path.to_owned(),
+                problem,
+            });
         }
-        check_header(bytes, &path)?;
-        let digest = sha256_hex(bytes);
-        let bytes: Arc<[u8]> = Arc::from(bytes);
-        let Compiled {
-            component,
-            tier,
-            from_cache,
-        } = self
-            .compile(Arc::clone(&bytes), digest.clone(), &path)
-            .await?;
+        check_header(bytes, path)
+    }
+
+    /// Find the served contract export of `compiled` and link it: every import must be one the
+    /// host provides.
+    fn link(&self, compiled: Compiled, path: &Path) -> Result<LinkedComponent, LoadError> {
+        let component = &compiled.component;
         let engine = component.engine();
-        let (export, version, served) = check_exports(&component, engine, &path)?;
+        let (export, version, served) = check_exports(component, engine, path)?;
         let imports: Vec<String> = component
             .component_type()
             .imports(engine)
             .map(|(name, _)| name.to_owned())
             .collect();
+        let link_error = |error: wasmtime::Error| LoadError::Link {
+            path: path.to_owned(),
+            message: one_line(&error),
+        };
         let instance_pre = self
-            .linker_for(tier)
-            .instantiate_pre(&component)
+            .linker_for(compiled.tier)
+            .instantiate_pre(component)
             .map_err(|error| {
                 match imports.iter().find(|import| !self.provided_by_host(import)) {
                     Some(import) => LoadError::UnknownImport {
-                        path: path.clone(),
+                        path: path.to_owned(),
                         import: import.clone(),
                     },
-                    None => LoadError::Link {
-                        path: path.clone(),
-                        message: one_line(&error),
-                    },
+                    None => link_error(error),
                 }
             })?;
-        let pre = (served.pre)(instance_pre).map_err(|error| LoadError::Link {
-            path: path.clone(),
-            message: one_line(&error),
-        })?;
+        let pre = (served.pre)(instance_pre).map_err(link_error)?;
         let capabilities = self
             .inner
             .capabilities
             .imported_by(imports.iter().map(String::as_str));
+        Ok(LinkedComponent {
+            compiled,
+            export,
+            version,
+            served,
+            pre,
+            capabilities,
+        })
+    }
 
-        let description = self.describe(&*pre, &capabilities, &path).await?;
+    /// Call `describe` on `linked` and check its answer: the contract version it exports, a
+    /// valid name. A name other than `identity`, or capabilities other than its imports, are
+    /// only logged.
+    async fn describe_linked(
+        &self,
+        identity: &str,
+        linked: &LinkedComponent,
+        path: &Path,
+    ) -> Result<Description, LoadError> {
+        let description = self
+            .describe(&*linked.pre, &linked.capabilities, path)
+            .await?;
+        let invalid = |problem| LoadError::InvalidDescription {
+            path: path.to_owned(),
+            problem,
+        };
         let described = Version::parse(&description.contract_version).ok();
-        if described.as_ref() != Some(&version) {
-            return Err(LoadError::InvalidDescription {
-                path,
-                problem: format!(
-                    "contract-version is `{}` but the component exports {export}",
-                    crate::log::escape(&description.contract_version)
-                ),
-            });
+        if described.as_ref() != Some(&linked.version) {
+            return Err(invalid(format!(
+                "contract-version is `{}` but the component exports {}",
+                crate::log::escape(&description.contract_version),
+                linked.export
+            )));
         }
         if let Some(problem) = name_problem(&description.name) {
-            return Err(LoadError::InvalidDescription { path, problem });
+            return Err(invalid(problem));
         }
         if description.name != identity {
             // Only a consistency note: the identity is the host's, the name the component's.
@@ -481,9 +472,29 @@ impl Runtime {
                 "provider describes itself under another name; it serves, and is granted, as its identity"
             );
         }
-        if served.declares_capabilities {
-            warn_on_declared_mismatch(identity, &path, &description, &capabilities);
+        if linked.served.declares_capabilities {
+            warn_on_declared_mismatch(identity, path, &description, &linked.capabilities);
         }
+        Ok(description)
+    }
+
+    /// A new generation of `identity` from what was validated: its permits, its number, its
+    /// code.
+    fn publish(
+        &self,
+        identity: &str,
+        linked: LinkedComponent,
+        description: Description,
+        source: Source,
+    ) -> Arc<Provider> {
+        let LinkedComponent {
+            compiled,
+            version,
+            served,
+            pre,
+            capabilities,
+            ..
+        } = linked;
         note_ungranted(&capabilities, identity);
         let concurrency = self
             .inner
@@ -497,47 +508,62 @@ impl Runtime {
             version = %crate::log::escape(&description.version),
             contract_version = %version,
             capabilities = ?capability_names,
-            path = %path.display(),
-            digest = %digest,
+            path = %source.path.display(),
+            digest = %source.digest.hex(),
             generation,
-            from_cache,
-            ?tier,
+            from_cache = compiled.from_cache,
+            tier = ?compiled.tier,
             "provider loaded"
         );
-        // Settled unless better code is on its way.
-        let optimizing = tier != self.inner.tier;
-        let (settled, settled_watch) = tokio::sync::watch::channel(!optimizing);
-        let code = Arc::new(ArcSwap::from_pointee(Code {
+        let code = Code {
             pre,
-            component,
-            tier,
-        }));
+            component: compiled.component,
+            tier: compiled.tier,
+        };
+        let (code, settled) = self.share_code(identity, code, served, &source);
+        Arc::new(Provider::new(LoadedParts {
+            env: Arc::clone(&self.inner.env),
+            code,
+            settled,
+            loaded_tier: compiled.tier,
+            contract_version: version,
+            capabilities,
+            description,
+            identity: Arc::from(identity),
+            digest: source.digest,
+            path: source.path,
+            generation,
+            from_cache: compiled.from_cache,
+            limits: self.inner.limits.clone(),
+            concurrency,
+        }))
+    }
+
+    /// `code`, shared by every binding of `identity`'s new generation, and whether it is settled:
+    /// when it is Winch's under [`Compilation::Tiered`], Cranelift's compile of `source` is
+    /// queued to replace it.
+    fn share_code(
+        &self,
+        identity: &str,
+        code: Code,
+        served: &'static Served,
+        source: &Source,
+    ) -> (Arc<ArcSwap<Code>>, watch::Receiver<bool>) {
+        // Settled unless better code is on its way.
+        let optimizing = code.tier != self.inner.tier;
+        let (settled, settled_watch) = watch::channel(!optimizing);
+        let code = Arc::new(ArcSwap::from_pointee(code));
         if optimizing && let Some((.., optimizer)) = &self.inner.baseline {
             optimizer.submit(Job {
                 identity: Arc::from(identity),
-                bytes,
-                digest: digest.clone(),
+                bytes: Arc::clone(&source.bytes),
+                digest: source.digest,
                 served,
                 code: Arc::downgrade(&code),
                 settled,
             });
         }
-        Ok(Arc::new(Provider::new(LoadedParts {
-            env: Arc::clone(&self.inner.env),
-            code,
-            settled: settled_watch,
-            loaded_tier: tier,
-            contract_version: version,
-            capabilities,
-            description,
-            identity: Arc::from(identity),
-            digest,
-            path,
-            generation,
-            from_cache,
-            limits: self.inner.limits.clone(),
-            concurrency,
-        })))
+        (code, settled_watch)
     }
 
     /// Load `bytes`' code from the cache, or compile them on a blocking thread: with Winch first
@@ -546,7 +572,7 @@ impl Runtime {
     async fn compile(
         &self,
         bytes: Arc<[u8]>,
-        digest: String,
+        digest: Digest,
         path: &Path,
     ) -> Result<Compiled, LoadError> {
         let engine = self.engine().clone();
@@ -650,6 +676,78 @@ impl Runtime {
     }
 }
 
+/// `configured`, after [`HttpCapability`] over [`DenyAll`](crate::DenyAll) when none of them
+/// provides `wasi:http`; refused when two share a name.
+fn with_http(configured: &[Arc<dyn Linked>]) -> Result<CapabilitySet, RuntimeError> {
+    let mut capabilities: Vec<Arc<dyn Linked>> = Vec::new();
+    if !configured
+        .iter()
+        .any(|capability| capability.provides(crate::http::TYPES_IMPORT))
+    {
+        capabilities.push(Arc::new(HttpCapability::new(Arc::new(crate::DenyAll))));
+    }
+    capabilities.extend(configured.iter().cloned());
+    CapabilitySet::new(capabilities).map_err(|name| RuntimeError::Linker {
+        message: format!("the capability `{name}` is given twice"),
+    })
+}
+
+/// A linker for `engine`: WASI p2, the log under each of its names, and every capability's
+/// interfaces.
+fn new_linker(
+    engine: &Engine,
+    capabilities: &CapabilitySet,
+) -> Result<Linker<HostState>, RuntimeError> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .and_then(|_| wit::add_to_linker(&mut linker))
+        .and_then(|_| {
+            capabilities.iter().try_for_each(|capability| {
+                capability.link(&mut linker).map_err(|error| {
+                    error.context(format!("linking the `{}` capability", capability.name()))
+                })
+            })
+        })
+        .map_err(|error| RuntimeError::Linker {
+            message: one_line(&error),
+        })?;
+    Ok(linker)
+}
+
+/// Under [`Compilation::Tiered`]: the Winch engine and its linker, and the thread that compiles
+/// with the serving `engine` and `linker` (Cranelift's) into `cache`. `None` where Winch is not
+/// available.
+fn start_tiering(
+    config: &RuntimeConfig,
+    slot_memory_bytes: usize,
+    capabilities: &CapabilitySet,
+    engine: &Engine,
+    linker: &Linker<HostState>,
+    cache: Option<CompileCache>,
+) -> Result<Option<(Engine, Linker<HostState>, Optimizer)>, RuntimeError> {
+    let baseline = match build_engine(
+        &config.limits,
+        slot_memory_bytes,
+        config.memory_creator.clone(),
+        Tier::Baseline,
+        Allocation::OnDemand,
+    ) {
+        Ok(baseline) => baseline,
+        // Winch serves x86-64 only: elsewhere, tiering is only slower loads.
+        Err(error) => {
+            tracing::warn!(
+                error = %one_line(&error),
+                "the baseline compiler is not available here; components compile with Cranelift before they serve"
+            );
+            return Ok(None);
+        }
+    };
+    let baseline_linker = new_linker(&baseline, capabilities)?;
+    let optimizer =
+        Optimizer::start(engine.clone(), linker.clone(), cache).map_err(RuntimeError::Optimizer)?;
+    Ok(Some((baseline, baseline_linker, optimizer)))
+}
+
 /// Warn when what a 0.1.0 component declares in `describe` differs from what it imports: the
 /// host goes by the imports.
 fn warn_on_declared_mismatch(
@@ -706,6 +804,27 @@ struct Compiled {
     /// The compiler that made it.
     tier: Tier,
     from_cache: bool,
+}
+
+/// A compiled component linked against the host, in the bindings of the contract version it
+/// exports.
+struct LinkedComponent {
+    compiled: Compiled,
+    /// The name of its contract export (`egress:provider/provider@0.2.0`).
+    export: String,
+    /// The contract version of that export.
+    version: Version,
+    served: &'static Served,
+    pre: Arc<dyn ContractPre>,
+    /// The runtime's capabilities it imports.
+    capabilities: Vec<Arc<dyn Linked>>,
+}
+
+/// The bytes a provider was loaded from, their digest and the file they are named by.
+struct Source {
+    bytes: Arc<[u8]>,
+    digest: Digest,
+    path: PathBuf,
 }
 
 /// Find the `egress:provider/provider@X` export and check `X` is served; returns the export

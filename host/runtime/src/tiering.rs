@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use egress_digest::Digest;
 use tokio::sync::watch;
 use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
@@ -28,7 +29,7 @@ pub(crate) struct Job {
     pub(crate) identity: Arc<str>,
     /// The component's bytes and their sha256 (the cache key).
     pub(crate) bytes: Arc<[u8]>,
-    pub(crate) digest: String,
+    pub(crate) digest: Digest,
     /// The contract version's bindings.
     pub(crate) served: &'static Served,
     /// Where the provider (and every binding of it) reads the code its calls run.
@@ -98,7 +99,7 @@ fn optimize(engine: &Engine, linker: &Linker<HostState>, cache: Option<&CompileC
                 }));
                 tracing::info!(
                     provider = %job.identity,
-                    digest = %job.digest,
+                    digest = %job.digest.hex(),
                     elapsed = ?started.elapsed(),
                     "provider now runs its optimized code"
                 );
@@ -107,7 +108,7 @@ fn optimize(engine: &Engine, linker: &Linker<HostState>, cache: Option<&CompileC
         // Winch accepted what Cranelift refuses: keep serving Winch's code, and say so.
         Err(error) => tracing::warn!(
             provider = %job.identity,
-            digest = %job.digest,
+            digest = %job.digest.hex(),
             error = %one_line(&error),
             "the optimizing compiler failed; the provider keeps its baseline code"
         ),

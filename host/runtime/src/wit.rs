@@ -187,45 +187,37 @@ macro_rules! served_version {
                     }
                     Request::ValidateConfig { config } => {
                         let params = (config.as_str(),);
-                        call::<_, Answer<()>>(instance, store, &exports.validate_config, params)
-                            .await?
-                            .map(|()| Response::ValidateConfig)
-                            .map_err(Into::into)
+                        let answer =
+                            call(instance, store, &exports.validate_config, params).await?;
+                        answered(answer, |()| Response::ValidateConfig)
                     }
                     Request::Create { request } => {
-                        let request = wit::CreateRequest::from(request);
-                        let params = (&request,);
-                        call::<_, Answer<wit::Instance>>(instance, store, &exports.create, params)
-                            .await?
-                            .map(|vm| Response::Create(vm.into()))
-                            .map_err(Into::into)
+                        let params = (&wit::CreateRequest::from(request),);
+                        let answer = call(instance, store, &exports.create, params).await?;
+                        answered(answer, |vm: wit::Instance| Response::Create(vm.into()))
                     }
                     Request::Get {
                         config,
                         provider_id,
                     } => {
                         let params = (config.as_str(), provider_id.as_str());
-                        call::<_, Answer<wit::Instance>>(instance, store, &exports.get, params)
-                            .await?
-                            .map(|vm| Response::Get(vm.into()))
-                            .map_err(Into::into)
+                        let answer = call(instance, store, &exports.get, params).await?;
+                        answered(answer, |vm: wit::Instance| Response::Get(vm.into()))
                     }
                     Request::Delete {
                         config,
                         provider_id,
                     } => {
                         let params = (config.as_str(), provider_id.as_str());
-                        call::<_, Answer<()>>(instance, store, &exports.delete, params)
-                            .await?
-                            .map(|()| Response::Delete)
-                            .map_err(Into::into)
+                        let answer = call(instance, store, &exports.delete, params).await?;
+                        answered(answer, |()| Response::Delete)
                     }
                     Request::ListByTag { config, key, value } => {
                         let params = (config.as_str(), key.as_str(), value.as_str());
-                        call::<_, Answer<Listed>>(instance, store, &exports.list_by_tag, params)
-                            .await?
-                            .map(|listed| Response::ListByTag(listing(listed)))
-                            .map_err(Into::into)
+                        let answer = call(instance, store, &exports.list_by_tag, params).await?;
+                        answered(answer, |listed: Listed| {
+                            Response::ListByTag(listing(listed))
+                        })
                     }
                     Request::Check { config } => {
                         let result: wit::CheckResult =
@@ -234,6 +226,15 @@ macro_rules! served_version {
                     }
                 })
             }
+        }
+
+        /// The answer of an operation that can fail with the contract's `error`: its success as
+        /// the response `respond` makes of it, or the provider's error.
+        fn answered<T>(
+            answer: Answer<T>,
+            respond: impl FnOnce(T) -> types::Response,
+        ) -> Result<types::Response, types::ProviderError> {
+            answer.map(respond).map_err(Into::into)
         }
 
         /// This version's bindings of a linked component, behind [`ContractPre`].

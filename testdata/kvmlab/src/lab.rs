@@ -113,6 +113,19 @@ impl Lab {
         found
     }
 
+    /// Pauses (`virsh suspend`) or resumes (`virsh resume`) domain `name`, as a person would.
+    pub fn set_paused(&self, name: &str, paused: bool) {
+        let mut connect = virt::connect::Connect::open(Some(SYSTEM_URI)).expect("libvirtd answers");
+        let domain = virt::domain::Domain::lookup_by_name(&connect, name).expect("the domain");
+        let done = if paused {
+            domain.suspend()
+        } else {
+            domain.resume()
+        };
+        done.unwrap_or_else(|error| panic!("pause {name} ({paused}): {error}"));
+        let _ = connect.close();
+    }
+
     /// Destroys and undefines every domain on the lab's network.
     pub fn remove_domains(&self) {
         let Ok(mut connect) = virt::connect::Connect::open(Some(SYSTEM_URI)) else {

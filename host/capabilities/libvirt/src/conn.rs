@@ -9,7 +9,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use egress_runtime::grant::{GrantContext, GrantError, SecretKeyRef};
+use egress_runtime::grant::{
+    GrantContext, GrantError, MoreThanOneSource, Resolved, ValueFrom, ValueSource,
+};
 use virt::connect::Connect;
 
 use crate::Shared;
@@ -130,72 +132,57 @@ impl ActiveConnection {
             dir.write(&format!("{}-{}", grant.name, what), bytes)
                 .map(|file| SshFile::Written(Arc::new(file)))
         };
-        let ssh_key = match (&grant.ssh_key_secret_ref, &grant.ssh_key_file) {
-            (None, None) => None,
-            (Some(reference), None) => {
-                let bytes = context
-                    .host
-                    .secret(reference)
-                    .map_err(|reason| invalid("sshKeySecretRef", reason))?;
-                private_key(&bytes, reference)
-                    .map_err(|reason| invalid("sshKeySecretRef", reason))?;
-                Some(write("key", &bytes).map_err(|reason| invalid("sshKeySecretRef", reason))?)
-            }
-            (None, Some(file)) => {
-                context
-                    .host
-                    .file(file)
-                    .map_err(|reason| invalid("sshKeyFile", reason))?;
-                Some(SshFile::Named(file.clone()))
-            }
-            (Some(_), Some(_)) => {
-                return Err(invalid(
+        let ssh_key = ssh_file(
+            ValueFrom::one_of([
+                (
                     "sshKeySecretRef",
-                    "name one of sshKeySecretRef and sshKeyFile".into(),
-                ));
-            }
-        };
-        let known_hosts = match (
-            &grant.known_hosts_secret_ref,
-            &grant.known_hosts_config_map_ref,
-            &grant.known_hosts_file,
-        ) {
-            (None, None, None) => None,
-            (Some(reference), None, None) => {
-                let bytes = context
-                    .host
-                    .secret(reference)
-                    .map_err(|reason| invalid("knownHostsSecretRef", reason))?;
-                Some(
-                    write("known_hosts", &bytes)
-                        .map_err(|reason| invalid("knownHostsSecretRef", reason))?,
-                )
-            }
-            (None, Some(reference), None) => {
-                let text = context
-                    .host
-                    .config_map(reference)
-                    .map_err(|reason| invalid("knownHostsConfigMapRef", reason))?;
-                Some(
-                    write("known_hosts", text.as_bytes())
-                        .map_err(|reason| invalid("knownHostsConfigMapRef", reason))?,
-                )
-            }
-            (None, None, Some(file)) => {
-                context
-                    .host
-                    .file(file)
-                    .map_err(|reason| invalid("knownHostsFile", reason))?;
-                Some(SshFile::Named(file.clone()))
-            }
-            _ => {
-                return Err(invalid(
+                    grant.ssh_key_secret_ref.as_ref().map(ValueSource::Secret),
+                ),
+                (
+                    "sshKeyFile",
+                    grant.ssh_key_file.as_deref().map(ValueSource::File),
+                ),
+            ]),
+            (
+                "sshKeySecretRef",
+                "name one of sshKeySecretRef and sshKeyFile",
+            ),
+            context,
+            &invalid,
+            |bytes, from| {
+                private_key(bytes, from)?;
+                write("key", bytes)
+            },
+        )?;
+        let known_hosts = ssh_file(
+            ValueFrom::one_of([
+                (
                     "knownHostsSecretRef",
-                    "name one of knownHostsSecretRef, knownHostsConfigMapRef and knownHostsFile"
-                        .into(),
-                ));
-            }
-        };
+                    grant
+                        .known_hosts_secret_ref
+                        .as_ref()
+                        .map(ValueSource::Secret),
+                ),
+                (
+                    "knownHostsConfigMapRef",
+                    grant
+                        .known_hosts_config_map_ref
+                        .as_ref()
+                        .map(ValueSource::ConfigMap),
+                ),
+                (
+                    "knownHostsFile",
+                    grant.known_hosts_file.as_deref().map(ValueSource::File),
+                ),
+            ]),
+            (
+                "knownHostsSecretRef",
+                "name one of knownHostsSecretRef, knownHostsConfigMapRef and knownHostsFile",
+            ),
+            context,
+            &invalid,
+            |bytes, _| write("known_hosts", bytes),
+        )?;
         if transport == Transport::Other && (ssh_key.is_some() || known_hosts.is_some()) {
             return Err(invalid(
                 "sshKeySecretRef",
@@ -298,10 +285,32 @@ impl ActiveConnection {
     }
 }
 
-/// Checks that `bytes` look like an SSH private key (OpenSSH or PEM), so a Secret holding
-/// something else is refused when the grant is set rather than at the first dial. Never says
-/// what the bytes hold.
-fn private_key(bytes: &[u8], reference: &SecretKeyRef) -> Result<(), String> {
+/// The SSH file one of a connection's fields names: a Secret's or ConfigMap's value, handed to
+/// `keep` (which checks and writes it to the key directory), or a file, only named. `one_of` is
+/// the field and the message for a grant that names more than one.
+fn ssh_file(
+    from: Result<Option<ValueFrom<'_>>, MoreThanOneSource>,
+    one_of: (&str, &str),
+    context: &GrantContext<'_>,
+    invalid: &impl Fn(&str, String) -> GrantError,
+    keep: impl FnOnce(&[u8], &ValueSource<'_>) -> Result<SshFile, String>,
+) -> Result<Option<SshFile>, GrantError> {
+    let from = from.map_err(|MoreThanOneSource| invalid(one_of.0, one_of.1.into()))?;
+    let Some(from) = from else {
+        return Ok(None);
+    };
+    match context.resolve(from, invalid)? {
+        Resolved::Value(bytes) => keep(&bytes, &from.source)
+            .map(Some)
+            .map_err(|reason| invalid(from.field, reason)),
+        Resolved::File(path) => Ok(Some(SshFile::Named(path.to_owned()))),
+    }
+}
+
+/// Checks that `bytes`, read from `from`, look like an SSH private key (OpenSSH or PEM), so a
+/// Secret holding something else is refused when the grant is set rather than at the first dial.
+/// Never says what the bytes hold.
+fn private_key(bytes: &[u8], from: &ValueSource<'_>) -> Result<(), String> {
     let text = std::str::from_utf8(bytes).unwrap_or_default().trim_start();
     let pem = text.starts_with("-----BEGIN ")
         && text
@@ -311,10 +320,7 @@ fn private_key(bytes: &[u8], reference: &SecretKeyRef) -> Result<(), String> {
     if pem {
         Ok(())
     } else {
-        Err(format!(
-            "Secret {} key {} is not an SSH private key (OpenSSH or PEM)",
-            reference.name, reference.key
-        ))
+        Err(format!("{from} is not an SSH private key (OpenSSH or PEM)"))
     }
 }
 
@@ -418,7 +424,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use egress_runtime::grant::FilesOnly;
+    use egress_runtime::grant::{FilesOnly, SecretKeyRef};
 
     fn connection(json: &str) -> Result<ActiveConnection, GrantError> {
         let grant: ConnectionGrant = serde_json::from_str(json).unwrap();
@@ -495,15 +501,16 @@ mod tests {
             key: "id".into(),
             namespace: None,
         };
-        assert!(private_key(b"-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n", &reference).is_ok());
-        assert!(private_key(b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n", &reference).is_ok());
+        let from = ValueSource::Secret(&reference);
+        assert!(private_key(b"-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n", &from).is_ok());
+        assert!(private_key(b"-----BEGIN RSA PRIVATE KEY-----\nAAAA\n", &from).is_ok());
         for bad in [
             &b"ssh-ed25519 AAAAC3Nz user@host"[..],
             b"hunter2",
             b"\xff\xfe",
             b"",
         ] {
-            let error = private_key(bad, &reference).unwrap_err();
+            let error = private_key(bad, &from).unwrap_err();
             assert!(
                 error.contains("hv1-ssh") && error.contains("not an SSH private key"),
                 "{error}"

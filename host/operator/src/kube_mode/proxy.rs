@@ -226,10 +226,9 @@ pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, context: Arc<Context>) ->
     Action::requeue(api_retry(&context))
 }
 
-/// The wait after an API error: four first-retries, at most the longest retry.
+/// The wait after an API error: the adapter-failure rule both modes share.
 pub(crate) fn api_retry(context: &Context) -> Duration {
-    let timing = context.operator.reconciler.timing();
-    (timing.backoff_base * 4).min(timing.backoff_max)
+    context.operator.reconciler.timing().after_adapter_failure()
 }
 
 async fn apply(

@@ -127,27 +127,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         table.header();
     }
 
-    // Folder changes, debounced into rescans.
-    let (changed, mut changes) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Only manifests count: a log or an editor's swap file written beside them is no change.
-        let relevant = event.is_ok_and(|event| {
-            event.paths.iter().any(|path| {
-                !path.components().any(|part| part.as_os_str() == STATE_DIR)
-                    && path.extension().is_some_and(|extension| {
-                        matches!(extension.to_str(), Some("yaml" | "yml" | "json"))
-                    })
-            })
-        });
-        if relevant {
-            let _ = changed.send(());
-        }
-    })
-    .context("watching the local folder")?;
-    watcher
-        .watch(&dir, notify::RecursiveMode::NonRecursive)
-        .with_context(|| format!("watching {}", dir.display()))?;
-
+    let (watcher, mut changes) = watch_folder(&dir)?;
     local.rescan().await?;
     // Ready once the folder has been read: from here on every Proxy in it is being worked on.
     health.set_ready(Ok(()));
@@ -156,22 +136,9 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         local.queue.schedule(&record.key(), Instant::now());
     }
 
-    let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        let local = Arc::clone(&local);
-        workers.push(tokio::spawn(async move {
-            while let Some(key) = local.queue.next().await {
-                if let Err(error) = local.process(&key).await {
-                    tracing::error!(proxy = %key, %error, "reconcile failed");
-                    local.queue.schedule(
-                        &key,
-                        Instant::now() + local.operator.reconciler.timing().backoff_base,
-                    );
-                }
-                local.queue.done(&key);
-            }
-        }));
-    }
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|_| tokio::spawn(Arc::clone(&local).work()))
+        .collect();
 
     let mut registry_events = local.operator.registry().subscribe();
     let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
@@ -219,9 +186,53 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     Ok(exit)
 }
 
+/// A watch of `dir` and the channel of its changes: one message per change of a manifest.
+fn watch_folder(
+    dir: &Path,
+) -> anyhow::Result<(
+    notify::RecommendedWatcher,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+)> {
+    let (changed, changes) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Only manifests count: a log or an editor's swap file written beside them is no change.
+        let relevant = event.is_ok_and(|event| {
+            event.paths.iter().any(|path| {
+                !path.components().any(|part| part.as_os_str() == STATE_DIR)
+                    && path.extension().is_some_and(|extension| {
+                        matches!(extension.to_str(), Some("yaml" | "yml" | "json"))
+                    })
+            })
+        });
+        if relevant {
+            let _ = changed.send(());
+        }
+    })
+    .context("watching the local folder")?;
+    watcher
+        .watch(dir, notify::RecursiveMode::NonRecursive)
+        .with_context(|| format!("watching {}", dir.display()))?;
+    Ok((watcher, changes))
+}
+
 impl Local {
     fn objects(&self) -> FolderObjects {
         FolderObjects(Arc::clone(&self.snapshot))
+    }
+
+    /// One worker: reconciles the Proxies the queue hands out until it is closed. A reconcile
+    /// that failed in the store is counted and retried after the adapter-failure wait, as in
+    /// Kubernetes mode.
+    async fn work(self: Arc<Self>) {
+        while let Some(key) = self.queue.next().await {
+            if let Err(error) = self.process(&key).await {
+                tracing::error!(proxy = %key, %error, "reconcile failed");
+                self.operator.metrics.reconcile_failed("proxy", "store");
+                let retry = self.operator.reconciler.timing().after_adapter_failure();
+                self.queue.schedule(&key, Instant::now() + retry);
+            }
+            self.queue.done(&key);
+        }
     }
 
     /// Read the folder again and bring the store in step with it.
@@ -345,7 +356,10 @@ impl Local {
             Ok(None) => return,
             Err(error) => {
                 tracing::error!(provider_config = %name, %error, "reading a ProviderConfig failed");
-                let retry = self.operator.reconciler.timing().backoff_base;
+                self.operator
+                    .metrics
+                    .reconcile_failed("providerconfig", "store");
+                let retry = self.operator.reconciler.timing().after_adapter_failure();
                 self.config_queue.schedule(name, Instant::now() + retry);
                 return;
             }

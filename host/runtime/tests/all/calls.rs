@@ -25,7 +25,7 @@ async fn reference_loads_and_describes_itself() {
     assert_eq!(description.contract_version, "0.1.0");
     assert_eq!(provider.identity(), "reference");
     assert_eq!(provider.path(), component_path("reference"));
-    assert_eq!(provider.digest().len(), 64);
+    assert_eq!(provider.component_digest().hex().len(), 64);
     assert!(
         provider
             .exports()
@@ -209,7 +209,7 @@ async fn a_component_bound_to_another_identity_serves_under_it_with_its_own_limi
     let bound = file.bind("tenant-a", limits).unwrap();
     assert_eq!(bound.identity(), "tenant-a");
     assert_eq!(file.identity(), "reference");
-    assert_eq!(bound.digest(), file.digest());
+    assert_eq!(bound.component_digest(), file.component_digest());
     assert_eq!(bound.generation(), file.generation());
     // The memory cap is clamped to the pool's slot; the deadline is the binding's own.
     assert_eq!(

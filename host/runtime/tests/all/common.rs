@@ -83,7 +83,7 @@ pub fn hostile_get(attack: serde_json::Value) -> Request {
     }
 }
 
-/// sha256 of `bytes`, lowercase hex (what `Provider::digest` reports).
+/// sha256 of `bytes`, lowercase hex (the bare hex of `Provider::component_digest`).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))

@@ -58,7 +58,7 @@ async fn wait_for(
 }
 
 fn loaded_with(digest: String) -> impl Fn(&RegistryEvent) -> bool {
-    move |event| matches!(event, RegistryEvent::Loaded { digest: loaded, .. } if *loaded == digest)
+    move |event| matches!(event, RegistryEvent::Loaded { digest: loaded, .. } if loaded.hex() == digest)
 }
 
 /// Write `bytes` to a temporary name beside `path`, then rename it over `path` (atomic).
@@ -134,7 +134,7 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         .await;
         let current = registry.get("reference").unwrap();
         assert!(current.generation() > generation, "generations increase");
-        assert_eq!(current.digest(), sha256_hex(&bytes));
+        assert_eq!(current.component_digest().hex(), sha256_hex(&bytes));
         generation = current.generation();
     }
 
@@ -144,7 +144,7 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         "in-flight call on the old generation: {slow_result:?}"
     );
     assert_eq!(
-        first.digest(),
+        first.component_digest().hex(),
         sha256_hex(&original),
         "the in-flight call ran on the first bytes"
     );
@@ -372,7 +372,7 @@ async fn a_file_written_slowly_in_place_is_loaded_only_when_whole() {
                 .name
                 .clone(),
             generation: registry.get("reference").unwrap().generation(),
-            digest: sha256_hex(&bytes),
+            digest: sha256_hex(&bytes).parse().unwrap(),
             path: path.clone(),
         },
         "only the whole file is examined"

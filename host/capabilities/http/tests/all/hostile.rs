@@ -186,7 +186,7 @@ async fn a_grant_pinned_to_a_digest_refuses_other_bytes_under_the_same_identity(
         .load_bytes("reference", &reference_bytes, &component("reference"))
         .await
         .unwrap();
-    assert_eq!(reference.digest(), digest);
+    assert_eq!(reference.component_digest().hex(), digest);
     let get = Request::Get {
         config: serde_json::json!({ "endpoint": server.origin() }).to_string(),
         provider_id: "ref/vm".into(),

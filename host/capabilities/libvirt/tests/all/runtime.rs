@@ -98,7 +98,7 @@ async fn a_grant_pinned_to_other_bytes_is_denied_every_call() {
     assert_eq!(result.reason, CheckReason::Forbidden, "{result:?}");
 
     let mut pinned = node.grant();
-    pinned["digest"] = serde_json::json!(format!("sha256:{}", provider.digest()));
+    pinned["digest"] = serde_json::json!(provider.component_digest().to_string());
     let runtime = self::runtime(capability("libvirt-probe", pinned), limits());
     let provider = runtime.load_file(&probe_path()).await.unwrap();
     let result = check(&provider, serde_json::json!({"connection": "node"}))
