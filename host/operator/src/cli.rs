@@ -431,6 +431,13 @@ async fn inspect(
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
+    print_inspected(&provider);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `provider inspect` prints of `provider` without `--json`.
+fn print_inspected(provider: &Provider) {
+    let description = provider.description();
     println!("identity:         {}", provider.identity());
     println!("name:             {}", description.name);
     println!("version:          {}", description.version);
@@ -454,7 +461,6 @@ async fn inspect(
     for import in provider.imports() {
         println!("  {import}");
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The `--input` of create.

@@ -13,6 +13,45 @@ pub const PROVISIONED: &str = "Provisioned";
 /// The ProviderConfig serves an older generation than it asks for (a replacement failed).
 pub const DEGRADED: &str = "Degraded";
 
+/// When, and for which generation, one reconcile sets its conditions.
+#[derive(Clone, Debug)]
+pub struct Stamp {
+    /// The generation the conditions observe.
+    pub generation: i64,
+    /// The reconcile's time: every transition it makes carries it.
+    pub now: Time,
+}
+
+impl Stamp {
+    /// A stamp for `generation`, now.
+    pub fn new(generation: i64) -> Stamp {
+        Stamp {
+            generation,
+            now: crate::now(),
+        }
+    }
+
+    /// [`set_condition`] as of this stamp.
+    pub fn set(
+        &self,
+        conditions: &mut Vec<Condition>,
+        kind: &str,
+        ok: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        set_condition(
+            conditions,
+            kind,
+            ok,
+            reason,
+            message,
+            Some(self.generation),
+            &self.now,
+        );
+    }
+}
+
 /// Set condition `kind` in `conditions`, keeping its transition time when its status is
 /// unchanged. Returns whether anything changed.
 pub fn set_condition(

@@ -48,11 +48,11 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::Note;
 use crate::installation::Installation;
 use crate::operator::Operator;
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
+use crate::{AbortOnDrop, Note};
 
 pub use caches::Caches;
 
@@ -220,16 +220,15 @@ pub async fn run_with(
     let health = Arc::new(Health::new(operator.metrics.clone()));
     let _server = operator.settings.listen.map(|addr| {
         let health = Arc::clone(&health);
-        AbortOnDrop(tokio::spawn(async move {
+        AbortOnDrop::new([tokio::spawn(async move {
             if let Err(error) = server::serve(addr, health).await {
                 tracing::error!("{error:#}");
             }
-        }))
+        })])
     });
     let mut shutdown = std::pin::pin!(shutdown);
 
-    let (caches, reflectors) = Caches::start(&client);
-    let _reflectors = AbortOnDrop2(reflectors);
+    let (caches, _reflectors) = Caches::start(&client);
     health.set_ready(Err("the caches are not synced yet".into()));
     tokio::select! {
         () = &mut shutdown => return Ok(ExitCode::SUCCESS),
@@ -462,20 +461,27 @@ fn host_name() -> String {
         .unwrap_or_else(|| "egress-operator".into())
 }
 
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-struct AbortOnDrop2(caches::Reflectors);
-
-impl Drop for AbortOnDrop2 {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// Server-side apply of a resource's whole status, as the operator's one field manager.
+pub async fn write_status<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply(crate::crd::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(patch),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Stream helper: the controllers' trigger streams never end while the caches live.

@@ -7,24 +7,25 @@
 //! it may reach (its grant) and its limits. The operator:
 //!
 //! 1. loads and hot-swaps the components ([`egress_runtime::Registry`]) and binds each
-//!    ProviderConfig to its component under the ProviderConfig's name ([`providers`]), with its
-//!    grant in the egress broker;
-//! 2. reconciles each Proxy with **one reconciler core** ([`reconciler`]), and each
-//!    ProviderConfig with another ([`provider_config_reconciler`], its provider calls through
-//!    [`provider_calls`]), whatever holds the resources: a Kubernetes API server ([`kube_mode`])
-//!    or a folder of manifests on a laptop ([`local`], the default for a newcomer);
-//! 3. sweeps VMs marked as its own whose Proxy is gone ([`sweep`]), never those of another
-//!    installation ([`installation`]);
+//!    ProviderConfig to its component under the ProviderConfig's name ([`bindings`]), with its
+//!    grant served by the host's capabilities ([`egress_capability_set`]);
+//! 2. reconciles each Proxy with one reconciler core ([`proxy_reconciler`]) and each
+//!    ProviderConfig with another ([`provider_config_reconciler`]), both calling their provider
+//!    through one counted seam ([`provider_calls`]), whatever holds the resources: a Kubernetes
+//!    API server ([`kube_mode`]) or a folder of manifests on a laptop ([`local`], the default for
+//!    a newcomer); their waits come from [`timing`], their conditions from [`conditions`];
+//! 3. sweeps VMs marked as its own ([`marks`]) whose Proxy is gone ([`sweep`]), never those of
+//!    another installation ([`installation`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
-//! prints the CRDs; [`conformance`] runs the contract's rules against a provider component;
-//! [`oci`] pushes and pulls provider components as OCI artifacts.
+//! prints the CRDs of [`crd`] (the `egress-crd` crate); `provider conformance` runs
+//! [`egress_conformance`]; `provider push`/`pull` use [`egress_distribution`].
 
 pub mod bindings;
 pub mod cli;
 pub mod conditions;
-pub mod crd;
+pub use egress_crd as crd;
 pub mod grants;
 pub mod images;
 pub mod installation;
@@ -86,6 +87,24 @@ pub trait Objects: Send + Sync {
 }
 
 pub(crate) use egress_runtime::lock;
+
+/// Tasks that run beside a loop and stop with it: aborted when this is dropped.
+pub(crate) struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    /// A guard over `tasks`.
+    pub(crate) fn new(tasks: impl IntoIterator<Item = tokio::task::JoinHandle<()>>) -> Self {
+        AbortOnDrop(tasks.into_iter().collect())
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
 
 /// Now, as a Kubernetes timestamp (whole seconds, as the API server writes them).
 pub fn now() -> Time {

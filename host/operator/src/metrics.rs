@@ -98,56 +98,59 @@ impl Default for Metrics {
             image_loads: Family::default(),
             registry: Arc::new(std::sync::Mutex::new(Registry::default())),
         };
-        {
-            let mut registry = metrics.lock();
-            registry.register(
-                "controller_runtime_reconcile",
-                "Reconciliations per controller and result",
-                metrics.reconciles.clone(),
-            );
-            registry.register(
-                "controller_runtime_reconcile_errors",
-                "Reconciliations that ended in an error, per controller",
-                metrics.reconcile_errors.clone(),
-            );
-            registry.register(
-                "controller_runtime_reconcile_time_seconds",
-                "Time per reconciliation",
-                metrics.reconcile_time.clone(),
-            );
-            registry.register(
-                "egress_reconcile_errors",
-                "Reconciles that failed, per controller and error label",
-                metrics.reconcile_failures.clone(),
-            );
-            registry.register(
-                "egress_provider_calls",
-                "Provider calls by provider, operation and outcome (ok or the error class)",
-                metrics.calls.clone(),
-            );
-            registry.register(
-                "egress_provider_call_duration_seconds",
-                "Provider call latency by provider and operation",
-                metrics.call_time.clone(),
-            );
-            registry.register(
-                "egress_proxy_recoveries",
-                "Stopped or failed VMs brought back, by provider, action (restart, replace, or \
-                 degraded when the limit stopped them) and reason (stopped, failed)",
-                metrics.recoveries.clone(),
-            );
-            registry.register(
-                "egress_provider_image_loads",
-                "ProviderConfig images fetched, by provider, source (loaded, cache, registry, or \
-                 none when refused before) and outcome (ok or the refusal's reason)",
-                metrics.image_loads.clone(),
-            );
-        }
+        metrics.register();
         metrics
     }
 }
 
 impl Metrics {
+    /// Registers every family with the registry `/metrics` encodes.
+    fn register(&self) {
+        let mut registry = self.lock();
+        registry.register(
+            "controller_runtime_reconcile",
+            "Reconciliations per controller and result",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Reconciliations that ended in an error, per controller",
+            self.reconcile_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Time per reconciliation",
+            self.reconcile_time.clone(),
+        );
+        registry.register(
+            "egress_reconcile_errors",
+            "Reconciles that failed, per controller and error label",
+            self.reconcile_failures.clone(),
+        );
+        registry.register(
+            "egress_provider_calls",
+            "Provider calls by provider, operation and outcome (ok or the error class)",
+            self.calls.clone(),
+        );
+        registry.register(
+            "egress_provider_call_duration_seconds",
+            "Provider call latency by provider and operation",
+            self.call_time.clone(),
+        );
+        registry.register(
+            "egress_proxy_recoveries",
+            "Stopped or failed VMs brought back, by provider, action (restart, replace, or \
+             degraded when the limit stopped them) and reason (stopped, failed)",
+            self.recoveries.clone(),
+        );
+        registry.register(
+            "egress_provider_image_loads",
+            "ProviderConfig images fetched, by provider, source (loaded, cache, registry, or \
+             none when refused before) and outcome (ok or the refusal's reason)",
+            self.image_loads.clone(),
+        );
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry
             .lock()

@@ -24,11 +24,10 @@ use std::time::Duration;
 
 use egress_runtime::types::{CheckReason, Request, Response};
 use egress_runtime::{CallContext, CallError};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
 use crate::bindings::{Bound, ProviderSet, Source};
-use crate::conditions::{self, NotReady, set_condition};
+use crate::conditions::{self, NotReady, Stamp};
 use crate::crd::{
     EffectiveGrant, LoadedComponent, OrphanReport, OrphanSweep, ProviderConfigSpec,
     ProviderConfigStatus,
@@ -37,7 +36,7 @@ use crate::installation::Installation;
 use crate::metrics::Metrics;
 use crate::provider_calls::{Counted, ProviderCalls};
 use crate::sweep::{LiveProxies, SweepPlan, SweepReport, SweepSchedule, SweepTarget, Sweeper};
-use crate::{Note, Objects, now};
+use crate::{Note, Objects};
 
 /// A ProviderConfig as the reconciler sees it.
 #[derive(Clone, Debug)]
@@ -301,8 +300,7 @@ fn is_ready(status: &ProviderConfigStatus) -> bool {
 struct Step {
     status: ProviderConfigStatus,
     notes: Vec<Note>,
-    generation: i64,
-    now: Time,
+    stamp: Stamp,
     /// Whether the status given said Ready.
     was_ready: bool,
 }
@@ -315,21 +313,13 @@ impl Step {
             was_ready: is_ready(&status),
             status,
             notes: Vec::new(),
-            generation: state.generation,
-            now: now(),
+            stamp: Stamp::new(state.generation),
         }
     }
 
     fn set(&mut self, kind: &str, ok: bool, reason: &str, message: &str) {
-        set_condition(
-            &mut self.status.conditions,
-            kind,
-            ok,
-            reason,
-            message,
-            Some(self.generation),
-            &self.now,
-        );
+        self.stamp
+            .set(&mut self.status.conditions, kind, ok, reason, message);
     }
 
     /// `Degraded`: whether the current spec serves; a new binding (`fresh`) is announced.
@@ -424,7 +414,7 @@ impl Step {
     /// `status.orphans`: what the sweep that just ran found.
     fn swept(&mut self, report: SweepReport) {
         self.status.orphans = Some(OrphanReport {
-            last_sweep: Some(self.now.clone()),
+            last_sweep: Some(self.stamp.now.clone()),
             found: report.found,
             deleted: report.deleted,
             foreign: report.foreign,
@@ -465,9 +455,10 @@ mod tests {
     };
 
     use super::*;
+    use crate::conditions::set_condition;
     use crate::crd::SweepMode;
-    use crate::lock;
     use crate::marks::{INSTALLATION_TAG, PROVIDER_CONFIG_TAG};
+    use crate::{lock, now};
 
     /// A provider answering from a script, recording what it was asked.
     #[derive(Default)]

@@ -37,7 +37,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::bindings::{Binding, ProviderSet};
-use crate::conditions::{self, NotReady, condition, set_condition};
+use crate::conditions::{self, NotReady, Stamp, condition};
 use crate::crd::{
     EffectiveRecovery, HandledBy, Phase, ProxySpec, ProxyStatus, Recovery, RecoveryPolicy,
     RecoveryRecord,
@@ -47,7 +47,7 @@ use crate::marks::{self, Owner, PROXY_UID_TAG, vm_name};
 use crate::metrics::Metrics;
 use crate::provider_calls::{Counted, ProviderCalls};
 use crate::timing::{Timing, age, jitter};
-use crate::{Note, Objects, lock, now};
+use crate::{Note, Objects, lock};
 
 /// A Proxy as the reconciler sees it.
 #[derive(Clone, Debug)]
@@ -710,7 +710,7 @@ impl ProxyReconciler {
         step.status.addresses.clear();
         let recovery =
             Recovery::effective(proxy.spec.recovery.as_ref(), pass.binding.recovery.as_ref());
-        let now = step.now.clone();
+        let now = step.stamp.now.clone();
         let case = RecoveryCase {
             trouble,
             recovery: &recovery,
@@ -1126,8 +1126,7 @@ impl Held<'_> {
 /// A status being built for one reconcile.
 struct Step {
     status: ProxyStatus,
-    generation: i64,
-    now: Time,
+    stamp: Stamp,
     notes: Vec<Note>,
 }
 
@@ -1137,22 +1136,14 @@ impl Step {
         status.observed_generation = Some(proxy.generation);
         Step {
             status,
-            generation: proxy.generation,
-            now: now(),
+            stamp: Stamp::new(proxy.generation),
             notes: Vec::new(),
         }
     }
 
     fn set(&mut self, kind: &str, ok: bool, reason: &str, message: &str) {
-        set_condition(
-            &mut self.status.conditions,
-            kind,
-            ok,
-            reason,
-            message,
-            Some(self.generation),
-            &self.now,
-        );
+        self.stamp
+            .set(&mut self.status.conditions, kind, ok, reason, message);
     }
 
     fn ready(&mut self, ok: bool, reason: &str, message: &str) {

@@ -32,6 +32,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::AbortOnDrop;
 use crate::metrics::Metrics;
 
 /// The content type of `/metrics` (OpenMetrics text, as prometheus-client encodes it).
@@ -74,22 +75,25 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<()> 
     serve_on(listener, health).await
 }
 
-/// The endpoints served on a task of their own until this is dropped.
-pub(crate) struct Serving(tokio::task::JoinHandle<()>);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        self.0.abort();
+/// Binds `--listen`'s address, if any, before anything starts: a port in use is an error at once,
+/// not a log line later.
+pub(crate) async fn bind(listen: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    match listen {
+        Some(addr) => TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .with_context(|| format!("listening on {addr} (--listen)")),
+        None => Ok(None),
     }
 }
 
 /// Serve the endpoints on `listener` in a task of their own, until the returned guard is dropped.
-pub(crate) fn spawn(listener: TcpListener, health: Arc<Health>) -> Serving {
-    Serving(tokio::spawn(async move {
+pub(crate) fn spawn(listener: TcpListener, health: Arc<Health>) -> AbortOnDrop {
+    AbortOnDrop::new([tokio::spawn(async move {
         if let Err(error) = serve_on(listener, health).await {
             tracing::error!("{error:#}");
         }
-    }))
+    })])
 }
 
 /// Serve the endpoints on `listener` (bound by the caller, for example to port 0 in a test)

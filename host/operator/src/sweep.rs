@@ -101,17 +101,9 @@ impl Sweeper {
                 return report;
             }
         };
-        if !listing.unanswered.is_empty() {
-            // Their VMs are unknown, never gone: none of them is a suspect this time, and a VM
-            // is deleted only once two sweeps in a row listed it.
-            report.notes.push(Note::warning(
-                "SweepPartial",
-                format!(
-                    "{} did not answer; its VMs are not swept this time",
-                    listing.unanswered.join(", ")
-                ),
-            ));
-        }
+        // Their VMs are unknown, never gone: none of them is a suspect this time, and a VM is
+        // deleted only once two sweeps in a row listed it.
+        report.notes.extend(partial(&listing.unanswered));
         let vms = listing.instances;
         self.report_second_vms(name, &vms, live, &mut report);
         let mut suspects: HashSet<String> = vms
@@ -281,6 +273,19 @@ impl Sweeper {
         lock(&self.suspects).remove(name);
         lock(&self.reported).remove(name);
     }
+}
+
+/// The note of a sweep some hypervisors did not answer: their VMs are not swept this time.
+fn partial(unanswered: &[String]) -> Option<Note> {
+    (!unanswered.is_empty()).then(|| {
+        Note::warning(
+            "SweepPartial",
+            format!(
+                "{} did not answer; its VMs are not swept this time",
+                unanswered.join(", ")
+            ),
+        )
+    })
 }
 
 /// What a `list-by-tag` answered, or the Event saying why there is nothing.

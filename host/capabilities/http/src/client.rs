@@ -23,8 +23,8 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
 use crate::policy::{Origin, Scheme};
-use crate::sync::lock;
 use crate::watch::{FileWatch, Freshness};
+use egress_runtime::lock;
 
 /// Idle pooled connections kept per origin.
 const MAX_IDLE_PER_ORIGIN: usize = 16;

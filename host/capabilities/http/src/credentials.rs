@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use zeroize::Zeroizing;
 
-use crate::sync::lock;
 use crate::watch::{FileWatch, Freshness};
+use egress_runtime::lock;
 
 /// A secret value. Its `Debug` and `Display` print `[redacted]`; its memory is zeroed on drop.
 pub struct Secret(Zeroizing<String>);

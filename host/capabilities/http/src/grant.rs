@@ -46,7 +46,7 @@ use crate::credentials::{CredentialSource, FileSource, MemorySource};
 use crate::metrics::OriginSeries;
 use crate::policy::{Allowlist, CREDENTIAL_HEADERS, Origin, Scheme};
 use crate::redact::Redactor;
-use crate::sync::lock;
+use egress_runtime::lock;
 
 /// Connect timeout when a grant sets none.
 pub const DEFAULT_CONNECT_MS: u64 = 5_000;

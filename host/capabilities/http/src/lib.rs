@@ -89,7 +89,6 @@ mod metrics;
 mod pipeline;
 mod policy;
 mod redact;
-mod sync;
 mod watch;
 
 use std::sync::Arc;
@@ -114,7 +113,7 @@ use egress_runtime::Refusal;
 
 use crate::grant::{Grants, activate};
 use crate::policy::CREDENTIAL_HEADERS;
-use crate::sync::lock;
+use egress_runtime::lock;
 
 /// The egress broker: an [`Egress`] that lets each provider reach its granted origins only, with
 /// credentials the host injects and the provider never sees.

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::sync::lock;
+use egress_runtime::lock;
 
 /// What a [`FileWatch`] knows about its file since it was last armed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::bindings::egress::libvirt::libvirt::Error;
 use crate::conn::Conn;
+pub use crate::leaves::MAX_NAME_BYTES;
+pub(crate) use crate::leaves::{is_simple_name, off_executor};
 use crate::{ActiveGrant, Shared};
 
-/// Longest name the guest may pass (connection, domain, pool, volume).
-pub const MAX_NAME_BYTES: usize = 255;
 /// Largest domain XML the guest may pass to `define-domain`.
 pub const MAX_DOMAIN_XML_BYTES: usize = 256 * 1024;
 /// Largest volume XML the guest may pass to `create-volume` or `clone-volume`.
@@ -106,17 +106,6 @@ impl LibvirtCallCtx {
     }
 }
 
-/// Runs `work` on a blocking thread when inside a tokio runtime (a drop on the executor), in
-/// place otherwise.
-pub(crate) fn off_executor(work: impl FnOnce() + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            handle.spawn_blocking(work);
-        }
-        Err(_) => work(),
-    }
-}
-
 /// Checks a guest string: at most `max` bytes and no NUL (libvirt takes C strings).
 pub(crate) fn bounded(what: &str, value: &str, max: usize) -> Result<(), Error> {
     if value.len() > max {
@@ -129,15 +118,6 @@ pub(crate) fn bounded(what: &str, value: &str, max: usize) -> Result<(), Error> 
         return Err(Error::Invalid(format!("{what} contains a NUL character")));
     }
     Ok(())
-}
-
-/// A name libvirt can take as one path component: 1 to 255 bytes, no `/`, no NUL, not `.`/`..`.
-pub(crate) fn is_simple_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
-        && !name.contains(['/', '\0'])
-        && name != "."
-        && name != ".."
 }
 
 /// Checks a name from the guest with [`is_simple_name`].

@@ -12,11 +12,10 @@ use std::sync::{Arc, Mutex};
 use egress_runtime::grant::{
     GrantContext, GrantError, MoreThanOneSource, Resolved, ValueFrom, ValueSource,
 };
+use egress_runtime::lock;
 use virt::connect::Connect;
 
 use crate::Shared;
-use crate::bindings::egress::libvirt::libvirt::Error;
-use crate::error;
 use crate::grant::ConnectionGrant;
 use crate::keys::KeyFile;
 
@@ -93,96 +92,14 @@ impl ActiveConnection {
         let invalid = |field: &str, reason: String| {
             about(&format!("connections[{}].{field}", grant.name), reason)
         };
-        if !crate::call::is_simple_name(&grant.name) {
+        if !crate::leaves::is_simple_name(&grant.name) {
             return Err(invalid(
                 "name",
                 "must be 1 to 255 bytes, no '/' or NUL".into(),
             ));
         }
-        let uri = url::Url::parse(&grant.uri)
-            .map_err(|error| invalid("uri", format!("not a URI: {error}")))?;
-        if let Some((key, _)) = uri
-            .query_pairs()
-            .find(|(key, _)| HOST_OWNED_PARAMETERS.contains(&key.as_ref()))
-        {
-            return Err(invalid(
-                "uri",
-                format!("the host sets {key:?} itself; grant the SSH key and known_hosts instead"),
-            ));
-        }
-        if !uri.password().unwrap_or_default().is_empty() {
-            return Err(invalid("uri", "may not carry a password".into()));
-        }
-        let transport = match uri.scheme().split_once('+').map(|(_, transport)| transport) {
-            Some("ssh") => Transport::SshBinary,
-            Some("libssh" | "libssh2") => Transport::SshLibrary,
-            _ => Transport::Other,
-        };
-        let write = |what: &str, bytes: &[u8]| -> Result<SshFile, String> {
-            let kept = previous.and_then(|previous| match what {
-                "key" => previous.ssh_key.as_ref(),
-                _ => previous.known_hosts.as_ref(),
-            });
-            if let Some(SshFile::Written(file)) = kept
-                && file.holds(bytes)
-            {
-                return Ok(SshFile::Written(Arc::clone(file)));
-            }
-            let dir = shared.key_dir()?;
-            dir.write(&format!("{}-{}", grant.name, what), bytes)
-                .map(|file| SshFile::Written(Arc::new(file)))
-        };
-        let ssh_key = ssh_file(
-            ValueFrom::one_of([
-                (
-                    "sshKeySecretRef",
-                    grant.ssh_key_secret_ref.as_ref().map(ValueSource::Secret),
-                ),
-                (
-                    "sshKeyFile",
-                    grant.ssh_key_file.as_deref().map(ValueSource::File),
-                ),
-            ]),
-            (
-                "sshKeySecretRef",
-                "name one of sshKeySecretRef and sshKeyFile",
-            ),
-            context,
-            &invalid,
-            |bytes, from| {
-                private_key(bytes, from)?;
-                write("key", bytes)
-            },
-        )?;
-        let known_hosts = ssh_file(
-            ValueFrom::one_of([
-                (
-                    "knownHostsSecretRef",
-                    grant
-                        .known_hosts_secret_ref
-                        .as_ref()
-                        .map(ValueSource::Secret),
-                ),
-                (
-                    "knownHostsConfigMapRef",
-                    grant
-                        .known_hosts_config_map_ref
-                        .as_ref()
-                        .map(ValueSource::ConfigMap),
-                ),
-                (
-                    "knownHostsFile",
-                    grant.known_hosts_file.as_deref().map(ValueSource::File),
-                ),
-            ]),
-            (
-                "knownHostsSecretRef",
-                "name one of knownHostsSecretRef, knownHostsConfigMapRef and knownHostsFile",
-            ),
-            context,
-            &invalid,
-            |bytes, _| write("known_hosts", bytes),
-        )?;
+        let (uri, transport) = granted_uri(&grant.uri, &invalid)?;
+        let (ssh_key, known_hosts) = ssh_material(grant, context, shared, previous, &invalid)?;
         if transport == Transport::Other && (ssh_key.is_some() || known_hosts.is_some()) {
             return Err(invalid(
                 "sshKeySecretRef",
@@ -199,7 +116,7 @@ impl ActiveConnection {
             values
                 .iter()
                 .map(|value| {
-                    if crate::call::is_simple_name(value) {
+                    if crate::leaves::is_simple_name(value) {
                         Ok(value.clone())
                     } else {
                         Err(invalid(field, format!("{value:?} is not a name")))
@@ -265,7 +182,7 @@ impl ActiveConnection {
 
     /// Checks that the SSH files can be read now (libvirt reads them while dialing): a missing
     /// file is a host not ready yet, not a refused key.
-    fn check_files(&self) -> Result<(), Error> {
+    fn check_files(&self) -> Result<(), DialError> {
         for path in [&self.ssh_key, &self.known_hosts]
             .into_iter()
             .flatten()
@@ -273,7 +190,7 @@ impl ActiveConnection {
         {
             if let Err(io) = std::fs::File::open(path) {
                 tracing::warn!(connection = %self.name, path = %path.display(), error = %io, "SSH file unreadable");
-                return Err(Error::CredentialsUnavailable(format!(
+                return Err(DialError::CredentialsUnavailable(format!(
                     "connection {}: cannot read {}: {}",
                     self.name,
                     path.display(),
@@ -283,6 +200,111 @@ impl ActiveConnection {
         }
         Ok(())
     }
+}
+
+/// The granted URI, checked: no parameter the host sets itself, no password; and its transport.
+fn granted_uri(
+    text: &str,
+    invalid: &impl Fn(&str, String) -> GrantError,
+) -> Result<(url::Url, Transport), GrantError> {
+    let uri =
+        url::Url::parse(text).map_err(|error| invalid("uri", format!("not a URI: {error}")))?;
+    if let Some((key, _)) = uri
+        .query_pairs()
+        .find(|(key, _)| HOST_OWNED_PARAMETERS.contains(&key.as_ref()))
+    {
+        return Err(invalid(
+            "uri",
+            format!("the host sets {key:?} itself; grant the SSH key and known_hosts instead"),
+        ));
+    }
+    if !uri.password().unwrap_or_default().is_empty() {
+        return Err(invalid("uri", "may not carry a password".into()));
+    }
+    let transport = match uri.scheme().split_once('+').map(|(_, transport)| transport) {
+        Some("ssh") => Transport::SshBinary,
+        Some("libssh" | "libssh2") => Transport::SshLibrary,
+        _ => Transport::Other,
+    };
+    Ok((uri, transport))
+}
+
+/// The SSH key and known_hosts `grant` names, each written to the key directory when a Secret or
+/// ConfigMap holds it (kept from `previous` when it holds the same bytes), or only named when a
+/// file.
+fn ssh_material(
+    grant: &ConnectionGrant,
+    context: &GrantContext<'_>,
+    shared: &Shared,
+    previous: Option<&ActiveConnection>,
+    invalid: &impl Fn(&str, String) -> GrantError,
+) -> Result<(Option<SshFile>, Option<SshFile>), GrantError> {
+    let write = |what: &str, bytes: &[u8]| -> Result<SshFile, String> {
+        let kept = previous.and_then(|previous| match what {
+            "key" => previous.ssh_key.as_ref(),
+            _ => previous.known_hosts.as_ref(),
+        });
+        if let Some(SshFile::Written(file)) = kept
+            && file.holds(bytes)
+        {
+            return Ok(SshFile::Written(Arc::clone(file)));
+        }
+        let dir = shared.key_dir()?;
+        dir.write(&format!("{}-{}", grant.name, what), bytes)
+            .map(|file| SshFile::Written(Arc::new(file)))
+    };
+    let ssh_key = ssh_file(
+        ValueFrom::one_of([
+            (
+                "sshKeySecretRef",
+                grant.ssh_key_secret_ref.as_ref().map(ValueSource::Secret),
+            ),
+            (
+                "sshKeyFile",
+                grant.ssh_key_file.as_deref().map(ValueSource::File),
+            ),
+        ]),
+        (
+            "sshKeySecretRef",
+            "name one of sshKeySecretRef and sshKeyFile",
+        ),
+        context,
+        invalid,
+        |bytes, from| {
+            private_key(bytes, from)?;
+            write("key", bytes)
+        },
+    )?;
+    let known_hosts = ssh_file(
+        ValueFrom::one_of([
+            (
+                "knownHostsSecretRef",
+                grant
+                    .known_hosts_secret_ref
+                    .as_ref()
+                    .map(ValueSource::Secret),
+            ),
+            (
+                "knownHostsConfigMapRef",
+                grant
+                    .known_hosts_config_map_ref
+                    .as_ref()
+                    .map(ValueSource::ConfigMap),
+            ),
+            (
+                "knownHostsFile",
+                grant.known_hosts_file.as_deref().map(ValueSource::File),
+            ),
+        ]),
+        (
+            "knownHostsSecretRef",
+            "name one of knownHostsSecretRef, knownHostsConfigMapRef and knownHostsFile",
+        ),
+        context,
+        invalid,
+        |bytes, _| write("known_hosts", bytes),
+    )?;
+    Ok((ssh_key, known_hosts))
 }
 
 /// The SSH file one of a connection's fields names: a Secret's or ConfigMap's value, handed to
@@ -344,7 +366,7 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         if let Some(mut connect) = self.connect.take() {
-            crate::call::off_executor(move || {
+            crate::leaves::off_executor(move || {
                 if let Err(error) = connect.close() {
                     tracing::debug!(%error, "closing a libvirt connection failed");
                 }
@@ -363,7 +385,7 @@ pub(crate) struct ConnectionPool {
 impl ConnectionPool {
     /// The pooled connection for `grant`, dialing when there is none or it died. Blocks: call it
     /// off the executor.
-    pub(crate) fn get(&self, grant: &ActiveConnection) -> Result<Arc<Conn>, Error> {
+    pub(crate) fn get(&self, grant: &ActiveConnection) -> Result<Arc<Conn>, DialError> {
         let key = grant.dial_uri();
         let existing = lock(&self.pooled).get(&key).cloned();
         if let Some(conn) = existing
@@ -395,12 +417,24 @@ impl ConnectionPool {
     }
 }
 
+/// Why a connection could not be had; [`crate::error`] makes it the guest's error.
+#[derive(Debug)]
+pub(crate) enum DialError {
+    /// A granted SSH file cannot be read now.
+    CredentialsUnavailable(String),
+    /// libvirt refused the dial; `ssh`: through an SSH transport, whose failures are classified.
+    Libvirt {
+        error: virt::error::Error,
+        ssh: bool,
+    },
+}
+
 /// A fresh connection for `grant`, outside the pool. Blocks: call it off the executor.
-pub(crate) fn dial_unpooled(grant: &ActiveConnection) -> Result<Conn, Error> {
+pub(crate) fn dial_unpooled(grant: &ActiveConnection) -> Result<Conn, DialError> {
     dial(grant, &grant.dial_uri(), false)
 }
 
-fn dial(grant: &ActiveConnection, uri: &str, pooled: bool) -> Result<Conn, Error> {
+fn dial(grant: &ActiveConnection, uri: &str, pooled: bool) -> Result<Conn, DialError> {
     grant.check_files()?;
     match Connect::open(Some(uri)) {
         Ok(connect) => Ok(Conn {
@@ -409,16 +443,12 @@ fn dial(grant: &ActiveConnection, uri: &str, pooled: bool) -> Result<Conn, Error
         }),
         Err(failure) => {
             tracing::warn!(connection = %grant.name, error = %failure, "libvirt dial failed");
-            Err(error::dial(&failure, grant.ssh()))
+            Err(DialError::Libvirt {
+                error: failure,
+                ssh: grant.ssh(),
+            })
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock leaves a consistent map behind.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

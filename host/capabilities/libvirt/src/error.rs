@@ -8,6 +8,7 @@
 //! `VIR_ERR_LIBSSH` or `VIR_ERR_AUTH_FAILED`), so the message is the one reliable signal.
 
 use crate::bindings::egress::libvirt::libvirt::{Error, LibvirtError};
+use crate::conn::DialError;
 
 /// Message fragments (lowercase) of a host key that is unknown or changed: OpenSSH's, libssh's
 /// and libssh2's as libvirt 9.0 relays them.
@@ -39,7 +40,16 @@ pub(crate) fn libvirt(error: &virt::error::Error) -> Error {
 }
 
 /// The guest's view of a failed dial: `host-key` or `ssh-auth` when an SSH transport says so.
-pub(crate) fn dial(error: &virt::error::Error, ssh: bool) -> Error {
+impl From<DialError> for Error {
+    fn from(failure: DialError) -> Error {
+        match failure {
+            DialError::CredentialsUnavailable(message) => Error::CredentialsUnavailable(message),
+            DialError::Libvirt { error, ssh } => dial(&error, ssh),
+        }
+    }
+}
+
+fn dial(error: &virt::error::Error, ssh: bool) -> Error {
     if ssh && let Some(classified) = classify_ssh(error.message()) {
         return classified;
     }

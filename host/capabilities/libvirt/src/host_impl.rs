@@ -195,11 +195,12 @@ impl LibvirtCtxView<'_> {
         let conn = self
             .ctx
             .blocking(None, move || {
-                if pooled {
+                let dialed = if pooled {
                     shared.pool.get(&dialing)
                 } else {
                     conn::dial_unpooled(&dialing).map(Arc::new)
-                }
+                };
+                dialed.map_err(Error::from)
             })
             .await?;
         Ok(match conn {

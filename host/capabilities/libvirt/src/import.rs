@@ -31,6 +31,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use egress_runtime::grant::{GrantContext, GrantError};
+use egress_runtime::lock;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use sha2::{Digest, Sha256};
@@ -43,16 +45,13 @@ use crate::call::{self, LibvirtCallCtx, MAX_URL_BYTES};
 use crate::conn::Conn;
 use crate::grant::ImageGrant;
 use crate::resources::OpenStream;
-use egress_runtime::grant::{GrantContext, GrantError};
+use crate::retention::IMPORTING_SUFFIX;
 
 /// Chunks in flight between the download and the volume.
 const CHANNEL_CHUNKS: usize = 4;
 
 /// Import jobs one provider identity may have running at once.
 pub const MAX_IMPORTS_PER_PROVIDER: usize = 2;
-
-/// What the temporary volume of an import is called after the volume it becomes.
-pub(crate) const IMPORTING_SUFFIX: &str = ".importing";
 
 /// The CA trusted for image origins: held in memory from a Secret or ConfigMap, or a file read
 /// at each import.
@@ -288,12 +287,6 @@ impl Imports {
             job.task.abort();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Imports `url` into a volume `name` of `pool` (at `place`), checking `sha256`: starts or

@@ -158,6 +158,7 @@ pub mod grant;
 mod host_impl;
 mod import;
 mod keys;
+mod leaves;
 mod policy;
 mod resources;
 mod retention;

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use egress_runtime::lock;
 use virt::stream::Stream;
 
 use crate::conn::{ActiveConnection, Conn};
@@ -109,18 +110,11 @@ impl Drop for OpenStream {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         if let Some(stream) = open {
-            crate::call::off_executor(move || {
+            crate::leaves::off_executor(move || {
                 if let Err(error) = stream.abort() {
                     tracing::debug!(%error, "aborting a libvirt stream failed");
                 }
             });
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding the lock leaves the Option in a usable state.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -25,11 +25,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
+use egress_runtime::lock;
 use roxmltree::Document;
 use virt::connect::Connect;
 use virt::storage_pool::StoragePool;
 
 use crate::bindings::egress::libvirt::libvirt::Error;
+
+/// What the temporary volume of an import is called after the volume it becomes.
+pub(crate) const IMPORTING_SUFFIX: &str = ".importing";
 
 /// What the host remembers of image use, and the locks that order disk making against pruning;
 /// shared by every call of every provider.
@@ -80,12 +84,6 @@ impl Retention {
             key.hypervisor != hypervisor || key.pool != pool || present.contains(&key.volume)
         });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What the volumes and domains of a hypervisor use: paths (backing files, disk files) and
@@ -179,7 +177,7 @@ pub(crate) fn prune(
         let name = volume.get_name().map_err(lv)?;
         present.insert(name.clone());
         if name.starts_with(asked.prefix)
-            && !name.ends_with(crate::import::IMPORTING_SUFFIX)
+            && !name.ends_with(IMPORTING_SUFFIX)
             && !(asked.importing)(&name)
         {
             candidates.push((volume.get_path().map_err(lv)?, name, volume));

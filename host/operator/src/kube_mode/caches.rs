@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use crate::Objects;
 use crate::crd::{ProviderConfig, Proxy};
+use crate::{AbortOnDrop, Objects};
 
 /// Something a watch saw change, after its store took it in.
 #[derive(Clone, Debug)]
@@ -62,21 +62,9 @@ impl std::fmt::Debug for Caches {
     }
 }
 
-/// The reflector tasks; dropping this does not stop them, [`Reflectors::abort`] does.
-pub struct Reflectors(Vec<JoinHandle<()>>);
-
-impl Reflectors {
-    /// Stop every watch.
-    pub fn abort(&self) {
-        for task in &self.0 {
-            task.abort();
-        }
-    }
-}
-
 impl Caches {
-    /// Start the four watches (cluster-wide) on `client`.
-    pub fn start(client: &Client) -> (Caches, Reflectors) {
+    /// Start the four watches (cluster-wide) on `client`; dropping the guard stops them.
+    pub(crate) fn start(client: &Client) -> (Caches, AbortOnDrop) {
         let (touches, _) = broadcast::channel(1024);
         let config = watcher::Config::default();
         let (proxies, proxy_task) = reflect(
@@ -129,7 +117,7 @@ impl Caches {
                 config_maps,
                 touches,
             },
-            Reflectors(vec![proxy_task, pc_task, secret_task, map_task]),
+            AbortOnDrop::new([proxy_task, pc_task, secret_task, map_task]),
         )
     }
 

@@ -34,9 +34,22 @@ pub type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body
 /// The ProviderConfig every fixture Proxy names.
 pub const PROVIDER_CONFIG: &str = "reference";
 
-impl Proxy {
+/// Fixture Proxies (the resource type lives in `egress-crd`, so these are a trait's).
+pub trait ProxyFixture {
     /// A Proxy `px` in `default` naming [`PROVIDER_CONFIG`], with a UID and generation 1.
-    pub fn test() -> Proxy {
+    fn test() -> Proxy;
+    /// With the operator's finalizer.
+    fn finalized(self) -> Proxy;
+    /// Being deleted.
+    fn deleting(self) -> Proxy;
+    /// With a VM already recorded.
+    fn with_vm(self, provider_id: &str) -> Proxy;
+    /// Naming another ProviderConfig.
+    fn naming(self, provider_config: &str) -> Proxy;
+}
+
+impl ProxyFixture for Proxy {
+    fn test() -> Proxy {
         let mut proxy = Proxy::new(
             "px",
             ProxySpec {
@@ -51,20 +64,17 @@ impl Proxy {
         proxy
     }
 
-    /// With the operator's finalizer.
-    pub fn finalized(mut self) -> Proxy {
+    fn finalized(mut self) -> Proxy {
         self.metadata.finalizers = Some(vec![FINALIZER.into()]);
         self
     }
 
-    /// Being deleted.
-    pub fn deleting(mut self) -> Proxy {
+    fn deleting(mut self) -> Proxy {
         self.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         self
     }
 
-    /// With a VM already recorded.
-    pub fn with_vm(mut self, provider_id: &str) -> Proxy {
+    fn with_vm(mut self, provider_id: &str) -> Proxy {
         self.status = Some(ProxyStatus {
             provider_id: Some(provider_id.into()),
             ..ProxyStatus::default()
@@ -72,8 +82,7 @@ impl Proxy {
         self
     }
 
-    /// Naming another ProviderConfig.
-    pub fn naming(mut self, provider_config: &str) -> Proxy {
+    fn naming(mut self, provider_config: &str) -> Proxy {
         self.spec.provider_config_ref = provider_config.into();
         self
     }

@@ -17,15 +17,14 @@ use std::sync::Arc;
 use egress_runtime::RegistryEvent;
 use egress_runtime::grant::ObjectRef as Named;
 use futures::{FutureExt, StreamExt};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{Caches, StoreObjects, Touched};
-use super::{Context, Error, never_ending};
-use crate::crd::{FIELD_MANAGER, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus};
+use super::{Context, Error, never_ending, write_status};
+use crate::crd::{ProviderConfig, ProviderConfigSpec};
 use crate::provider_config_reconciler::ProviderConfigState;
 use crate::sweep::LiveProxies;
 
@@ -259,26 +258,6 @@ pub fn error_policy(_pc: Arc<ProviderConfig>, error: &Error, context: Arc<Contex
         .metrics
         .reconcile_failed("providerconfig", error.metric_label());
     Action::requeue(super::proxy::api_retry(&context))
-}
-
-/// Server-side apply of the whole status, as the operator's one field manager.
-pub async fn write_status(
-    api: &Api<ProviderConfig>,
-    name: &str,
-    status: &ProviderConfigStatus,
-) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": ProviderConfig::api_version(&()),
-        "kind": ProviderConfig::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
-    Ok(())
 }
 
 #[cfg(test)]

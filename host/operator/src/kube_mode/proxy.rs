@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -24,9 +23,9 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{StoreObjects, Touched};
-use super::{Context, Error, never_ending};
+use super::{Context, Error, never_ending, write_status};
 use crate::conditions::NotReady;
-use crate::crd::{FIELD_MANAGER, FINALIZER, Proxy, ProxyStatus};
+use crate::crd::{FINALIZER, Proxy};
 use crate::proxy_reconciler::{Next, ProxyState, Resolved};
 
 /// Run the Proxy controller until `stop` fires and the reconciles in flight finish.
@@ -324,29 +323,13 @@ pub fn resolve(proxy: &Proxy, namespace: &str, context: &Context) -> Resolved {
     )
 }
 
-/// Server-side apply of the whole status, as the operator's one field manager.
-pub async fn write_status(api: &Api<Proxy>, name: &str, status: &ProxyStatus) -> Result<(), Error> {
-    let patch = serde_json::json!({
-        "apiVersion": Proxy::api_version(&()),
-        "kind": Proxy::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use kube::runtime::watcher::Event;
     use serde_json::json;
 
     use super::super::caches::{Caches, Writers};
-    use super::super::fixtures::{Scenario, TestContext, timeout_after_1s};
+    use super::super::fixtures::{ProxyFixture, Scenario, TestContext, timeout_after_1s};
     use super::*;
     use crate::crd::{
         ComponentRef, LoadedComponent, ProviderConfig, ProviderConfigSpec, ProviderConfigStatus,

@@ -36,9 +36,10 @@ use crate::conditions::{self, condition};
 use crate::crd::{Phase, ProxyStatus};
 use crate::operator::Operator;
 use crate::provider_config_reconciler::ProviderConfigState;
-use crate::proxy_reconciler::{Next, ProxyState, Resolved};
+use crate::proxy_reconciler::{Next, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
+use crate::sweep::LiveProxies;
 use crate::{Note, Objects, lock};
 
 use self::manifests::Folder;
@@ -100,15 +101,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(installation = %settings.installation, "local mode over {}", dir.display());
     // Local mode resolves a tag once and records its digest in the status.
     settings.images.allow_tags = true;
-    // Bound before anything starts: a port in use is an error now, not a log line later.
-    let listener = match args.listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("listening on {addr} (--listen)"))?,
-        ),
-        None => None,
-    };
+    let listener = server::bind(args.listen).await?;
     let operator = Operator::start(settings).await?;
     let health = Arc::new(Health::new(operator.metrics.clone()));
     let _serving = listener.map(|listener| server::spawn(listener, Arc::clone(&health)));
@@ -140,43 +133,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .map(|_| tokio::spawn(Arc::clone(&local).work()))
         .collect();
 
-    let mut registry_events = local.operator.registry().subscribe();
-    let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
-    // One listener for the whole run: one made anew in each turn of the loop would miss a
-    // signal that arrives while a turn's work runs.
-    let shutdown = crate::shutdown_signal();
-    tokio::pin!(shutdown);
-    let exit = loop {
-        tokio::select! {
-            Some(()) = changes.recv() => {
-                // Debounce: wait for a quiet moment, absorbing further events.
-                while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changes.recv()).await {}
-                if let Err(error) = local.rescan().await {
-                    tracing::error!(%error, "reading the local folder failed");
-                }
-            }
-            event = registry_events.recv() => {
-                // A component changed, or failed to: reconcile every ProviderConfig; those whose
-                // binding moved bring their Proxies along, and a refused one shows `Degraded`.
-                if !matches!(event, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
-                    local.reconcile_configs(|_| true).await;
-                }
-            }
-            Some(name) = local.config_queue.next() => {
-                local.config_queue.done(&name);
-                local.reconcile_config(&name).await;
-            }
-            _ = settle_tick.tick(), if args.exit_when_settled => {
-                if let Some(code) = local.settled().await {
-                    break code;
-                }
-            }
-            () = &mut shutdown => {
-                tracing::info!("interrupted; letting calls in flight finish");
-                break ExitCode::SUCCESS;
-            }
-        }
-    };
+    let exit = local.serve(&mut changes, args.exit_when_settled).await;
     local.queue.close();
     let drained = futures::future::join_all(workers);
     if tokio::time::timeout(SHUTDOWN_GRACE, drained).await.is_err() {
@@ -184,6 +141,23 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     drop(watcher);
     Ok(exit)
+}
+
+/// Every stored Proxy, those being deleted too (their VMs are not orphans), for the sweep; `None`
+/// when the store cannot be read, which sweeps nothing.
+async fn live_proxies(store: Store) -> Option<LiveProxies> {
+    match store.run(|store| store.proxies()).await {
+        Ok(records) => Some(
+            records
+                .into_iter()
+                .map(|record| (record.uid, record.status.provider_id))
+                .collect(),
+        ),
+        Err(error) => {
+            tracing::error!(%error, "reading the Proxies for the orphan sweep failed");
+            None
+        }
+    }
 }
 
 /// A watch of `dir` and the channel of its changes: one message per change of a manifest.
@@ -220,6 +194,54 @@ impl Local {
         FolderObjects(Arc::clone(&self.snapshot))
     }
 
+    /// Serves until interrupted or, with `exit_when_settled`, settled: folder `changes` become
+    /// rescans, a component event reconciles every ProviderConfig, due ProviderConfigs are
+    /// reconciled. The exit code.
+    async fn serve(
+        &self,
+        changes: &mut tokio::sync::mpsc::UnboundedReceiver<()>,
+        exit_when_settled: bool,
+    ) -> ExitCode {
+        let mut registry_events = self.operator.registry().subscribe();
+        let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
+        // One listener for the whole run: one made anew in each turn of the loop would miss a
+        // signal that arrives while a turn's work runs.
+        let shutdown = crate::shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                Some(()) = changes.recv() => {
+                    // Debounce: wait for a quiet moment, absorbing further events.
+                    while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changes.recv()).await {}
+                    if let Err(error) = self.rescan().await {
+                        tracing::error!(%error, "reading the local folder failed");
+                    }
+                }
+                event = registry_events.recv() => {
+                    // A component changed, or failed to: reconcile every ProviderConfig; those
+                    // whose binding moved bring their Proxies along, and a refused one shows
+                    // `Degraded`.
+                    if !matches!(event, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                        self.reconcile_configs(|_| true).await;
+                    }
+                }
+                Some(name) = self.config_queue.next() => {
+                    self.config_queue.done(&name);
+                    self.reconcile_config(&name).await;
+                }
+                _ = settle_tick.tick(), if exit_when_settled => {
+                    if let Some(code) = self.settled().await {
+                        break code;
+                    }
+                }
+                () = &mut shutdown => {
+                    tracing::info!("interrupted; letting calls in flight finish");
+                    break ExitCode::SUCCESS;
+                }
+            }
+        }
+    }
+
     /// One worker: reconciles the Proxies the queue hands out until it is closed. A reconcile
     /// that failed in the store is counted and retried after the adapter-failure wait, as in
     /// Kubernetes mode.
@@ -253,6 +275,22 @@ impl Local {
         let previous = self.snapshot.swap(Arc::new(folder.clone()));
 
         // ProviderConfigs first, so Proxies find them.
+        let changed_configs = self.store_configs(&folder).await?;
+        let references_changed = !same_references(&previous, &folder);
+        self.reconcile_configs(|name| {
+            references_changed
+                || changed_configs.contains(name)
+                || !lock(&self.applied).contains(name)
+        })
+        .await;
+
+        self.store_proxies(&folder, references_changed).await?;
+        Ok(())
+    }
+
+    /// Brings the store's ProviderConfigs in step with `folder`'s; the names of those whose spec
+    /// changed.
+    async fn store_configs(&self, folder: &Folder) -> anyhow::Result<HashSet<String>> {
         let declared = folder.provider_configs();
         let mut changed_configs = HashSet::new();
         for (name, manifest) in &declared {
@@ -280,14 +318,12 @@ impl Local {
                 tracing::info!(provider_config = %record.name, "ProviderConfig removed");
             }
         }
-        let references_changed = !same_references(&previous, &folder);
-        self.reconcile_configs(|name| {
-            references_changed
-                || changed_configs.contains(name)
-                || !lock(&self.applied).contains(name)
-        })
-        .await;
+        Ok(changed_configs)
+    }
 
+    /// Brings the store's Proxies in step with `folder`'s, scheduling each that changed, whose
+    /// referenced objects changed, or whose manifest is gone (to delete its VM).
+    async fn store_proxies(&self, folder: &Folder, references_changed: bool) -> anyhow::Result<()> {
         let proxies = folder.proxies();
         let now = Instant::now();
         let created = crate::now().0.to_string();
@@ -370,22 +406,7 @@ impl Local {
             spec: manifest.spec.clone(),
             status: record.status,
         };
-        let store = self.store.clone();
-        // Every stored Proxy, those being deleted too: their VMs are not orphans.
-        let live_proxy_uids = async move {
-            match store.run(|store| store.proxies()).await {
-                Ok(records) => Some(
-                    records
-                        .into_iter()
-                        .map(|record| (record.uid, record.status.provider_id))
-                        .collect(),
-                ),
-                Err(error) => {
-                    tracing::error!(%error, "reading the Proxies for the orphan sweep failed");
-                    None
-                }
-            }
-        };
+        let live_proxy_uids = live_proxies(self.store.clone());
         let operator = &self.operator;
         let outcome = operator
             .provider_configs
@@ -454,15 +475,7 @@ impl Local {
             &self.operator.providers,
             &self.objects(),
         );
-        let state = ProxyState {
-            namespace: record.namespace.clone(),
-            name: record.name.clone(),
-            uid: record.uid.clone(),
-            generation: record.generation,
-            spec: record.spec.clone(),
-            status: record.status.clone(),
-            deleting: record.deleting,
-        };
+        let state = record.state();
         let outcome = self.operator.reconciler.reconcile(&state, resolved).await;
         for note in &outcome.notes {
             log_note(&format!("Proxy {key}"), note);

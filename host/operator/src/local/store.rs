@@ -14,6 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::crd::{ProviderConfigStatus, ProxySpec, ProxyStatus};
 use crate::installation::Installation;
+use crate::proxy_reconciler::ProxyState;
 
 /// A Proxy as stored.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +41,19 @@ impl ProxyRecord {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// What the reconciler sees of it.
+    pub fn state(&self) -> ProxyState {
+        ProxyState {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            generation: self.generation,
+            spec: self.spec.clone(),
+            status: self.status.clone(),
+            deleting: self.deleting,
+        }
     }
 }
 

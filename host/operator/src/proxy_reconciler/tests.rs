@@ -8,6 +8,7 @@ use egress_runtime::types::{Listing, Operation, ProviderError};
 
 use super::*;
 use crate::bindings::Source;
+use crate::conditions::set_condition;
 use crate::crd::OrphanSweep;
 
 const INSTALLED: &str = "cluster-a";

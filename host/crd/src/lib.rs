@@ -1,9 +1,14 @@
-//! The operator's resources: `Proxy` (namespaced: an egress proxy a user wants) and
-//! `ProviderConfig` (cluster-scoped: which provider component serves Proxies, its configuration,
-//! what it may reach, and its limits). `egress-operator crdgen` prints their CRDs; the committed
-//! copies are in `deploy/crds/`.
+//! # egress-crd: the operator's resources
+//!
+//! `Proxy` (namespaced: an egress proxy a user wants) and `ProviderConfig` (cluster-scoped:
+//! which provider component serves Proxies, its configuration, what it may reach, and its
+//! limits). `egress-operator crdgen` prints their CRDs; the committed copies are in
+//! `deploy/crds/`. A crate of its own, re-exported as `egress_operator::crd`, so that the
+//! resources can be read without the operator: the types and their schemas, no client.
 //!
 //! The same YAML is read from a Kubernetes API server and, in local mode, from a folder.
+
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 
