@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use egress_runtime::types::CheckReason;
-use egress_runtime::{CallError, ErrorClass, InstanceState, Operation};
+use egress_runtime::{CallError, ErrorClass, Operation, VmState};
 
 use super::backend::Pvesim;
 use super::check::reason_name;
@@ -66,7 +66,7 @@ pub(crate) async fn lock_transient(session: &Session) -> Outcome {
     // Every request about a VM answers Proxmox's lock timeout (a 500 naming the lock file).
     let result = with_faults(backend, &["* /nodes/*/qemu/** always lock"], async {
         match session.get(id).await {
-            Ok(instance) if instance.state == InstanceState::Provisioning => {}
+            Ok(instance) if instance.state == VmState::Provisioning => {}
             Err(error) if error.class() == ErrorClass::Transient => {}
             Ok(instance) => {
                 return Err(format!(

@@ -1,8 +1,8 @@
 //! The operations on real VMs: the lifecycle, create's idempotence and ownership, get's
 //! not-found. Each rule makes its own VMs under fresh names, UIDs and tags, and deletes them.
 
-use egress_runtime::types::Instance;
-use egress_runtime::{ErrorClass, InstanceState};
+use egress_runtime::types::Vm;
+use egress_runtime::{ErrorClass, VmState};
 
 use super::{Outcome, RuleResult, Session, outcome};
 
@@ -122,7 +122,7 @@ async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> 
         .get(&id)
         .await
         .map_err(|error| format!("get {id} of the stopped VM: {}", session.error_text(&error)))?;
-    if stopped.state != InstanceState::Stopped {
+    if stopped.state != VmState::Stopped {
         return Err(format!(
             "get {id} answered {:?} for a VM stopped on its host; expected stopped",
             stopped.state
@@ -212,7 +212,7 @@ async fn unknown(session: &Session) -> RuleResult {
 }
 
 /// The instance is the VM asked for: its name and the UID of its mark.
-fn same_vm(instance: &Instance, name: &str, uid: &str, operation: &str) -> RuleResult {
+fn same_vm(instance: &Vm, name: &str, uid: &str, operation: &str) -> RuleResult {
     if instance.provider_id.is_empty() {
         return Err(format!("{operation} answered an empty provider ID"));
     }
@@ -228,7 +228,7 @@ fn same_vm(instance: &Instance, name: &str, uid: &str, operation: &str) -> RuleR
             instance.uid
         ));
     }
-    if operation == "create" && instance.state == InstanceState::Failed {
+    if operation == "create" && instance.state == VmState::Failed {
         return Err("create answered a failed VM".to_owned());
     }
     Ok(())
@@ -242,7 +242,7 @@ async fn count(session: &Session, tag: &egress_runtime::types::Tag) -> Result<us
         .map_err(|error| format!("list-by-tag: {}", session.error_text(&error)))
 }
 
-fn ids(instances: &[Instance]) -> String {
+fn ids(instances: &[Vm]) -> String {
     instances
         .iter()
         .map(|instance| instance.provider_id.as_str())

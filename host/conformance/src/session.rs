@@ -7,8 +7,8 @@ use std::time::Duration;
 use egress_capability_http::{Broker, HttpGrant};
 use egress_runtime::Capability as _;
 use egress_runtime::grant::{FilesOnly, GrantContext, GrantHost, SecretKeyRef};
-use egress_runtime::types::{CheckResult, CreateRequest, Instance, Request, Response, Tag};
-use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState, Operation, Provider};
+use egress_runtime::types::{CheckResult, CreateRequest, Request, Response, Tag, Vm};
+use egress_runtime::{CallContext, CallError, ErrorClass, Operation, Provider, VmState};
 use serde_json::Value;
 
 use super::backend::Pvesim;
@@ -262,7 +262,7 @@ impl Session {
         name: &str,
         uid: &str,
         tag: &Tag,
-    ) -> Result<Instance, CallError> {
+    ) -> Result<Vm, CallError> {
         let request = CreateRequest {
             name: name.to_owned(),
             uid: uid.to_owned(),
@@ -279,12 +279,7 @@ impl Session {
     }
 
     /// Create, retrying `transient` answers as the operator does.
-    pub(crate) async fn create(
-        &self,
-        name: &str,
-        uid: &str,
-        tag: &Tag,
-    ) -> Result<Instance, String> {
+    pub(crate) async fn create(&self, name: &str, uid: &str, tag: &Tag) -> Result<Vm, String> {
         let mut attempt = 1;
         loop {
             match self.try_create(name, uid, tag).await {
@@ -300,7 +295,7 @@ impl Session {
     }
 
     /// One get.
-    pub(crate) async fn get(&self, provider_id: &str) -> Result<Instance, CallError> {
+    pub(crate) async fn get(&self, provider_id: &str) -> Result<Vm, CallError> {
         let request = Request::Get {
             config: self.config_text(),
             provider_id: provider_id.to_owned(),
@@ -339,7 +334,7 @@ impl Session {
     }
 
     /// One list-by-tag.
-    pub(crate) async fn list(&self, tag: &Tag) -> Result<Vec<Instance>, CallError> {
+    pub(crate) async fn list(&self, tag: &Tag) -> Result<Vec<Vm>, CallError> {
         let request = Request::ListByTag {
             config: self.config_text(),
             key: tag.key.clone(),
@@ -397,13 +392,13 @@ impl Session {
     }
 
     /// Polls get until the VM runs; the running instance, or why not.
-    pub(crate) async fn wait_running(&self, provider_id: &str) -> Result<Instance, String> {
+    pub(crate) async fn wait_running(&self, provider_id: &str) -> Result<Vm, String> {
         let started = tokio::time::Instant::now();
         let mut last = String::from("no answer yet");
         while started.elapsed() < RUNNING_BOUND {
             match self.get(provider_id).await {
-                Ok(instance) if instance.state == InstanceState::Running => return Ok(instance),
-                Ok(instance) if instance.state == InstanceState::Provisioning => {
+                Ok(instance) if instance.state == VmState::Running => return Ok(instance),
+                Ok(instance) if instance.state == VmState::Provisioning => {
                     last = "provisioning".to_owned();
                 }
                 Ok(instance) => {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use egress_capability_set::{Capabilities, GrantsFile};
-use egress_runtime::types::{CreateRequest, InstanceState, Request, Response, Tag};
+use egress_runtime::types::{CreateRequest, Request, Response, Tag, VmState};
 use egress_runtime::{CallContext, Limits, Runtime, RuntimeConfig};
 use futures::StreamExt;
 use pvesim::Simulator;
@@ -107,7 +107,7 @@ async fn floor_run(count: usize) -> Duration {
                     };
                     match provider.call(get, &CallContext::default()).await {
                         Ok(Response::Get(vm))
-                            if vm.state == InstanceState::Running && !vm.addresses.is_empty() =>
+                            if vm.state == VmState::Running && !vm.addresses.is_empty() =>
                         {
                             break;
                         }

@@ -36,7 +36,7 @@ use egress_runtime::Capability as _;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
 use egress_runtime::grant::{FilesOnly, GrantContext};
 use egress_runtime::types::{CreateRequest, Request, Response};
-use egress_runtime::{CallContext, InstanceState, Provider, Runtime, RuntimeConfig};
+use egress_runtime::{CallContext, Provider, Runtime, RuntimeConfig, VmState};
 use http_body_util::{BodyExt, Empty};
 use pvesim::{SimConfig, Simulator};
 use serde_json::{Value, json};
@@ -216,7 +216,7 @@ impl Setup {
             provider_id: self.provider_id.clone(),
         };
         match provider.call(request, &CallContext::default()).await {
-            Ok(Response::Get(instance)) if instance.state == InstanceState::Running => {}
+            Ok(Response::Get(instance)) if instance.state == VmState::Running => {}
             other => panic!("get: {other:?}"),
         }
     }
@@ -231,7 +231,7 @@ impl Setup {
             };
             if let Ok(Response::Get(instance)) =
                 self.provider.call(request, &CallContext::default()).await
-                && instance.state == InstanceState::Running
+                && instance.state == VmState::Running
             {
                 return self.sim.state().request_log()[before..]
                     .iter()

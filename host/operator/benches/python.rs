@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CreateRequest, Request, Response};
-use egress_runtime::{CallContext, InstanceState, Limits, Provider, Runtime, RuntimeConfig};
+use egress_runtime::{CallContext, Limits, Provider, Runtime, RuntimeConfig, VmState};
 use pvesim::{SimConfig, Simulator};
 use serde_json::json;
 use wasmtime::component::Component;
@@ -133,7 +133,7 @@ async fn get_running(provider: &Provider, config: &str, provider_id: &str) -> bo
     };
     matches!(
         provider.call(request, &CallContext::default()).await,
-        Ok(Response::Get(instance)) if instance.state == InstanceState::Running && !instance.addresses.is_empty()
+        Ok(Response::Get(instance)) if instance.state == VmState::Running && !instance.addresses.is_empty()
     )
 }
 

@@ -511,7 +511,7 @@ async fn call(
             .with_context(|| format!("grants {}", path.display()))?;
     }
     let provider = load(file, identity, &capabilities).await?;
-    let context = CallContext { proxy: None };
+    let context = CallContext { subject: None };
     match provider.call(request, &context).await {
         Ok(response) => {
             println!(

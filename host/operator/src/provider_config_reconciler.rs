@@ -288,7 +288,7 @@ fn observe<'a>(bound: &'a Bound) -> Observed<'a, egress_runtime::Provider> {
 /// Who the ProviderConfig's own calls are for, on the call's span.
 fn subject(name: &str) -> CallContext {
     CallContext {
-        proxy: Some(format!("providerconfig/{name}")),
+        subject: Some(format!("providerconfig/{name}")),
     }
 }
 
@@ -450,9 +450,7 @@ fn check_reason(reason: CheckReason) -> &'static str {
 mod tests {
     use std::sync::Mutex;
 
-    use egress_runtime::types::{
-        CheckResult, Instance, InstanceState, Listing, Operation, ProviderError,
-    };
+    use egress_runtime::types::{CheckResult, Listing, Operation, ProviderError, Vm, VmState};
 
     use super::*;
     use crate::conditions::set_condition;
@@ -469,10 +467,10 @@ mod tests {
         check: Option<Result<CheckResult, ProviderError>>,
         /// This installation's VMs: what `list-by-tag` answers by ProviderConfig or by
         /// installation.
-        vms: Vec<Instance>,
+        vms: Vec<Vm>,
         /// Another installation's VMs of the same ProviderConfig name: listed by ProviderConfig
         /// only.
-        foreign: Vec<Instance>,
+        foreign: Vec<Vm>,
         /// The hypervisors every listing says did not answer.
         unanswered: Vec<String>,
         asked: Mutex<Vec<Operation>>,
@@ -628,11 +626,11 @@ mod tests {
             .collect()
     }
 
-    fn vm(provider_id: &str, uid: &str) -> Instance {
-        Instance {
+    fn vm(provider_id: &str, uid: &str) -> Vm {
+        Vm {
             provider_id: provider_id.into(),
             name: format!("vm-{uid}"),
-            state: InstanceState::Running,
+            state: VmState::Running,
             addresses: Vec::new(),
             created_at: None,
             uid: uid.into(),

@@ -29,9 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use egress_runtime::types::{
-    CreateRequest, ErrorClass, Instance, InstanceState, Request, Response,
-};
+use egress_runtime::types::{CreateRequest, ErrorClass, Request, Response, Vm, VmState};
 use egress_runtime::{CallContext, CallError, Provider};
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -500,7 +498,7 @@ impl ProxyReconciler {
         };
         match self.call(pass, request).await {
             Ok(Response::Get(vm)) if vm.uid == proxy.uid => {
-                if vm.state == InstanceState::Running
+                if vm.state == VmState::Running
                     && proxy.status.installation.as_deref() != Some(self.installation.as_str())
                 {
                     self.adopt(pass, &mut step, &vm).await;
@@ -533,7 +531,7 @@ impl ProxyReconciler {
     /// under the name create looks for, so the call can only find this one, never make a second.
     /// Best effort: a failure leaves the VM as it is (the sweep never deletes a VM without this
     /// installation's mark) and is tried again at the next look.
-    async fn adopt<P: ProviderCalls>(&self, pass: &Pass<'_, P>, step: &mut Step, vm: &Instance) {
+    async fn adopt<P: ProviderCalls>(&self, pass: &Pass<'_, P>, step: &mut Step, vm: &Vm) {
         let proxy = pass.proxy;
         if vm.name != vm_name(&proxy.uid) {
             return;
@@ -585,7 +583,7 @@ impl ProxyReconciler {
         match self.call(pass, request).await {
             Ok(Response::Get(vm))
                 if vm.uid == pass.proxy.uid
-                    && vm.state == InstanceState::Running
+                    && vm.state == VmState::Running
                     && !vm.addresses.is_empty() =>
             {
                 // Found running: `running` forgets the permanent failure.
@@ -615,7 +613,7 @@ impl ProxyReconciler {
         &'s self,
         pass: &'s Pass<'_, P>,
         mut step: Step,
-        vm: Instance,
+        vm: Vm,
         just_made: bool,
     ) -> BoxFuture<'s, ProxyOutcome> {
         Box::pin(async move {
@@ -625,16 +623,16 @@ impl ProxyReconciler {
             }
             step.synced(true, "Synced", "the provider answered");
             match vm.state {
-                InstanceState::Running if !vm.addresses.is_empty() => self.running(pass, step, &vm),
-                InstanceState::Running | InstanceState::Provisioning => {
+                VmState::Running if !vm.addresses.is_empty() => self.running(pass, step, &vm),
+                VmState::Running | VmState::Provisioning => {
                     self.provisioning(pass.proxy, step, &vm)
                 }
-                InstanceState::Paused => self.paused(pass, step, &vm),
-                InstanceState::Stopped => {
+                VmState::Paused => self.paused(pass, step, &vm),
+                VmState::Stopped => {
                     self.recover(pass, step, vm, Trouble::Stopped, just_made)
                         .await
                 }
-                InstanceState::Failed => {
+                VmState::Failed => {
                     self.recover(pass, step, vm, Trouble::Failed, just_made)
                         .await
                 }
@@ -642,7 +640,7 @@ impl ProxyReconciler {
         })
     }
 
-    fn running<P>(&self, pass: &Pass<'_, P>, mut step: Step, vm: &Instance) -> ProxyOutcome {
+    fn running<P>(&self, pass: &Pass<'_, P>, mut step: Step, vm: &Vm) -> ProxyOutcome {
         let became_ready = !conditions::is_true(&pass.proxy.status.conditions, conditions::READY);
         step.status.addresses = vm.addresses.clone();
         step.status.phase = Some(Phase::Running);
@@ -659,9 +657,9 @@ impl ProxyReconciler {
         step.finish(Next::After(self.resync(pass.binding)))
     }
 
-    fn provisioning(&self, proxy: &ProxyState, mut step: Step, vm: &Instance) -> ProxyOutcome {
+    fn provisioning(&self, proxy: &ProxyState, mut step: Step, vm: &Vm) -> ProxyOutcome {
         let (reason, why) = match vm.state {
-            InstanceState::Running => (
+            VmState::Running => (
                 "WaitingForAddress",
                 "the VM runs; its address is not known yet",
             ),
@@ -677,7 +675,7 @@ impl ProxyReconciler {
 
     /// A person paused or hibernated the VM: not the operator's to undo. It is read again at the
     /// resync and is Running again once resumed; no recovery counts.
-    fn paused<P>(&self, pass: &Pass<'_, P>, mut step: Step, vm: &Instance) -> ProxyOutcome {
+    fn paused<P>(&self, pass: &Pass<'_, P>, mut step: Step, vm: &Vm) -> ProxyOutcome {
         let resync = self.resync(pass.binding);
         let why = format!(
             "{} is paused or hibernated: it runs again when resumed; looked at again every {}s",
@@ -702,7 +700,7 @@ impl ProxyReconciler {
         &self,
         pass: &Pass<'_, P>,
         mut step: Step,
-        vm: Instance,
+        vm: Vm,
         trouble: Trouble,
         just_made: bool,
     ) -> ProxyOutcome {
@@ -1010,7 +1008,7 @@ impl ProxyReconciler {
             metrics: &self.metrics,
         };
         let context = CallContext {
-            proxy: Some(pass.proxy.key()),
+            subject: Some(pass.proxy.key()),
         };
         counted.call(request, &context).await
     }

@@ -87,7 +87,7 @@ impl Sweeper {
         }
         let name = target.provider_config;
         let context = CallContext {
-            proxy: Some(format!("providerconfig/{name}/sweep")),
+            subject: Some(format!("providerconfig/{name}/sweep")),
         };
         let list = |key: &str, value: &str| Request::ListByTag {
             config: target.config.to_owned(),
@@ -210,7 +210,7 @@ impl Sweeper {
     fn report_second_vms(
         &self,
         name: &str,
-        vms: &[egress_runtime::types::Instance],
+        vms: &[egress_runtime::types::Vm],
         live: &LiveProxies,
         report: &mut SweepReport,
     ) {

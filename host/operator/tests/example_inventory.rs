@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use egress_capability_set::{Capabilities, GrantsFile};
 use egress_runtime::types::{CheckReason, CreateRequest, Request, Response, Tag};
-use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState, Provider, Runtime};
+use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, VmState};
 use egress_runtime::{Limits, RuntimeConfig};
 use serde_json::json;
 
@@ -194,7 +194,7 @@ async fn the_lifecycle_runs_through_the_broker_with_the_mark() {
     let mut running = None;
     for _ in 0..10 {
         if let Ok(Response::Get(vm)) = call(&provider, get(&inventory, &created.provider_id)).await
-            && vm.state == InstanceState::Running
+            && vm.state == VmState::Running
         {
             running = Some(vm);
             break;

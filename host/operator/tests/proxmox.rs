@@ -10,7 +10,7 @@ mod proxmox_support;
 use std::collections::BTreeSet;
 
 use egress_runtime::types::CheckReason;
-use egress_runtime::{CallError, ErrorClass, InstanceState};
+use egress_runtime::{CallError, ErrorClass, VmState};
 use proxmox_support::*;
 use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
 use serde_json::json;
@@ -103,7 +103,7 @@ async fn create_then_get_reports_running_with_an_address_then_delete_removes_vm_
     let harness = Harness::start().await;
     let created = harness.create(NAME, UID).await.expect("create");
     // Create returns once the VM runs; the address is get's job (entry 10).
-    assert_eq!(created.state, InstanceState::Provisioning);
+    assert_eq!(created.state, VmState::Provisioning);
     assert_eq!((created.name.as_str(), created.uid.as_str()), (NAME, UID));
     assert!(
         created.created_at.is_some(),
@@ -734,7 +734,7 @@ async fn get_reads_only_the_vms_own_endpoints_however_large_the_cluster() {
     wait_running(&harness, &created.provider_id).await;
     let from = harness.requests();
     let running = harness.get(&created.provider_id).await.expect("get");
-    assert_eq!(running.state, InstanceState::Running);
+    assert_eq!(running.state, VmState::Running);
     let vm = format!("/nodes/pv1-1/qemu/{}", vmid_of(&created.provider_id));
     assert_eq!(
         paths_since(&harness, from),
@@ -761,7 +761,7 @@ async fn a_vm_no_longer_on_the_node_its_id_names_is_found_through_the_listing() 
         .await
         .expect("found through the listing");
     assert_eq!(found.provider_id, created.provider_id, "where it is now");
-    assert_eq!(found.state, InstanceState::Running);
+    assert_eq!(found.state, VmState::Running);
     assert_eq!(
         paths_since(&harness, from)[..2],
         [

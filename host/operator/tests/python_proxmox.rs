@@ -11,7 +11,7 @@
 mod proxmox_support;
 
 use egress_runtime::types::{CheckReason, Request, Response};
-use egress_runtime::{CallContext, CallError, ErrorClass, InstanceState};
+use egress_runtime::{CallContext, CallError, ErrorClass, VmState};
 use proxmox_support::*;
 use pvesim::{RunState, SimConfig, Simulator};
 use serde_json::{Value, json};
@@ -130,7 +130,7 @@ async fn create_then_get_until_running_then_list_then_delete_then_not_found_then
         .await
         .expect("create");
     // Create returns once the VM is starting; the address is get's job.
-    assert_eq!(created.state, InstanceState::Provisioning);
+    assert_eq!(created.state, VmState::Provisioning);
     assert_eq!((created.name.as_str(), created.uid.as_str()), (NAME, UID));
     assert!(
         created.created_at.is_some(),
@@ -296,12 +296,12 @@ async fn a_paused_vm_is_stopped_not_running() {
 
     assert!(harness.sim.state().set_run_state(vmid, RunState::Paused));
     let paused = harness.get(&created.provider_id).await.expect("get");
-    assert_eq!(paused.state, InstanceState::Stopped);
+    assert_eq!(paused.state, VmState::Stopped);
     assert!(paused.addresses.is_empty(), "{paused:?}");
 
     assert!(harness.sim.state().set_run_state(vmid, RunState::Stopped));
     let stopped = harness.get(&created.provider_id).await.expect("get");
-    assert_eq!(stopped.state, InstanceState::Stopped);
+    assert_eq!(stopped.state, VmState::Stopped);
 }
 
 /// Corrections 1 and 2, F8: after a crash mid-clone the VM has no name and `lock: clone`. Get of

@@ -374,7 +374,7 @@ fn bound(
     Ok(response)
 }
 
-fn check_vm(vm: &crate::types::Instance) -> Result<(), String> {
+fn check_vm(vm: &crate::types::Vm) -> Result<(), String> {
     for (field, value) in [
         ("provider-id", &vm.provider_id),
         ("name", &vm.name),
@@ -432,13 +432,13 @@ pub(crate) const BENCHMARK_DEADLINE: Duration = Duration::from_secs(5);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{CheckReason, CheckResult, Instance, InstanceState};
+    use crate::types::{CheckReason, CheckResult, Vm, VmState};
 
-    fn vm(provider_id: &str, name: &str) -> Instance {
-        Instance {
+    fn vm(provider_id: &str, name: &str) -> Vm {
+        Vm {
             provider_id: provider_id.into(),
             name: name.into(),
-            state: InstanceState::Running,
+            state: VmState::Running,
             addresses: vec!["192.0.2.1".into()],
             created_at: None,
             uid: "uid-1".into(),

@@ -59,7 +59,7 @@
 //! println!("{} {}", provider.description().name, provider.description().version);
 //!
 //! let request = Request::Get { config: "{}".into(), provider_id: "pve1/100".into() };
-//! let context = CallContext { proxy: Some("default/egress".into()) };
+//! let context = CallContext { subject: Some("default/egress".into()) };
 //! match provider.call(request, &context).await {
 //!     Ok(response) => println!("{}", serde_json::to_string(&response)?),
 //!     Err(error) => eprintln!("{error} (retry class: {})", error.class()),
@@ -105,8 +105,8 @@ pub use runtime::{DEFAULT_MAX_COMPONENT_BYTES, Runtime, RuntimeConfig};
 pub use state::HostState;
 pub use sync::lock;
 pub use types::{
-    CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Instance, InstanceState,
-    Operation, ProviderError, Request, Response, Tag, UnknownOperation,
+    CheckReason, CheckResult, CreateRequest, Description, ErrorClass, Operation, ProviderError,
+    Request, Response, Tag, UnknownOperation, Vm, VmState,
 };
 // `semver`, in which contract versions are given (`Provider::contract_version`).
 pub use semver;

@@ -22,11 +22,13 @@ use crate::limits::Limits;
 use crate::types::{Description, Operation, Request, Response};
 use crate::wit::ContractPre;
 
-/// Who a call is for; recorded on the call's tracing span.
+/// Who a call is for; recorded on the call's tracing span (as `proxy`, the key logs have always
+/// carried).
 #[derive(Clone, Debug, Default)]
 pub struct CallContext {
-    /// The Proxy resource the call is made for, if any.
-    pub proxy: Option<String>,
+    /// What the call is made for, if anything: a Proxy (`namespace/name`), or a ProviderConfig's
+    /// own work (`providerconfig/<name>`, `providerconfig/<name>/sweep`).
+    pub subject: Option<String>,
 }
 
 /// One loaded generation of a provider component: compiled, linked, validated and described.
@@ -291,7 +293,7 @@ impl Provider {
             provider = %self.identity,
             version = %crate::log::escape(&self.description.version),
             operation = operation.as_str(),
-            proxy = ctx.proxy.as_deref().unwrap_or("-"),
+            proxy = ctx.subject.as_deref().unwrap_or("-"),
             generation = self.generation,
         );
         async move {

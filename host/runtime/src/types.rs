@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Where a proxy VM is in its life, as the hypervisor reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum InstanceState {
+pub enum VmState {
     /// Being cloned, booted, or not yet reporting an address.
     Provisioning,
     /// Running and reachable at its addresses.
@@ -27,15 +27,15 @@ pub enum InstanceState {
     Paused,
 }
 
-impl InstanceState {
+impl VmState {
     /// The contract's word for it (`provisioning`, `running`, …).
     pub fn as_str(self) -> &'static str {
         match self {
-            InstanceState::Provisioning => "provisioning",
-            InstanceState::Running => "running",
-            InstanceState::Stopped => "stopped",
-            InstanceState::Failed => "failed",
-            InstanceState::Paused => "paused",
+            VmState::Provisioning => "provisioning",
+            VmState::Running => "running",
+            VmState::Stopped => "stopped",
+            VmState::Failed => "failed",
+            VmState::Paused => "paused",
         }
     }
 }
@@ -47,7 +47,7 @@ impl InstanceState {
 #[serde(rename_all = "camelCase")]
 pub struct Listing {
     /// The VMs carrying the tag on the hypervisors that answered.
-    pub instances: Vec<Instance>,
+    pub instances: Vec<Vm>,
     /// The hypervisors that did not answer, in the provider's own names.
     #[serde(default)]
     pub unanswered: Vec<String>,
@@ -84,13 +84,13 @@ pub struct CreateRequest {
 /// One VM as the provider sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Instance {
+pub struct Vm {
     /// The provider's own ID for the VM (for example `pve1/123`).
     pub provider_id: String,
     /// The VM's name on the hypervisor.
     pub name: String,
     /// Where the VM is in its life.
-    pub state: InstanceState,
+    pub state: VmState,
     /// Addresses the proxy answers on, most preferred first; empty until known.
     pub addresses: Vec<String>,
     /// When create made the VM (RFC 3339), if the VM carries the mark.
@@ -395,9 +395,9 @@ pub enum Response {
     /// The configuration is valid.
     ValidateConfig,
     /// The VM that exists now.
-    Create(Instance),
+    Create(Vm),
     /// The VM as it is.
-    Get(Instance),
+    Get(Vm),
     /// The VM is gone.
     Delete,
     /// The VMs carrying the tag, and the hypervisors that did not answer.

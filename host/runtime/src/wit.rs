@@ -289,9 +289,9 @@ macro_rules! served_version {
             }
         }
 
-        impl From<wit::Instance> for types::Instance {
+        impl From<wit::Instance> for types::Vm {
             fn from(vm: wit::Instance) -> Self {
-                types::Instance {
+                types::Vm {
                     provider_id: vm.provider_id,
                     name: vm.name,
                     state: vm.state.into(),

@@ -18,9 +18,9 @@ const UID: &str = "uid-1";
 /// Proxy's VM of the same name), `get`, `delete` and `list-by-tag` read and change them. Errors
 /// queued per operation are answered first, once each.
 struct FakeProvider {
-    vms: Mutex<BTreeMap<String, Instance>>,
+    vms: Mutex<BTreeMap<String, Vm>>,
     /// The state `create` leaves a VM in (with an address when running).
-    created: InstanceState,
+    created: VmState,
     /// Answered instead, in order, by operation.
     errors: Mutex<Vec<(Operation, ProviderError)>>,
     /// The hypervisors every listing says did not answer.
@@ -32,7 +32,7 @@ impl Default for FakeProvider {
     fn default() -> Self {
         FakeProvider {
             vms: Mutex::default(),
-            created: InstanceState::Running,
+            created: VmState::Running,
             errors: Mutex::default(),
             unanswered: Vec::new(),
             asked: Mutex::default(),
@@ -41,13 +41,13 @@ impl Default for FakeProvider {
 }
 
 impl FakeProvider {
-    fn with_vm(self, provider_id: &str, uid: &str, state: InstanceState) -> Self {
-        let vm = Instance {
+    fn with_vm(self, provider_id: &str, uid: &str, state: VmState) -> Self {
+        let vm = Vm {
             provider_id: provider_id.into(),
             name: vm_name(uid),
             state,
             addresses: match state {
-                InstanceState::Running => vec!["192.0.2.7".into()],
+                VmState::Running => vec!["192.0.2.7".into()],
                 _ => Vec::new(),
             },
             created_at: None,
@@ -63,7 +63,7 @@ impl FakeProvider {
     }
 
     /// A person (or the hypervisor) changed the VM.
-    fn set_state(&self, provider_id: &str, state: InstanceState) {
+    fn set_state(&self, provider_id: &str, state: VmState) {
         let mut vms = lock(&self.vms);
         let vm = vms.get_mut(provider_id).expect("the VM is there");
         vm.state = state;
@@ -74,7 +74,7 @@ impl FakeProvider {
         lock(&self.asked).clone()
     }
 
-    fn vm(&self, provider_id: &str) -> Option<Instance> {
+    fn vm(&self, provider_id: &str) -> Option<Vm> {
         lock(&self.vms).get(provider_id).cloned()
     }
 
@@ -87,10 +87,10 @@ impl FakeProvider {
                     Some(vm) => vm,
                     None => {
                         let provider_id = format!("vm-{}", vms.len() + 100);
-                        let vm = Instance {
+                        let vm = Vm {
                             provider_id: provider_id.clone(),
                             name: request.name.clone(),
-                            state: InstanceState::Provisioning,
+                            state: VmState::Provisioning,
                             addresses: Vec::new(),
                             created_at: None,
                             uid: request.uid.clone(),
@@ -99,7 +99,7 @@ impl FakeProvider {
                     }
                 };
                 vm.state = self.created;
-                if self.created == InstanceState::Running {
+                if self.created == VmState::Running {
                     vm.addresses = vec!["192.0.2.7".into()];
                 }
                 Ok(Response::Create(vm.clone()))
@@ -637,7 +637,7 @@ async fn progress_forgets_the_failures_so_the_next_transient_wait_starts_from_th
 #[tokio::test]
 async fn a_running_vm_without_an_address_is_provisioning_not_ready() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Running);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Running);
     lock(&fake.vms).get_mut("vm-7").unwrap().addresses.clear();
     let bound = binding(fake, None);
     let outcome = core
@@ -690,7 +690,7 @@ async fn a_permanent_error_is_not_asked_again_until_the_proxy_changes() {
 async fn a_permanent_answer_about_a_vm_is_read_again_at_the_resync_and_lifted_once_it_runs() {
     let core = reconciler();
     let fake = FakeProvider::default()
-        .with_vm("vm-7", UID, InstanceState::Stopped)
+        .with_vm("vm-7", UID, VmState::Stopped)
         .failing(
             Operation::Get,
             ProviderError::Permanent("locked by a backup".into()),
@@ -714,7 +714,7 @@ async fn a_permanent_answer_about_a_vm_is_read_again_at_the_resync_and_lifted_on
     assert_eq!(bound.provider.asked(), vec![Operation::Get; 2]);
 
     // A person started it: running at an address, the latch is lifted.
-    bound.provider.set_state("vm-7", InstanceState::Running);
+    bound.provider.set_state("vm-7", VmState::Running);
     lock(&bound.provider.vms).get_mut("vm-7").unwrap().addresses = vec!["192.0.2.7".into()];
     let lifted = core
         .reconcile(&proxy(latched.status), resolved(&bound))
@@ -759,7 +759,7 @@ async fn a_vm_not_found_by_get_is_forgotten_and_made_again_at_once() {
 #[tokio::test]
 async fn an_id_that_now_names_another_proxys_vm_is_left_alone_and_a_new_vm_made() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", "someone-else", InstanceState::Stopped);
+    let fake = FakeProvider::default().with_vm("vm-7", "someone-else", VmState::Stopped);
     let bound = binding(fake, None);
     let outcome = core
         .reconcile(&proxy(with_vm("vm-7")), resolved(&bound))
@@ -777,7 +777,7 @@ async fn an_id_that_now_names_another_proxys_vm_is_left_alone_and_a_new_vm_made(
 #[tokio::test]
 async fn a_paused_vm_is_reported_and_read_again_at_the_resync_with_no_recovery() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Paused);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Paused);
     let bound = binding(fake, None);
     let mut status = with_vm("vm-7");
     set_condition(
@@ -805,7 +805,7 @@ async fn a_paused_vm_is_reported_and_read_again_at_the_resync_with_no_recovery()
 #[tokio::test]
 async fn a_stopped_vm_is_started_again_through_create_and_the_restart_counted() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Stopped);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Stopped);
     let bound = binding(fake, None);
     let outcome = core
         .reconcile(&proxy(with_vm("vm-7")), resolved(&bound))
@@ -814,17 +814,14 @@ async fn a_stopped_vm_is_started_again_through_create_and_the_restart_counted() 
         bound.provider.asked(),
         vec![Operation::Get, Operation::Create]
     );
-    assert_eq!(
-        bound.provider.vm("vm-7").unwrap().state,
-        InstanceState::Running
-    );
+    assert_eq!(bound.provider.vm("vm-7").unwrap().state, VmState::Running);
     assert_eq!(outcome.status.phase, Some(Phase::Running));
     assert_eq!(outcome.status.restarts, 1);
     assert_eq!(noted(&outcome), ["VMRestarted", "Ready"]);
     assert_eq!(core.metrics.recoveries("lab", "restart", "stopped"), 1);
 
     // A status read before that write came back: the restart is not forgotten.
-    bound.provider.set_state("vm-7", InstanceState::Stopped);
+    bound.provider.set_state("vm-7", VmState::Stopped);
     let stale = core
         .reconcile(&proxy(with_vm("vm-7")), resolved(&bound))
         .await;
@@ -838,7 +835,7 @@ async fn a_stopped_vm_is_started_again_through_create_and_the_restart_counted() 
 #[tokio::test]
 async fn a_failed_vm_is_deleted_then_made_again() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Failed);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Failed);
     let bound = binding(fake, None);
     let outcome = core
         .reconcile(&proxy(with_vm("vm-7")), resolved(&bound))
@@ -863,7 +860,7 @@ async fn a_failed_vm_is_deleted_then_made_again() {
 #[tokio::test]
 async fn a_stopped_vm_under_policy_none_is_only_reported() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Stopped);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Stopped);
     let none = Recovery {
         policy: Some(RecoveryPolicy::None),
         ..Recovery::default()
@@ -880,7 +877,7 @@ async fn a_stopped_vm_under_policy_none_is_only_reported() {
 #[tokio::test]
 async fn a_running_vm_marked_by_no_installation_is_adopted_through_create() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Running);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Running);
     let bound = binding(fake, None);
     let legacy = ProxyStatus {
         provider_id: Some("vm-7".into()),
@@ -933,7 +930,7 @@ fn deleting(status: ProxyStatus) -> ProxyState {
 #[tokio::test]
 async fn deleting_removes_the_vm_by_its_id_then_lets_the_finalizer_go() {
     let core = reconciler();
-    let fake = FakeProvider::default().with_vm("vm-7", UID, InstanceState::Running);
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Running);
     let bound = binding(fake, None);
     let outcome = core
         .reconcile(&deleting(with_vm("vm-7")), resolved(&bound))
@@ -948,8 +945,8 @@ async fn deleting_removes_the_vm_by_its_id_then_lets_the_finalizer_go() {
 async fn deleting_without_an_id_finds_the_proxys_vms_by_uid_and_deletes_only_those() {
     let core = reconciler();
     let fake = FakeProvider::default()
-        .with_vm("vm-7", UID, InstanceState::Running)
-        .with_vm("forged", "someone-else", InstanceState::Running);
+        .with_vm("vm-7", UID, VmState::Running)
+        .with_vm("forged", "someone-else", VmState::Running);
     let bound = binding(fake, None);
     let outcome = core
         .reconcile(&deleting(ProxyStatus::default()), resolved(&bound))
@@ -1015,7 +1012,7 @@ async fn deleting_a_vm_that_is_already_gone_is_done() {
 async fn deleting_when_delete_fails_transiently_keeps_the_finalizer() {
     let core = reconciler();
     let fake = FakeProvider::default()
-        .with_vm("vm-7", UID, InstanceState::Running)
+        .with_vm("vm-7", UID, VmState::Running)
         .failing(Operation::Delete, ProviderError::Transient("locked".into()));
     let bound = binding(fake, None);
     let outcome = core

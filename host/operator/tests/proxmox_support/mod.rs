@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use egress_capability_set::{Capabilities, GrantsFile};
-use egress_runtime::types::{CheckResult, CreateRequest, Instance, Request, Response, Tag};
+use egress_runtime::types::{CheckResult, CreateRequest, Request, Response, Tag, Vm};
 use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, RuntimeConfig};
 use pvesim::{SimConfig, Simulator};
 use serde_json::{Value, json};
@@ -191,7 +191,7 @@ impl Harness {
         outcome
     }
 
-    pub async fn create(&self, name: &str, uid: &str) -> Result<Instance, CallError> {
+    pub async fn create(&self, name: &str, uid: &str) -> Result<Vm, CallError> {
         self.create_tagged(name, uid, &[]).await
     }
 
@@ -200,7 +200,7 @@ impl Harness {
         name: &str,
         uid: &str,
         tags: &[(&str, &str)],
-    ) -> Result<Instance, CallError> {
+    ) -> Result<Vm, CallError> {
         let request = CreateRequest {
             name: name.into(),
             uid: uid.into(),
@@ -220,7 +220,7 @@ impl Harness {
         }
     }
 
-    pub async fn get(&self, provider_id: &str) -> Result<Instance, CallError> {
+    pub async fn get(&self, provider_id: &str) -> Result<Vm, CallError> {
         let request = Request::Get {
             config: self.config_text(),
             provider_id: provider_id.into(),
@@ -242,7 +242,7 @@ impl Harness {
         }
     }
 
-    pub async fn list_by_tag(&self, key: &str, value: &str) -> Result<Vec<Instance>, CallError> {
+    pub async fn list_by_tag(&self, key: &str, value: &str) -> Result<Vec<Vm>, CallError> {
         let request = Request::ListByTag {
             config: self.config_text(),
             key: key.into(),
@@ -264,7 +264,7 @@ impl Harness {
         name: &str,
         uid: &str,
         attempts: usize,
-    ) -> Result<Instance, CallError> {
+    ) -> Result<Vm, CallError> {
         let mut outcome = self.create(name, uid).await;
         for _ in 1..attempts {
             match &outcome {
@@ -355,10 +355,10 @@ pub fn assert_no_secret(outcome: &Result<Response, CallError>, secrets: &[&str])
 }
 
 /// Polls `get` until it reports running (the agent answers after the simulator's delay, F5/F21).
-pub async fn wait_running(harness: &Harness, provider_id: &str) -> Instance {
+pub async fn wait_running(harness: &Harness, provider_id: &str) -> Vm {
     for _ in 0..200 {
         match harness.get(provider_id).await {
-            Ok(instance) if instance.state == egress_runtime::InstanceState::Running => {
+            Ok(instance) if instance.state == egress_runtime::VmState::Running => {
                 return instance;
             }
             Ok(_) => {}

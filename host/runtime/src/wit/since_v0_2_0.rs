@@ -42,14 +42,14 @@ fn listing(listed: Listed) -> types::Listing {
     }
 }
 
-impl From<wit::InstanceState> for types::InstanceState {
+impl From<wit::InstanceState> for types::VmState {
     fn from(state: wit::InstanceState) -> Self {
         match state {
-            wit::InstanceState::Provisioning => types::InstanceState::Provisioning,
-            wit::InstanceState::Running => types::InstanceState::Running,
-            wit::InstanceState::Stopped => types::InstanceState::Stopped,
-            wit::InstanceState::Failed => types::InstanceState::Failed,
-            wit::InstanceState::Paused => types::InstanceState::Paused,
+            wit::InstanceState::Provisioning => types::VmState::Provisioning,
+            wit::InstanceState::Running => types::VmState::Running,
+            wit::InstanceState::Stopped => types::VmState::Stopped,
+            wit::InstanceState::Failed => types::VmState::Failed,
+            wit::InstanceState::Paused => types::VmState::Paused,
         }
     }
 }

@@ -1,15 +1,15 @@
 //! Every operation of the reference provider, and each error class it can be asked to fail with.
 
 use egress_runtime::{
-    CallContext, CallError, CheckReason, CreateRequest, ErrorClass, InstanceState, ProviderError,
-    Request, Response, Tag,
+    CallContext, CallError, CheckReason, CreateRequest, ErrorClass, ProviderError, Request,
+    Response, Tag, VmState,
 };
 
 use crate::common::{component_path, runtime};
 
 fn ctx() -> CallContext {
     CallContext {
-        proxy: Some("default/egress".into()),
+        subject: Some("default/egress".into()),
     }
 }
 
@@ -107,7 +107,7 @@ async fn create_get_delete_list_and_check_answer() {
     };
     assert_eq!(created.provider_id, "ref/web");
     assert_eq!(created.name, "web");
-    assert_eq!(created.state, InstanceState::Running);
+    assert_eq!(created.state, VmState::Running);
     assert_eq!(created.uid, "uid-1");
     assert_eq!(created.addresses.len(), 1);
     assert!(created.created_at.is_some());
@@ -119,10 +119,7 @@ async fn create_get_delete_list_and_check_answer() {
     let Response::Get(got) = provider.call(get, &ctx()).await.unwrap() else {
         panic!("get answered another operation")
     };
-    assert_eq!(
-        (got.name.as_str(), got.state),
-        ("web", InstanceState::Running)
-    );
+    assert_eq!((got.name.as_str(), got.state), ("web", VmState::Running));
 
     let missing = Request::Get {
         config: "{}".into(),

@@ -65,7 +65,7 @@ async fn guest_log_lines_carry_the_call_span_fields() {
         .await
         .unwrap();
     let context = CallContext {
-        proxy: Some("team-a/egress".into()),
+        subject: Some("team-a/egress".into()),
     };
     provider
         .call(create(serde_json::json!({})), &context)
@@ -97,7 +97,7 @@ async fn a_guest_cannot_forge_a_line_or_reach_the_terminal() {
         .await
         .unwrap();
     let context = CallContext {
-        proxy: Some("team-b/injected".into()),
+        subject: Some("team-b/injected".into()),
     };
     provider
         .call(
@@ -149,7 +149,7 @@ async fn a_huge_message_is_cut_to_what_is_kept() {
         .await
         .unwrap();
     let context = CallContext {
-        proxy: Some("team-c/huge".into()),
+        subject: Some("team-c/huge".into()),
     };
     provider
         .call(
@@ -178,7 +178,7 @@ async fn a_0_2_0_guest_logs_through_the_same_bounded_escaping_log() {
         .await
         .unwrap();
     let context = CallContext {
-        proxy: Some("team-c/v2".into()),
+        subject: Some("team-c/v2".into()),
     };
     // contract-v2 logs `creating` with the name as a field: a name that tries to start a line.
     let request = Request::Create {

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egress_capability_libvirt::LibvirtCapability;
 use egress_runtime::{
-    CallContext, CallError, CheckReason, CheckResult, CreateRequest, ErrorClass, Instance,
-    InstanceState, Limits, Provider, Request, Response, Runtime, RuntimeConfig, Tag,
+    CallContext, CallError, CheckReason, CheckResult, CreateRequest, ErrorClass, Limits, Provider,
+    Request, Response, Runtime, RuntimeConfig, Tag, Vm, VmState,
 };
 use sha2::{Digest, Sha256};
 
@@ -67,7 +67,7 @@ async fn create(
     config: &serde_json::Value,
     name: &str,
     uid: &str,
-) -> Result<Instance, CallError> {
+) -> Result<Vm, CallError> {
     let request = CreateRequest {
         name: name.into(),
         uid: uid.into(),
@@ -84,11 +84,7 @@ async fn create(
     }
 }
 
-async fn get(
-    provider: &Provider,
-    config: &serde_json::Value,
-    id: &str,
-) -> Result<Instance, CallError> {
+async fn get(provider: &Provider, config: &serde_json::Value, id: &str) -> Result<Vm, CallError> {
     let request = Request::Get {
         config: config.to_string(),
         provider_id: id.into(),
@@ -114,7 +110,7 @@ async fn delete(
     }
 }
 
-async fn list(provider: &Provider, config: &serde_json::Value, value: &str) -> Vec<Instance> {
+async fn list(provider: &Provider, config: &serde_json::Value, value: &str) -> Vec<Vm> {
     let request = Request::ListByTag {
         config: config.to_string(),
         key: "egress.io/pool".into(),
@@ -435,7 +431,7 @@ async fn create_get_list_delete_on_a_real_libvirtd() {
     let got = get(&provider, &daemon.config, &created.provider_id)
         .await
         .unwrap();
-    assert_eq!(got.state, InstanceState::Provisioning, "{got:?}");
+    assert_eq!(got.state, VmState::Provisioning, "{got:?}");
     assert!(got.addresses.is_empty());
     assert_eq!(got.uid, uid);
     assert_eq!(got.created_at, created.created_at);
@@ -763,12 +759,12 @@ async fn create_of_our_shut_off_domain_starts_it_again_with_autostart() {
     let stopped = get(&provider, &daemon.config, &created.provider_id)
         .await
         .unwrap();
-    assert_eq!(stopped.state, InstanceState::Stopped, "{stopped:?}");
+    assert_eq!(stopped.state, VmState::Stopped, "{stopped:?}");
 
     let again = create(&provider, &daemon.config, &name, uid).await.unwrap();
     assert_eq!(again.provider_id, created.provider_id);
     assert_eq!(again.created_at, created.created_at, "adopted, not remade");
-    assert_eq!(again.state, InstanceState::Provisioning, "{again:?}");
+    assert_eq!(again.state, VmState::Provisioning, "{again:?}");
     assert_eq!(Daemon::domain_state(&name).map(|s| s.0), Some(RUNNING));
     assert_eq!(Daemon::autostart(&name), Some(true));
     let connect = Daemon::connect();
@@ -1169,7 +1165,7 @@ async fn an_adopted_running_domain_reports_its_address_and_is_deleted_on_the_tes
     assert_eq!(adopted.created_at.as_deref(), Some("2026-11-30T10:00:00Z"));
 
     let got = get(&provider, &config, "node/proxy-a").await.unwrap();
-    assert_eq!(got.state, InstanceState::Running, "{got:?}");
+    assert_eq!(got.state, VmState::Running, "{got:?}");
     assert_eq!(got.addresses.len(), 1, "{got:?}");
     assert!(got.addresses[0].starts_with("192.168.122."), "{got:?}");
 
@@ -1287,7 +1283,7 @@ async fn a_domain_with_our_name_but_another_or_no_uid_is_never_adopted_or_delete
     // The foreign domain is still there and still running (get reads it: it carries a mark).
     let foreign = get(&provider, &config, "node/proxy-b").await.unwrap();
     assert_eq!(foreign.uid, "another-uid");
-    assert_eq!(foreign.state, InstanceState::Running);
+    assert_eq!(foreign.state, VmState::Running);
 }
 
 /// K15, docs/contract.md: `get` of a provider ID this provider never makes is `not-found` (the
@@ -1445,8 +1441,8 @@ async fn our_paused_or_suspended_domain_is_returned_as_it_is_in_the_state_get_re
     // paused by a person (theirs to resume), or suspended by its guest (failed: replaced, as no
     // wake-up goes through the capability).
     for (name, state, reported) in [
-        ("paused", DomainState::Paused, InstanceState::Paused),
-        ("suspended", DomainState::PmSuspended, InstanceState::Failed),
+        ("paused", DomainState::Paused, VmState::Paused),
+        ("suspended", DomainState::PmSuspended, VmState::Failed),
     ] {
         let created = create(&provider, &config, name, uid).await.unwrap();
         assert_eq!(created.state, reported, "{name}: {created:?}");
@@ -1504,7 +1500,7 @@ async fn with_two_connections_create_adopts_the_domain_on_the_other_node_and_lis
 
     let config = test_driver_config_on(&["a", "b"]);
     let got = get(&provider, &config, "b/proxy-a").await.unwrap();
-    assert_eq!(got.state, InstanceState::Running, "{got:?}");
+    assert_eq!(got.state, VmState::Running, "{got:?}");
     let mut listed: Vec<_> = list(&provider, &config, "blue")
         .await
         .into_iter()
