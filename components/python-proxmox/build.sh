@@ -14,7 +14,7 @@ set -euo pipefail
 # cli.wit); 0.25.1 is the newest, and its components load in wasmtime 48 under the default limits.
 COMPONENTIZE_PY_VERSION=0.25.1
 # The frozen contract 0.1.0 it targets, relative to the repository root: the one place that names it.
-WIT_DIR=wit/since_v0.1.0
+WIT_DIR=wit/provider-v0.1.0
 WORLD=provider-world
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -12,7 +12,7 @@ mod delete;
 mod get;
 mod list;
 
-// The contract's bindings, from the frozen 0.1.0 WIT (`contract-wit` links to `wit/since_v0.1.0`
+// The contract's bindings, from the frozen 0.1.0 WIT (`contract-wit` links to `wit/provider-v0.1.0`
 // in this repository; copy that folder when you copy this crate).
 wit_bindgen::generate!({ path: "contract-wit", world: "provider-world", generate_all });
 // `?` turns the guest crate's `Problem` into the contract's `error`, `Health` into `check-result`.

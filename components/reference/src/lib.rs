@@ -3,7 +3,7 @@
 //! A complete egress provider that needs no hypervisor. It is the example to copy when writing a
 //! provider of your own, and the component the host's tests drive through every import and
 //! export of the contract (`egress:provider@0.1.0`, world `provider-world` in
-//! `wit/since_v0.1.0/`, the released version, frozen).
+//! `wit/provider-v0.1.0/`, the released version, frozen).
 //!
 //! ## How the code is laid out
 //!
@@ -41,13 +41,13 @@ mod operation;
 mod status;
 
 // Rust bindings for the contract, generated at compile time from the released contract 0.1.0 in
-// the repository's `wit/since_v0.1.0/` folder (frozen: a new contract version is a new folder).
+// the repository's `wit/provider-v0.1.0/` folder (frozen: a new contract version is a new folder).
 // Imports become plain functions (`wasi::clocks::wall_clock::now()`), exports become the `Guest`
 // trait implemented below. `generate_all` also generates the WASI interfaces the world only uses
 // indirectly (`wasi:io/poll`, `wasi:io/streams`, ...), rather than expecting them from another
 // crate.
 wit_bindgen::generate!({
-    path: "../../wit/since_v0.1.0",
+    path: "../../wit/provider-v0.1.0",
     world: "provider-world",
     generate_all,
 });

@@ -533,7 +533,7 @@ impl ProviderSet {
         let mut hasher = Sha256::new();
         hasher.update(generation.to_le_bytes());
         if let Ok(fresh) = attempt {
-            hasher.update(fresh.provider.generation().to_le_bytes());
+            hasher.update(fresh.provider.load_generation().to_le_bytes());
         }
         // The signing keys and the registry's CA count too: a rotated key is a new binding.
         let host = ObjectsHost {

@@ -125,8 +125,8 @@ pub struct Options {
     pub lease_namespace: String,
     /// The Lease's name.
     pub lease_name: String,
-    /// This replica's identity: the Lease holder and the Events' reporting instance.
-    pub identity: String,
+    /// This replica's name as the Lease holder, and the Events' reporting instance.
+    pub lease_holder: String,
     /// Seconds a lease is valid after its last renewal.
     pub lease_seconds: u64,
     /// Seconds before expiry the holder renews.
@@ -137,11 +137,11 @@ pub struct Options {
 
 impl Options {
     /// A 15 s lease renewed 5 s before it expires, 30 s to finish on shutdown.
-    pub fn new(namespace: &str, identity: &str) -> Options {
+    pub fn new(namespace: &str, lease_holder: &str) -> Options {
         Options {
             lease_namespace: namespace.to_owned(),
             lease_name: LEASE_NAME.to_owned(),
-            identity: identity.to_owned(),
+            lease_holder: lease_holder.to_owned(),
             lease_seconds: 15,
             lease_grace_seconds: 5,
             shutdown_grace: Duration::from_secs(30),
@@ -241,7 +241,7 @@ pub async fn run_with(
     let manager = loop {
         let built = LeaseManagerBuilder::new(client.clone(), &options.lease_name)
             .with_namespace(&options.lease_namespace)
-            .with_identity(&options.identity)
+            .with_identity(&options.lease_holder)
             .with_duration(options.lease_seconds)
             .with_grace(options.lease_grace_seconds)
             .build()
@@ -266,7 +266,7 @@ pub async fn run_with(
     };
     let (mut leading, lease) = manager.watch().await;
     health.set_ready(Ok(()));
-    tracing::info!(identity = %options.identity, "standing by for the lease");
+    tracing::info!(identity = %options.lease_holder, "standing by for the lease");
 
     while !*leading.borrow_and_update() {
         tokio::select! {
@@ -282,8 +282,8 @@ pub async fn run_with(
         }
     }
 
-    tracing::info!(identity = %options.identity, "leading: reconciling");
-    let controllers = Controllers::start(client, operator, caches, &options.identity);
+    tracing::info!(identity = %options.lease_holder, "leading: reconciling");
+    let controllers = Controllers::start(client, operator, caches, &options.lease_holder);
     let code = tokio::select! {
         () = &mut shutdown => {
             tracing::info!("shutting down: finishing the reconciles in flight");

@@ -273,7 +273,7 @@ fn observe<'a>(bound: &'a Bound) -> Observed<'a, egress_runtime::Provider> {
                     version: description.version.clone(),
                     contract_version: description.contract_version.clone(),
                     digest: binding.provider.component_digest().to_string(),
-                    generation: binding.provider.generation(),
+                    generation: binding.provider.load_generation(),
                 },
                 grant: serving.grant.clone(),
                 missing_capability: serving.missing_capability.clone(),

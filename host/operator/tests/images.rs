@@ -625,7 +625,7 @@ async fn a_digest_change_in_the_spec_swaps_the_provider_with_no_failed_call() {
     }
     assert!(succeeded.load(Ordering::Relaxed) > 0);
     let last = operator.providers.binding(PC).unwrap();
-    assert!(last.provider.generation() > first.provider.generation());
+    assert!(last.provider.load_generation() > first.provider.load_generation());
 }
 
 #[tokio::test(flavor = "multi_thread")]

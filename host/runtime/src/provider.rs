@@ -176,7 +176,7 @@ impl Provider {
     }
 
     /// This load's generation: unique and increasing across the whole process.
-    pub fn generation(&self) -> u64 {
+    pub fn load_generation(&self) -> u64 {
         self.generation
     }
 

@@ -382,7 +382,7 @@ fn serve(provider: Arc<Provider>, providers: &mut HashMap<String, Arc<Provider>>
     let event = RegistryEvent::Loaded {
         identity: identity.clone(),
         described_as,
-        generation: provider.generation(),
+        generation: provider.load_generation(),
         digest: provider.component_digest(),
         path: provider.path().to_owned(),
     };

@@ -199,8 +199,8 @@ pub async fn reconcile(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Actio
     let api: Api<Proxy> = Api::namespaced(context.client.clone(), &namespace);
     finalizer(&api, FINALIZER, proxy, |event| async {
         match event {
-            Finalizer::Apply(proxy) => apply(&api, &proxy, &context, false).await,
-            Finalizer::Cleanup(proxy) => apply(&api, &proxy, &context, true).await,
+            Finalizer::Apply(proxy) => reconcile_once(&api, &proxy, &context, false).await,
+            Finalizer::Cleanup(proxy) => reconcile_once(&api, &proxy, &context, true).await,
         }
     })
     .await
@@ -230,7 +230,7 @@ pub(crate) fn api_retry(context: &Context) -> Duration {
     context.operator.reconciler.timing().after_adapter_failure()
 }
 
-async fn apply(
+async fn reconcile_once(
     api: &Api<Proxy>,
     proxy: &Proxy,
     context: &Context,

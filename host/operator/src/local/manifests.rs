@@ -151,7 +151,7 @@ impl Folder {
 
     /// Every Secret's and ConfigMap's data (what references resolve to), to tell whether any
     /// changed.
-    pub fn references(&self) -> Vec<(&Keyed<Vec<u8>>, &Keyed<String>)> {
+    pub fn object_data(&self) -> Vec<(&Keyed<Vec<u8>>, &Keyed<String>)> {
         self.files
             .values()
             .map(|objects| (&objects.secrets, &objects.config_maps))

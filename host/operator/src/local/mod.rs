@@ -538,7 +538,7 @@ impl Local {
 /// Whether two folder views hold the same Secrets and ConfigMaps (the objects references
 /// resolve to).
 fn same_references(a: &Folder, b: &Folder) -> bool {
-    a.references() == b.references()
+    a.object_data() == b.object_data()
 }
 
 fn log_note(object: &str, note: &Note) {

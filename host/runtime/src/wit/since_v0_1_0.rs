@@ -1,4 +1,4 @@
-//! Contract `egress:provider@0.1.0`, frozen in `wit/since_v0.1.0/`: bindings and conversions to
+//! Contract `egress:provider@0.1.0`, frozen in `wit/provider-v0.1.0/`: bindings and conversions to
 //! the host's domain types.
 //!
 //! Its `describe` declares the capabilities a provider needs in a closed `enum capability`; the
@@ -18,7 +18,7 @@ pub(crate) const MIN_VERSION: Version = Version::new(0, 1, 0);
 pub(crate) const LOG_INTERFACE: &str = "egress:provider/log";
 
 wasmtime::component::bindgen!({
-    path: "../../wit/since_v0.1.0",
+    path: "../../wit/provider-v0.1.0",
     world: "provider-world",
     exports: { default: async },
     with: {

@@ -207,7 +207,7 @@ async fn a_component_bound_to_another_identity_serves_under_it_with_its_own_limi
     assert_eq!(bound.identity(), "tenant-a");
     assert_eq!(file.identity(), "reference");
     assert_eq!(bound.component_digest(), file.component_digest());
-    assert_eq!(bound.generation(), file.generation());
+    assert_eq!(bound.load_generation(), file.load_generation());
     // The memory cap is clamped to the pool's slot; the deadline is the binding's own.
     assert_eq!(
         bound.limits().memory_bytes_limit(),

@@ -116,7 +116,7 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         })
     };
 
-    let mut generation = first.generation();
+    let mut generation = first.load_generation();
     for round in 1..=4u8 {
         let bytes = with_custom_section(&original, "egress-test-generation", &[round]);
         if round == 4 {
@@ -133,9 +133,12 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         )
         .await;
         let current = registry.get("reference").unwrap();
-        assert!(current.generation() > generation, "generations increase");
+        assert!(
+            current.load_generation() > generation,
+            "generations increase"
+        );
         assert_eq!(current.component_digest().hex(), sha256_hex(&bytes));
-        generation = current.generation();
+        generation = current.load_generation();
     }
 
     let slow_result = slow.await.unwrap();
@@ -149,8 +152,8 @@ async fn swaps_under_concurrent_calls_fail_no_call() {
         "the in-flight call ran on the first bytes"
     );
     assert_ne!(
-        registry.get("reference").unwrap().generation(),
-        first.generation()
+        registry.get("reference").unwrap().load_generation(),
+        first.load_generation()
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -193,8 +196,8 @@ async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
     assert_eq!(rejected_path, path);
     assert!(error.contains("invalid wasm component"), "{error}");
     assert_eq!(
-        registry.get("reference").unwrap().generation(),
-        serving.generation()
+        registry.get("reference").unwrap().load_generation(),
+        serving.load_generation()
     );
     assert!(
         registry
@@ -209,8 +212,8 @@ async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
     })
     .await;
     assert_eq!(
-        registry.get("reference").unwrap().generation(),
-        serving.generation()
+        registry.get("reference").unwrap().load_generation(),
+        serving.load_generation()
     );
 
     let fixed = with_custom_section(&original, "egress-test-fixed", b"1");
@@ -221,7 +224,7 @@ async fn a_broken_replacement_leaves_the_old_generation_serving_until_fixed() {
         loaded_with(sha256_hex(&fixed)),
     )
     .await;
-    assert!(registry.get("reference").unwrap().generation() > serving.generation());
+    assert!(registry.get("reference").unwrap().load_generation() > serving.load_generation());
 }
 
 #[tokio::test]
@@ -295,8 +298,8 @@ async fn two_files_claiming_one_name_each_serve_as_their_own_identity() {
 
     let first_now = registry.get("a-reference").unwrap();
     assert_eq!(
-        first_now.generation(),
-        serving.generation(),
+        first_now.load_generation(),
+        serving.load_generation(),
         "the first was not replaced"
     );
     assert_eq!(registry.get("b-reference").unwrap().path(), second);
@@ -371,7 +374,7 @@ async fn a_file_written_slowly_in_place_is_loaded_only_when_whole() {
                 .description()
                 .name
                 .clone(),
-            generation: registry.get("reference").unwrap().generation(),
+            generation: registry.get("reference").unwrap().load_generation(),
             digest: sha256_hex(&bytes).parse().unwrap(),
             path: path.clone(),
         },
