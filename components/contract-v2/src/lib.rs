@@ -11,7 +11,9 @@
 //!   of parsing `internal-error("credentials-unavailable")`. Its message is
 //!   `refusal: <name>` (or `refusal: none`) followed by the `wasi:http` error code.
 //!
-//! Every other operation answers without I/O: `create` of `web` answers a running VM `v2/web`.
+//! Every other operation answers without I/O: `create` of `web` answers a running VM `v2/web`, on
+//! the first of the hosts `host-a`, `host-b`, `host-c` its placement request does not avoid
+//! (`quota-exceeded` when a required request avoids them all).
 
 wit_bindgen::generate!({
     path: "../../wit/provider",
@@ -22,7 +24,7 @@ wit_bindgen::generate!({
 use egress::http_broker::broker::{self, Refusal};
 use egress::log::log::{self as host_log, Field, Level};
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, InstanceState, Listing,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Listing, Vm, VmState,
 };
 use exports::egress::provider::provider::Guest;
 use wasi::http::outgoing_handler;
@@ -49,7 +51,7 @@ impl Guest for ContractV2 {
         endpoint(&config).map(drop)
     }
 
-    fn create(request: CreateRequest) -> Result<Instance, Error> {
+    fn create(request: CreateRequest) -> Result<Vm, Error> {
         host_log::emit(
             Level::Info,
             "creating",
@@ -58,14 +60,25 @@ impl Guest for ContractV2 {
                 value: request.name.clone(),
             }],
         );
-        Ok(vm(
-            &format!("v2/{}", request.name),
-            &request.name,
-            &request.uid,
-        ))
+        const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
+        let avoided = |host: &&str| {
+            let placement = request.placement.as_ref();
+            placement.is_some_and(|p| p.avoid_hosts.iter().any(|avoid| avoid == host))
+        };
+        let host = match HOSTS.iter().find(|host| !avoided(host)) {
+            Some(host) => host,
+            None if request.placement.as_ref().is_some_and(|p| p.required) => {
+                return Err(Error::QuotaExceeded("every host is avoided".into()));
+            }
+            None => &HOSTS[0],
+        };
+        Ok(Vm {
+            host: Some(host.to_string()),
+            ..vm(&format!("v2/{}", request.name), &request.name, &request.uid)
+        })
     }
 
-    fn get(_config: String, provider_id: String) -> Result<Instance, Error> {
+    fn get(_config: String, provider_id: String) -> Result<Vm, Error> {
         match provider_id.strip_prefix("v2/") {
             Some(name) => Ok(vm(&provider_id, name, "")),
             None => Err(Error::NotFound(format!("{provider_id} is not ours"))),
@@ -78,7 +91,7 @@ impl Guest for ContractV2 {
 
     fn list_by_tag(_config: String, _key: String, _value: String) -> Result<Listing, Error> {
         Ok(Listing {
-            instances: Vec::new(),
+            vms: Vec::new(),
             unanswered: Vec::new(),
         })
     }
@@ -123,14 +136,15 @@ fn result(reason: CheckReason, message: String) -> CheckResult {
     CheckResult { reason, message }
 }
 
-fn vm(provider_id: &str, name: &str, uid: &str) -> Instance {
-    Instance {
+fn vm(provider_id: &str, name: &str, uid: &str) -> Vm {
+    Vm {
         provider_id: provider_id.to_string(),
         name: name.to_string(),
-        state: InstanceState::Running,
+        state: VmState::Running,
         addresses: vec!["198.51.100.2".to_string()],
         created_at: None,
         uid: uid.to_string(),
+        host: None,
     }
 }
 

@@ -104,6 +104,22 @@ pub enum Reason {
     Other,
 }
 
+impl Reason {
+    /// The reason as the contract spells it (`certificate-invalid`), for log lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Ok => "ok",
+            Reason::Unreachable => "unreachable",
+            Reason::Unauthorized => "unauthorized",
+            Reason::Forbidden => "forbidden",
+            Reason::CertificateInvalid => "certificate-invalid",
+            Reason::CredentialsUnavailable => "credentials-unavailable",
+            Reason::Misconfigured => "misconfigured",
+            Reason::Other => "other",
+        }
+    }
+}
+
 /// A `check` answer: a reason, never an error.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Health {
@@ -158,15 +174,58 @@ pub fn check(request: &Request) -> Health {
 
 /// Implement `From<Problem>` for the contract's `error` and `From<Health>` for its `check-result`,
 /// given the path of the `types` module your `wit_bindgen::generate!` made, so `?` turns a
-/// [`Problem`] into your operation's error:
+/// [`Problem`] into your operation's error, and `as_str` on its `check-reason` (and, with
+/// `vm-state` from contract 0.2.0, on its `vm-state`) for log lines:
 ///
 /// ```text
 /// wit_bindgen::generate!({ path: "contract-wit", world: "provider-world", generate_all });
 /// egress_guest::contract_types!(crate::egress::provider::types);
+/// // A 0.2.0 provider:
+/// egress_guest::contract_types!(crate::egress::provider::types, vm-state);
 /// ```
 #[macro_export]
 macro_rules! contract_types {
+    ($($types:ident)::+, vm-state) => {
+        $crate::contract_types!($($types)::+);
+
+        impl $($types)::+::VmState {
+            /// The state as the contract spells it (`provisioning`), for log lines.
+            pub fn as_str(self) -> &'static str {
+                use $($types)::+::VmState;
+                match self {
+                    VmState::Provisioning => "provisioning",
+                    VmState::Running => "running",
+                    VmState::Stopped => "stopped",
+                    VmState::Failed => "failed",
+                    VmState::Paused => "paused",
+                }
+            }
+        }
+    };
     ($($types:ident)::+) => {
+        impl $($types)::+::CheckReason {
+            /// The reason as the contract spells it (`certificate-invalid`), for log lines.
+            pub fn as_str(self) -> &'static str {
+                $crate::Reason::from(self).as_str()
+            }
+        }
+
+        impl ::core::convert::From<$($types)::+::CheckReason> for $crate::Reason {
+            fn from(reason: $($types)::+::CheckReason) -> Self {
+                use $($types)::+::CheckReason;
+                match reason {
+                    CheckReason::Ok => $crate::Reason::Ok,
+                    CheckReason::Unreachable => $crate::Reason::Unreachable,
+                    CheckReason::Unauthorized => $crate::Reason::Unauthorized,
+                    CheckReason::Forbidden => $crate::Reason::Forbidden,
+                    CheckReason::CertificateInvalid => $crate::Reason::CertificateInvalid,
+                    CheckReason::CredentialsUnavailable => $crate::Reason::CredentialsUnavailable,
+                    CheckReason::Misconfigured => $crate::Reason::Misconfigured,
+                    CheckReason::Other => $crate::Reason::Other,
+                }
+            }
+        }
+
         impl ::core::convert::From<$crate::Problem> for $($types)::+::Error {
             fn from(problem: $crate::Problem) -> Self {
                 match problem.class {

@@ -17,7 +17,7 @@ wit_bindgen::generate!({
 
 use egress::libvirt::libvirt::{Connection, Error as LibvirtError};
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, Listing,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Listing, Vm,
 };
 use exports::egress::provider::provider::Guest;
 
@@ -41,11 +41,11 @@ impl Guest for LibvirtProbe {
         Ok(())
     }
 
-    fn create(_request: CreateRequest) -> Result<Instance, Error> {
+    fn create(_request: CreateRequest) -> Result<Vm, Error> {
         Err(Error::Permanent(REFUSAL.to_string()))
     }
 
-    fn get(_config: String, _provider_id: String) -> Result<Instance, Error> {
+    fn get(_config: String, _provider_id: String) -> Result<Vm, Error> {
         Err(Error::Permanent(REFUSAL.to_string()))
     }
 

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 
 use crate::egress::libvirt::libvirt::Error as LibvirtError;
 use crate::egress::log::log::{Field, Level, emit};
-use crate::egress::provider::types::{CheckReason, CheckResult, Error, InstanceState};
+use crate::egress::provider::types::{CheckResult, Error};
 
 /// The operation this instance runs: each call of the provider runs in a fresh instance.
 struct Operation {
@@ -100,33 +100,8 @@ pub fn finished<T>(result: Result<T, Error>, done: impl FnOnce(&T) -> String) ->
 
 /// [`finished`] for `check`, whose outcome is a reason.
 pub fn checked(result: CheckResult) -> CheckResult {
-    end(&format!("{}: {}", reason(result.reason), result.message));
+    end(&format!("{}: {}", result.reason.as_str(), result.message));
     result
-}
-
-/// An instance state by its contract name.
-pub fn state(state: InstanceState) -> &'static str {
-    match state {
-        InstanceState::Provisioning => "provisioning",
-        InstanceState::Running => "running",
-        InstanceState::Stopped => "stopped",
-        InstanceState::Paused => "paused",
-        InstanceState::Failed => "failed",
-    }
-}
-
-/// A check reason by its contract name.
-fn reason(reason: CheckReason) -> &'static str {
-    match reason {
-        CheckReason::Ok => "ok",
-        CheckReason::Unreachable => "unreachable",
-        CheckReason::Unauthorized => "unauthorized",
-        CheckReason::Forbidden => "forbidden",
-        CheckReason::CertificateInvalid => "certificate-invalid",
-        CheckReason::CredentialsUnavailable => "credentials-unavailable",
-        CheckReason::Misconfigured => "misconfigured",
-        CheckReason::Other => "other",
-    }
 }
 
 /// Logs, at `warn`, a failure the operation goes on after.
@@ -202,6 +177,7 @@ pub fn outcome(error: &Error) -> String {
 mod tests {
     use super::*;
     use crate::egress::libvirt::libvirt::{DownloadError, LibvirtError as Lv};
+    use crate::egress::provider::types::{CheckReason, VmState};
 
     #[test]
     fn lines_name_the_vm_first_and_only_when_there_is_one() {
@@ -247,9 +223,9 @@ mod tests {
             outcome(&Error::QuotaExceeded("pool full".into())),
             "quota-exceeded: pool full"
         );
-        assert_eq!(state(InstanceState::Provisioning), "provisioning");
+        assert_eq!(VmState::Provisioning.as_str(), "provisioning");
         assert_eq!(
-            reason(CheckReason::CertificateInvalid),
+            CheckReason::CertificateInvalid.as_str(),
             "certificate-invalid"
         );
     }

@@ -41,11 +41,11 @@ use crate::domain_xml::{DomainSpec, domain_xml};
 use crate::egress::libvirt::libvirt::{
     Connection, Domain, DomainState, DomainStatus, StoragePool, Volume, VolumeUpload,
 };
-use crate::egress::provider::types::{CreateRequest, Error, Instance};
+use crate::egress::provider::types::{CreateRequest, Error, Vm};
 use crate::errors::{already_running, code, is_code};
 use crate::mark::Mark;
-use crate::placement::{BaseSize, Candidate, choose, disk_capacity, disk_needs, needed};
-use crate::state::instance_state;
+use crate::placement::{BaseSize, Candidate, choose, disk_capacity, disk_needs, needed, spread};
+use crate::state::vm_state;
 use crate::volume_xml::{
     base_volume_name, creating_volume_name, disk_volume_name, overlay_xml, seed_volume_name,
     volume_xml,
@@ -92,15 +92,16 @@ pub fn adoption(status: DomainStatus) -> Adoption {
     }
 }
 
-/// The instance for a domain create returns: provisioning until `get` sees an address.
-pub fn instance(connection: &str, name: &str, status: DomainStatus, mark: &Mark) -> Instance {
-    Instance {
+/// The contract's `vm` for a domain create returns: provisioning until `get` sees an address.
+pub fn contract_vm(connection: &str, name: &str, status: DomainStatus, mark: &Mark) -> Vm {
+    Vm {
         provider_id: crate::id::format(connection, name),
         name: name.to_owned(),
-        state: instance_state(status, false),
+        state: vm_state(status, false),
         addresses: Vec::new(),
         created_at: mark.created_at.clone(),
         uid: mark.uid.clone(),
+        host: Some(connection.to_owned()),
     }
 }
 
@@ -121,7 +122,7 @@ struct Site<'a> {
 }
 
 /// The operation.
-pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
+pub fn create(request: &CreateRequest) -> Result<Vm, Error> {
     let config = Config::parse(&request.config).map_err(Error::Permanent)?;
     if request.uid.is_empty() {
         return Err(Error::Permanent("create needs the Proxy UID".into()));
@@ -180,6 +181,13 @@ pub fn create(request: &CreateRequest) -> Result<Instance, Error> {
             ),
         })
         .collect();
+    let candidates = match &request.placement {
+        Some(placement) => spread(&placement.avoid_hosts, placement.required, candidates)
+            .map_err(Error::QuotaExceeded)?,
+        None => candidates,
+    };
+    // Both keep list order, so a candidate's index is its site's.
+    sites.retain(|site| candidates.iter().any(|c| c.name == site.name));
     let Some(chosen) = choose(config.placement, &candidates) else {
         let pools: Vec<_> = candidates
             .iter()
@@ -253,7 +261,7 @@ fn make(
     request: &CreateRequest,
     site: Site<'_>,
     seed_iso: &[u8],
-) -> Result<Instance, Error> {
+) -> Result<Vm, Error> {
     let Site {
         name: here,
         connection,
@@ -328,7 +336,7 @@ fn make(
     let status = at(here, "read the domain state", || domain.status())?;
     // Bases an image change left unused go after the grant's retention.
     crate::bases::prune(here, &pool);
-    Ok(instance(here, &request.name, status, &mark))
+    Ok(contract_vm(here, &request.name, status, &mark))
 }
 
 /// The VM's disk as the survey found it.
@@ -394,7 +402,7 @@ fn make_disk(
 }
 
 /// Step 1: a domain with the request's name exists on `connection`.
-fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Instance, Error> {
+fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Result<Vm, Error> {
     let here = connection;
     let status = at(here, "read the domain state", || domain.status())?;
     let mark = match Mark::parse(at(here, "read the mark", || domain.metadata())?.as_deref()) {
@@ -443,7 +451,7 @@ fn existing(connection: &str, request: &CreateRequest, domain: &Domain) -> Resul
             at(here, "read the domain state", || domain.status())?
         }
     };
-    Ok(instance(connection, &request.name, status, &mark))
+    Ok(contract_vm(connection, &request.name, status, &mark))
 }
 
 /// The mark for a new domain: the UID, now, and the request's tags.

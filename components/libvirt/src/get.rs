@@ -2,10 +2,10 @@
 
 use crate::calls::{at, call};
 use crate::egress::libvirt::libvirt::{Connection, DomainState};
-use crate::egress::provider::types::{Error, Instance};
+use crate::egress::provider::types::{Error, Vm};
 use crate::errors::{code, is_code};
 use crate::mark::Mark;
-use crate::state::{first_ipv4, instance_state};
+use crate::state::{first_ipv4, vm_state};
 
 /// The operation. `not-found` when the domain is gone, and when a domain with the name carries no
 /// mark of this provider (the contract's rule, as the Proxmox provider has it: not ours; create
@@ -14,7 +14,7 @@ use crate::state::{first_ipv4, instance_state};
 ///
 /// A provider ID this provider never makes is `not-found` too (docs/contract.md): no VM of ours
 /// can have it, and the operator's next create finds the VM by name if there is one.
-pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
+pub fn get(_config: &str, provider_id: &str) -> Result<Vm, Error> {
     let (connection_name, name) = crate::id::parse(provider_id).map_err(Error::NotFound)?;
     let on = connection_name;
     let connection = at(on, "open the connection", || Connection::open(on))?;
@@ -40,13 +40,14 @@ pub fn get(_config: &str, provider_id: &str) -> Result<Instance, Error> {
         }
         _ => None,
     };
-    Ok(Instance {
+    Ok(Vm {
         provider_id: provider_id.to_owned(),
         name: name.to_owned(),
-        state: instance_state(status, address.is_some()),
+        state: vm_state(status, address.is_some()),
         addresses: address.into_iter().collect(),
         created_at: mark.created_at,
         uid: mark.uid,
+        host: Some(on.to_owned()),
     })
 }
 

@@ -45,8 +45,9 @@ wit_bindgen::generate!({
     world: "egress:provider/provider-world@0.2.0",
     generate_all,
 });
+egress_guest::contract_types!(crate::egress::provider::types, vm - state);
 
-use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Instance, Listing};
+use egress::provider::types::{CheckResult, CreateRequest, Description, Error, Listing, Vm};
 use exports::egress::provider::provider::Guest;
 
 /// The contract version this provider implements (the WIT package version).
@@ -74,21 +75,17 @@ impl Guest for LibvirtProvider {
         config::validate_config(&config)
     }
 
-    fn create(request: CreateRequest) -> Result<Instance, Error> {
+    fn create(request: CreateRequest) -> Result<Vm, Error> {
         calls::begin(&request.name);
-        calls::finished(create::create(&request), |instance| {
-            format!(
-                "ok: {} {}",
-                instance.provider_id,
-                calls::state(instance.state)
-            )
+        calls::finished(create::create(&request), |vm| {
+            format!("ok: {} {}", vm.provider_id, vm.state.as_str())
         })
     }
 
-    fn get(config: String, provider_id: String) -> Result<Instance, Error> {
+    fn get(config: String, provider_id: String) -> Result<Vm, Error> {
         calls::begin(vm_of(&provider_id));
-        calls::finished(get::get(&config, &provider_id), |instance| {
-            format!("ok: {}", calls::state(instance.state))
+        calls::finished(get::get(&config, &provider_id), |vm| {
+            format!("ok: {}", vm.state.as_str())
         })
     }
 
@@ -102,7 +99,7 @@ impl Guest for LibvirtProvider {
         calls::finished(list_by_tag::list_by_tag(&config, &key, &value), |listing| {
             format!(
                 "ok: {} VMs, {} connections unanswered",
-                listing.instances.len(),
+                listing.vms.len(),
                 listing.unanswered.len()
             )
         })

@@ -11,15 +11,15 @@
 use crate::calls::on;
 use crate::config::Config;
 use crate::egress::libvirt::libvirt::Connection;
-use crate::egress::provider::types::{Error, Instance, Listing};
+use crate::egress::provider::types::{Error, Listing, Vm};
 use crate::mark::Mark;
-use crate::state::instance_state;
+use crate::state::vm_state;
 
 /// The operation.
 pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Listing, Error> {
     let config = Config::parse(config).map_err(Error::Permanent)?;
     let mut listing = Listing {
-        instances: Vec::new(),
+        vms: Vec::new(),
         unanswered: Vec::new(),
     };
     for name in &config.connections {
@@ -33,16 +33,17 @@ pub fn list_by_tag(config: &str, key: &str, value: &str) -> Result<Listing, Erro
             }
         };
         listing
-            .instances
+            .vms
             .extend(domains.into_iter().filter_map(|summary| {
                 let mark = Mark::parse(summary.metadata.as_deref())?;
-                mark.has_tag(key, value).then(|| Instance {
+                mark.has_tag(key, value).then(|| Vm {
                     provider_id: crate::id::format(name, &summary.name),
-                    state: instance_state(summary.status, false),
+                    state: vm_state(summary.status, false),
                     name: summary.name,
                     addresses: Vec::new(),
                     created_at: mark.created_at,
                     uid: mark.uid,
+                    host: Some(name.clone()),
                 })
             }));
     }

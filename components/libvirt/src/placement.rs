@@ -8,6 +8,10 @@
 //! 3. `firstWithRoom`: the first in list order whose pool's available bytes cover what the VM
 //!    needs there ([`needed`]); none → `None` (`quota-exceeded`).
 //!
+//! A pool's placement request (contract 0.2.0) narrows the candidates first ([`spread`]): the
+//! connections its siblings use are left out, unless that leaves none, where a `required` request
+//! makes nothing and a preferred one takes any.
+//!
 //! The rule only chooses; `create` then checks the chosen pool's space exactly, after the base
 //! image is there (its size sets the disk's when `diskGiB` is smaller or unset).
 //!
@@ -82,6 +86,30 @@ pub fn needed(
 ) -> u64 {
     let (capacity, allocation) = base.map_or((0, 0), |base| (base.capacity, base.allocation));
     disk_needs(mode, disk_capacity(disk_gib, capacity), allocation).saturating_add(seed_bytes)
+}
+
+/// The candidates a placement request leaves: those not on an avoided connection; every one when
+/// the request is only preferred and avoids them all; `Err` naming the shortage when it is
+/// required and avoids them all. A connection that holds the VM's volume stays: the cut attempt
+/// already placed it there.
+pub fn spread<'a>(
+    avoid: &[String],
+    required: bool,
+    candidates: Vec<Candidate<'a>>,
+) -> Result<Vec<Candidate<'a>>, String> {
+    let avoided = |c: &Candidate<'_>| !c.holds_our_volume && avoid.iter().any(|a| a == c.name);
+    if candidates.iter().any(|c| !avoided(c)) {
+        return Ok(candidates.into_iter().filter(|c| !avoided(c)).collect());
+    }
+    if !required || candidates.is_empty() {
+        return Ok(candidates);
+    }
+    let names: Vec<_> = candidates.iter().map(|c| c.name).collect();
+    Err(format!(
+        "placement: every connection that answered ({}) already runs a sibling, and the spread \
+         is required: another hypervisor is needed",
+        names.join(", ")
+    ))
 }
 
 /// The index of the chosen candidate; `None` when `firstWithRoom` finds no room (or there is no
@@ -166,6 +194,32 @@ mod tests {
         for (rule, rows, want) in rows {
             assert_eq!(choose(rule, &candidates(rows)), want, "{rule:?} {rows:?}");
         }
+    }
+
+    #[test]
+    fn a_placement_request_leaves_out_the_avoided_connections() {
+        let names = |kept: Vec<Candidate<'static>>| kept.iter().map(|c| c.name).collect::<Vec<_>>();
+        let avoid = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let three = || candidates(&[(5, false, 1), (9, false, 1), (7, false, 1)]);
+        assert_eq!(
+            names(spread(&avoid(&["hv1"]), true, three()).unwrap()),
+            ["hv0", "hv2"]
+        );
+        assert_eq!(
+            names(spread(&[], true, three()).unwrap()),
+            ["hv0", "hv1", "hv2"]
+        );
+        // Every one avoided: preferred takes any, required makes nothing and names them.
+        let all = avoid(&["hv0", "hv1", "hv2"]);
+        assert_eq!(names(spread(&all, false, three()).unwrap()).len(), 3);
+        let shortage = spread(&all, true, three()).unwrap_err();
+        assert!(shortage.contains("hv0, hv1, hv2"), "{shortage}");
+        // A cut attempt's volume keeps its connection, avoided or not.
+        let cut = candidates(&[(5, false, 1), (9, true, 1)]);
+        assert_eq!(
+            names(spread(&avoid(&["hv1"]), true, cut).unwrap()),
+            ["hv0", "hv1"]
+        );
     }
 
     /// What a VM needs is what its volumes allocate now: a copy-on-write disk's overlay (1 MiB

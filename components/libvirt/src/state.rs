@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use crate::egress::libvirt::libvirt::{AddressType, DomainState, DomainStatus, InterfaceAddresses};
-use crate::egress::provider::types::InstanceState;
+use crate::egress::provider::types::VmState;
 
 /// `VIR_DOMAIN_PAUSED_MIGRATION`, `_SAVE`, `_DUMP`, `_SNAPSHOT`, `_STARTING_UP`, `_POSTCOPY`:
 /// paused by libvirt for a job it resumes the domain after.
@@ -15,28 +15,22 @@ const PAUSED_BY_FAILURE: &[i32] = &[6, 10, 13, 14];
 /// `VIR_DOMAIN_SHUTOFF_CRASHED`, `_FAILED` (failed to start).
 const SHUTOFF_BY_FAILURE: &[i32] = &[3, 6];
 
-/// The instance state for a domain `status` with `has_address` (whether an address is known).
-pub fn instance_state(status: DomainStatus, has_address: bool) -> InstanceState {
+/// The contract's VM state for a domain `status` with `has_address` (whether an address is known).
+pub fn vm_state(status: DomainStatus, has_address: bool) -> VmState {
     match status.state {
-        DomainState::Running | DomainState::Blocked if has_address => InstanceState::Running,
-        DomainState::Running | DomainState::Blocked | DomainState::NoState => {
-            InstanceState::Provisioning
-        }
-        DomainState::Paused if PAUSED_FOR_A_JOB.contains(&status.reason) => {
-            InstanceState::Provisioning
-        }
-        DomainState::Paused if PAUSED_BY_FAILURE.contains(&status.reason) => InstanceState::Failed,
+        DomainState::Running | DomainState::Blocked if has_address => VmState::Running,
+        DomainState::Running | DomainState::Blocked | DomainState::NoState => VmState::Provisioning,
+        DomainState::Paused if PAUSED_FOR_A_JOB.contains(&status.reason) => VmState::Provisioning,
+        DomainState::Paused if PAUSED_BY_FAILURE.contains(&status.reason) => VmState::Failed,
         // By a person (`virsh suspend`, reason user; after a snapshot revert; unknown), or on a
         // storage error (I/O error): it runs again when resumed, once its cause is dealt with,
         // and the operator leaves it to a person.
-        DomainState::Paused => InstanceState::Paused,
-        DomainState::Shutoff if SHUTOFF_BY_FAILURE.contains(&status.reason) => {
-            InstanceState::Failed
-        }
+        DomainState::Paused => VmState::Paused,
+        DomainState::Shutoff if SHUTOFF_BY_FAILURE.contains(&status.reason) => VmState::Failed,
         // A guest that suspended itself cannot be woken through the capability (no pm-wakeup):
         // the operator replaces it, as a broken proxy.
-        DomainState::Crashed | DomainState::PmSuspended => InstanceState::Failed,
-        DomainState::Shutdown | DomainState::Shutoff => InstanceState::Stopped,
+        DomainState::Crashed | DomainState::PmSuspended => VmState::Failed,
+        DomainState::Shutdown | DomainState::Shutoff => VmState::Stopped,
     }
 }
 
@@ -68,7 +62,7 @@ mod tests {
     #[test]
     fn state_and_reason_table() {
         use DomainState as D;
-        use InstanceState as I;
+        use VmState as I;
         let rows = [
             (D::Running, 1, true, I::Running),
             (D::Running, 1, false, I::Provisioning),
@@ -98,7 +92,7 @@ mod tests {
         ];
         for (state, reason, has_address, want) in rows {
             assert_eq!(
-                instance_state(status(state, reason), has_address),
+                vm_state(status(state, reason), has_address),
                 want,
                 "{state:?}/{reason} with address {has_address}"
             );

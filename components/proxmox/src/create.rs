@@ -16,9 +16,9 @@
 use crate::api::{Io, Pve, Resource, VmConfig};
 use crate::config::Config;
 use crate::disk::{DiskProblem, is_drive_slot, resize_target};
-use crate::egress::provider::types::{CreateRequest, Error, Instance, InstanceState};
+use crate::egress::provider::types::{CreateRequest, Error, Vm, VmState};
 use crate::errors::{api_missing_vm, classify, is_vmid_taken, server_message};
-use crate::get::instance;
+use crate::get::contract_vm;
 use crate::mark::Mark;
 use crate::net::rewrite_net0;
 use crate::seed::{build_seed, seed_volid, upload_seed};
@@ -192,13 +192,14 @@ pub fn refresh_params(vm: &VmConfig, request: &CreateRequest) -> Vec<(&'static s
 }
 
 /// The clone call's parameters (F10, F11): a full clone named `name` carrying the mark, onto
-/// `targetStorage` when set and onto `target` only when it is not the template's node.
+/// `targetStorage` when set and onto `target` (`node`) only when it is not the template's node.
 pub fn clone_params(
     config: &Config,
     vmid: u32,
     name: &str,
     description: &str,
     template_node: &str,
+    node: &str,
 ) -> Vec<(&'static str, String)> {
     let mut params = vec![
         ("newid", vmid.to_string()),
@@ -209,8 +210,8 @@ pub fn clone_params(
     if let Some(storage) = &config.target_storage {
         params.push(("storage", storage.clone()));
     }
-    if config.placement_node() != template_node {
-        params.push(("target", config.placement_node().to_string()));
+    if node != template_node {
+        params.push(("target", node.to_string()));
     }
     params
 }
@@ -223,7 +224,7 @@ struct Found {
 }
 
 /// `create` for `request` under `config`.
-pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<Instance, Error> {
+pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<Vm, Error> {
     let name = request.name.as_str();
     if name.is_empty() {
         // A nameless request would match nameless mid-clone entries (Phase 6 judgment).
@@ -289,7 +290,7 @@ pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<In
     if adopted {
         if lock_state(found.config.get("lock").map(String::as_str)) == LockState::Suspended {
             // Hibernated: `get` reports it paused; a person resumes it.
-            return finish(&found, InstanceState::Paused);
+            return finish(&found, VmState::Paused);
         }
         let status = pve
             .vm_status(&found.node, found.vmid)
@@ -302,11 +303,11 @@ pub fn create<I: Io>(pve: &mut Pve<'_, I>, request: &CreateRequest) -> Result<In
             // Entry 10: an adopted running VM returns at once; it is not provisioned again, only
             // given what its config lacks.
             refresh(pve, &found, request)?;
-            return finish(&found, InstanceState::Provisioning);
+            return finish(&found, VmState::Provisioning);
         }
     }
     provision(pve, &found, request, &seed)?;
-    finish(&found, InstanceState::Provisioning)
+    finish(&found, VmState::Provisioning)
 }
 
 /// Resume a VM its guest suspended (`status/resume`, a task, waited for).
@@ -343,9 +344,9 @@ fn template_error(vmid: u32, error: &crate::api::ApiError) -> Error {
     }
 }
 
-fn finish(found: &Found, state: InstanceState) -> Result<Instance, Error> {
+fn finish(found: &Found, state: VmState) -> Result<Vm, Error> {
     let mark = Mark::parse(found.config.get("description").map(String::as_str)).unwrap_or_default();
-    Ok(instance(
+    Ok(contract_vm(
         &found.node,
         found.vmid,
         &found.config,
@@ -400,7 +401,7 @@ fn allocate_and_clone<I: Io>(
     request: &CreateRequest,
 ) -> Result<(Found, bool), Error> {
     let config = pve.config;
-    let placement = config.placement_node().to_string();
+    let placement = crate::placement::node(config, request.placement.as_ref())?.to_string();
     let probes = probe_sequence(&request.name, config.vmid_min, config.vmid_max);
     for &vmid in &probes {
         if let Some(taken) = entries.iter().find(|e| e.vmid == vmid) {
@@ -421,7 +422,14 @@ fn allocate_and_clone<I: Io>(
                 .map(|tag| (tag.key.clone(), tag.value.clone()))
                 .collect(),
         };
-        let params = clone_params(config, vmid, &request.name, &mark.format(), template_node);
+        let params = clone_params(
+            config,
+            vmid,
+            &request.name,
+            &mark.format(),
+            template_node,
+            &placement,
+        );
         let what = format!("clone template {} to VM {vmid}", config.template_vmid);
         match pve.clone_vm(template_node, config.template_vmid, &params) {
             Ok(upid) => {
@@ -433,7 +441,7 @@ fn allocate_and_clone<I: Io>(
                 // (another dialect of the API) would leave a VM no later call could recognise as
                 // ours, reported with an empty UID: refuse now, while we know whose VM it is.
                 let written = Mark::parse(config.get("description").map(String::as_str));
-                if !written.is_some_and(|written| written.uid == request.uid) {
+                if written.is_none_or(|written| written.uid != request.uid) {
                     return Err(Error::Permanent(format!(
                         "VM {vmid} was cloned for {:?} but the API did not keep its ownership mark \
                          (the description): no later call could tell it is ours; remove VM {vmid} \
@@ -730,7 +738,7 @@ mod tests {
     #[test]
     fn f10_f11_clone_carries_name_mark_storage_and_target_only_across_nodes() {
         let config = simulator_config();
-        let params = clone_params(&config, 100_001, "proxy-a", OURS, "pv1-1");
+        let params = clone_params(&config, 100_001, "proxy-a", OURS, "pv1-1", "pv1-1");
         assert_eq!(
             params,
             vec![
@@ -741,7 +749,7 @@ mod tests {
                 ("storage", "local-lvm".into()),
             ]
         );
-        let across = clone_params(&config, 100_001, "proxy-a", OURS, "pv1-2");
+        let across = clone_params(&config, 100_001, "proxy-a", OURS, "pv1-2", "pv1-1");
         assert!(across.contains(&("target", "pv1-1".to_string())));
     }
 }

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::config::tests::simulator_config;
 use crate::create::{create, start_vmid};
 use crate::delete::delete;
-use crate::egress::provider::types::{CheckReason, CreateRequest, Error, InstanceState, Tag};
+use crate::egress::provider::types::{CheckReason, CreateRequest, Error, Tag, VmState};
 use crate::get::get;
 use crate::id::VmId;
 use crate::list::list_by_tag;
@@ -190,6 +190,7 @@ fn request(config: &str) -> CreateRequest {
         }],
         user_data: "#cloud-config\n".into(),
         config: config.into(),
+        placement: None,
     }
 }
 
@@ -270,19 +271,15 @@ fn running_get_reads_only_the_vms_own_endpoints_and_reports_the_address() {
         ok(Method::Get, agent_path(NODE, 100_123), AGENT_ENS18),
     ];
     let (result, _, requests) = run(&config, steps, |pve| get(pve, &id(100_123)));
-    let instance = result.unwrap();
+    let vm = result.unwrap();
     assert_eq!(requests, 3, "no cluster listing");
-    assert_eq!(instance.state, InstanceState::Running);
-    assert_eq!(instance.addresses, ["192.168.4.147"]);
+    assert_eq!(vm.state, VmState::Running);
+    assert_eq!(vm.addresses, ["192.168.4.147"]);
     assert_eq!(
-        (
-            instance.provider_id.as_str(),
-            instance.name.as_str(),
-            instance.uid.as_str()
-        ),
+        (vm.provider_id.as_str(), vm.name.as_str(), vm.uid.as_str()),
         ("pv1-1/100123", "proxy-a", "uid-1")
     );
-    assert_eq!(instance.created_at.as_deref(), Some("2026-09-18T15:02:00Z"));
+    assert_eq!(vm.created_at.as_deref(), Some("2026-09-18T15:02:00Z"));
 }
 
 #[test]
@@ -306,9 +303,9 @@ fn a_vm_that_migrated_is_found_through_the_listing_on_its_new_node() {
         ok(Method::Get, agent_path("pv1-2", 100_123), AGENT_ENS18),
     ];
     let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
-    let instance = result.unwrap();
-    assert_eq!(instance.provider_id, "pv1-2/100123");
-    assert_eq!(instance.state, InstanceState::Running);
+    let vm = result.unwrap();
+    assert_eq!(vm.provider_id, "pv1-2/100123");
+    assert_eq!(vm.state, VmState::Running);
 }
 
 #[test]
@@ -322,7 +319,7 @@ fn phase5_issue32_suspended_lock_passes_the_mark_check_then_answers_paused_witho
         ok(Method::Get, config_path(100_123), &suspended_config),
     ];
     let (result, _, _) = run(&config, steps, |pve| get(pve, &id(100_123)));
-    assert_eq!(result.unwrap().state, InstanceState::Paused);
+    assert_eq!(result.unwrap().state, VmState::Paused);
 
     // Foreign hibernated VM at our VMID: not ours, not-found.
     let steps = vec![
@@ -449,9 +446,9 @@ fn phase6_clean_create_sequence_mark_in_clone_and_config_write() {
     let (result, io, requests) = run(&config, clean_create_steps(vmid, "WARNINGS: 1"), |pve| {
         create(pve, &request(""))
     });
-    let instance = result.unwrap();
-    assert_eq!(instance.provider_id, format!("pv1-1/{vmid}"));
-    assert_eq!(instance.state, InstanceState::Provisioning);
+    let vm = result.unwrap();
+    assert_eq!(vm.provider_id, format!("pv1-1/{vmid}"));
+    assert_eq!(vm.state, VmState::Provisioning);
     assert_eq!(requests, 16);
     let clone_body = io.body_of(&format!("/nodes/{NODE}/qemu/9001/clone"));
     assert_eq!(
@@ -621,7 +618,7 @@ fn create_wakes_a_suspended_vm_of_its_own_and_returns_a_hibernated_one_paused() 
         ok(Method::Get, config_path(100_777), &hibernated),
     ];
     let (result, _, requests) = run(&config, steps, |pve| create(pve, &request("")));
-    assert_eq!(result.unwrap().state, InstanceState::Paused);
+    assert_eq!(result.unwrap().state, VmState::Paused);
     assert_eq!(requests, 2, "no status read, no write, no start");
 }
 
@@ -713,6 +710,30 @@ fn phase6_template_shape_is_refused_before_any_clone() {
     let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
     assert!(
         matches!(&result, Err(Error::Permanent(m)) if m.contains("cloud-init")),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn a_required_placement_that_avoids_every_node_makes_nothing_and_names_the_nodes() {
+    let config = create_config();
+    let steps = vec![
+        resources(TEMPLATE_ENTRY),
+        ok(
+            Method::Get,
+            config_path(9001),
+            r#"{"template":1,"boot":"order=scsi0","scsi0":"local-lvm:base-9001-disk-0,size=3G","net0":"virtio=BC:24:11:00:00:01,bridge=vmbr0","agent":"1"}"#,
+        ),
+    ];
+    let mut request = request("");
+    request.placement = Some(crate::egress::provider::types::Placement {
+        avoid_hosts: vec![NODE.to_string()],
+        required: true,
+    });
+    // No clone: the run fails on any request beyond the steps.
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request));
+    assert!(
+        matches!(&result, Err(Error::QuotaExceeded(m)) if m.contains(NODE)),
         "{result:?}"
     );
 }
@@ -830,14 +851,11 @@ fn list_by_tag_reads_marks_and_leaves_out_markless_and_other_tags() {
     ];
     let (result, _, _) = run(&config, steps, |pve| list_by_tag(pve, "pool", "blue"));
     let listing = result.unwrap();
-    assert_eq!(listing.instances.len(), 1);
+    assert_eq!(listing.vms.len(), 1);
     assert!(listing.unanswered.is_empty());
     assert_eq!(
-        (
-            listing.instances[0].provider_id.as_str(),
-            listing.instances[0].state
-        ),
-        ("pv1-1/100001", InstanceState::Running)
+        (listing.vms[0].provider_id.as_str(), listing.vms[0].state),
+        ("pv1-1/100001", VmState::Running)
     );
 }
 
@@ -874,7 +892,7 @@ fn list_by_tag_names_a_node_that_does_not_answer_and_lists_the_others() {
     let listing = result.unwrap();
     assert_eq!(listing.unanswered, ["pv1-2"]);
     let ids: Vec<&str> = listing
-        .instances
+        .vms
         .iter()
         .map(|vm| vm.provider_id.as_str())
         .collect();

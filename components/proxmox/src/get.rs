@@ -15,7 +15,7 @@
 //! A VM elsewhere with the same name is ignored: get addresses one VMID (Phase 5 judgment).
 
 use crate::api::{ApiError, Io, Pve, Resource, VmConfig, VmStatus};
-use crate::egress::provider::types::{Error, Instance, InstanceState};
+use crate::egress::provider::types::{Error, Vm, VmState};
 use crate::errors::{api_missing_vm, classify};
 use crate::id::VmId;
 use crate::mark::Mark;
@@ -29,16 +29,16 @@ pub fn find_entry(entries: &[Resource], vmid: u32) -> Option<&Resource> {
         .find(|entry| entry.vmid == vmid && entry.is_qemu())
 }
 
-/// An instance for a VM whose config carries `mark`.
-pub fn instance(
+/// The contract's `vm` for a VM whose config carries `mark`.
+pub fn contract_vm(
     node: &str,
     vmid: u32,
     config: &VmConfig,
     mark: &Mark,
-    state: InstanceState,
+    state: VmState,
     addresses: Vec<String>,
-) -> Instance {
-    Instance {
+) -> Vm {
+    Vm {
         provider_id: VmId {
             node: node.to_string(),
             vmid,
@@ -49,12 +49,13 @@ pub fn instance(
         addresses,
         created_at: mark.created_at.clone(),
         uid: mark.uid.clone(),
+        host: Some(node.to_string()),
     }
 }
 
 /// `get` for `id`: the VM's own endpoints on the node its provider ID names; the cluster
 /// listing only when that node cannot answer for it (it migrated, or is gone).
-pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
+pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Vm, Error> {
     let vmid = id.vmid;
     let status = match pve.vm_status(&id.node, vmid) {
         Ok(status) => status,
@@ -64,7 +65,7 @@ pub fn get<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
         }
     };
     match read_on_node(pve, &id.node, vmid, &status)? {
-        Some(instance) => Ok(instance),
+        Some(vm) => Ok(vm),
         // Gone from the node between two reads: migrated just now, or deleted.
         None => get_from_listing(pve, id),
     }
@@ -78,7 +79,7 @@ fn not_on_node(error: &ApiError) -> bool {
 }
 
 /// The pre-scaling path (entry 9): the cluster listing says whether the VM exists and where.
-fn get_from_listing<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Instance, Error> {
+fn get_from_listing<I: Io>(pve: &mut Pve<'_, I>, id: &VmId) -> Result<Vm, Error> {
     let vmid = id.vmid;
     let entries = pve
         .resources()
@@ -116,7 +117,7 @@ fn read_on_node<I: Io>(
     node: &str,
     vmid: u32,
     status: &VmStatus,
-) -> Result<Option<Instance>, Error> {
+) -> Result<Option<Vm>, Error> {
     // Correction 1, F8: a task lock (mid-clone, the VM has no name yet) or an unknown status is
     // transient before the name is ever read.
     let status_lock = lock_state(status.lock.as_deref());
@@ -149,12 +150,12 @@ fn read_on_node<I: Io>(
     if lock == LockState::Suspended || status_lock == LockState::Suspended {
         // Hibernated (`qm suspend --todisk`): it resumes from its saved state when a person
         // starts it; a person's to do, as a pause is.
-        return Ok(Some(instance(
+        return Ok(Some(contract_vm(
             node,
             vmid,
             &config,
             &mark,
-            InstanceState::Paused,
+            VmState::Paused,
             Vec::new(),
         )));
     }
@@ -164,5 +165,7 @@ fn read_on_node<I: Io>(
         Power::Unsettled(why) => return Err(Error::Transient(format!("VM {vmid}: {why}"))),
         Power::AskAgent => agent_state(&pve.agent_interfaces(node, vmid))?,
     };
-    Ok(Some(instance(node, vmid, &config, &mark, state, addresses)))
+    Ok(Some(contract_vm(
+        node, vmid, &config, &mark, state, addresses,
+    )))
 }

@@ -13,7 +13,7 @@
 //!   [`check`]; `describe` and `validate-config` are in this file and [`config`].
 //! * Rules as pure functions over parsed API data, table-tested on the host: [`state`] (Get's
 //!   order, the agent table), [`mark`] (ownership mark), [`task`] (UPIDs, task outcomes, locks),
-//!   [`net`] (net0 rewrite), [`disk`] (boot disk, sizes, resize-when-larger), [`errors`]
+//!   [`net`] (net0 rewrite), [`placement`] (the node a new VM goes to), [`disk`] (boot disk, sizes, resize-when-larger), [`errors`]
 //!   (message matchers and classification), [`seed`], [`id`] (provider IDs `<node>/<vmid>`).
 //! * [`api`]: the thin PVE client over the [`api::Io`] seam; [`wasi_io`] implements the seam over
 //!   `wasi:http`, `wasi:clocks` and the `log` import.
@@ -33,6 +33,7 @@ pub mod id;
 pub mod list;
 pub mod mark;
 pub mod net;
+pub mod placement;
 pub mod seed;
 pub mod state;
 pub mod task;
@@ -46,11 +47,12 @@ wit_bindgen::generate!({
     world: "provider-world",
     generate_all,
 });
+egress_guest::contract_types!(crate::egress::provider::types, vm - state);
 
 use api::{Io, LogLevel, Pve};
 use config::Config;
 use egress::provider::types::{
-    CheckReason, CheckResult, CreateRequest, Description, Error, Instance, InstanceState, Listing,
+    CheckReason, CheckResult, CreateRequest, Description, Error, Listing, Vm,
 };
 use exports::egress::provider::provider::Guest;
 use id::VmId;
@@ -80,16 +82,10 @@ trait Answer {
     fn summary(&self) -> String;
 }
 
-impl Answer for Instance {
+impl Answer for Vm {
     /// `pv1-1/142857 proxy-… provisioning` and the addresses, if any.
     fn summary(&self) -> String {
-        let state = match self.state {
-            InstanceState::Provisioning => "provisioning",
-            InstanceState::Running => "running",
-            InstanceState::Stopped => "stopped",
-            InstanceState::Failed => "failed",
-            InstanceState::Paused => "paused",
-        };
+        let state = self.state.as_str();
         let mut summary = format!("{} {} {state}", self.provider_id, self.name);
         for address in &self.addresses {
             summary.push(' ');
@@ -101,7 +97,7 @@ impl Answer for Instance {
 
 impl Answer for Listing {
     fn summary(&self) -> String {
-        let mut summary = format!("{} VMs", self.instances.len());
+        let mut summary = format!("{} VMs", self.vms.len());
         if !self.unanswered.is_empty() {
             summary.push_str(&format!("; unanswered: {}", self.unanswered.join(", ")));
         }
@@ -159,13 +155,13 @@ impl Guest for ProxmoxProvider {
         config::validate_config(&config)
     }
 
-    fn create(request: CreateRequest) -> Result<Instance, Error> {
+    fn create(request: CreateRequest) -> Result<Vm, Error> {
         run(&request.config, "create", |pve| {
             create::create(pve, &request)
         })
     }
 
-    fn get(config: String, provider_id: String) -> Result<Instance, Error> {
+    fn get(config: String, provider_id: String) -> Result<Vm, Error> {
         // An ID of another shape names no VM this provider made: `not-found` (create then finds
         // its VM again by name and UID), never `permanent`. `delete` keeps refusing it.
         let id = VmId::parse(&provider_id).map_err(|error| match error {

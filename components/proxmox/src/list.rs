@@ -10,7 +10,7 @@ use crate::api::{Io, Pve, Resource};
 use crate::create::PROXMOX_TAG;
 use crate::egress::provider::types::{Error, Listing};
 use crate::errors::{api_missing_vm, classify};
-use crate::get::instance;
+use crate::get::contract_vm;
 use crate::mark::Mark;
 use crate::state::entry_state;
 
@@ -25,7 +25,7 @@ pub fn list_by_tag<I: Io>(pve: &mut Pve<'_, I>, key: &str, value: &str) -> Resul
     let entries = pve
         .resources()
         .map_err(|error| classify("list VMs", &error))?;
-    let mut instances = Vec::new();
+    let mut vms = Vec::new();
     let mut unanswered: Vec<String> = Vec::new();
     for entry in entries.iter().filter(|entry| is_candidate(entry)) {
         if unanswered.contains(&entry.node) {
@@ -47,7 +47,7 @@ pub fn list_by_tag<I: Io>(pve: &mut Pve<'_, I>, key: &str, value: &str) -> Resul
             continue;
         };
         if mark.has_tag(key, value) {
-            instances.push(instance(
+            vms.push(contract_vm(
                 &entry.node,
                 entry.vmid,
                 &config,
@@ -57,10 +57,7 @@ pub fn list_by_tag<I: Io>(pve: &mut Pve<'_, I>, key: &str, value: &str) -> Resul
             ));
         }
     }
-    Ok(Listing {
-        instances,
-        unanswered,
-    })
+    Ok(Listing { vms, unanswered })
 }
 
 #[cfg(test)]

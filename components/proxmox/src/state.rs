@@ -1,8 +1,8 @@
 //! Pure state rules: what a resources entry, a status read and an agent answer mean for the
-//! contract's instance state. `get` applies them in entry 9's order.
+//! contract's VM state. `get` applies them in entry 9's order.
 
 use crate::api::{AgentInterface, ApiError, Resource, VmStatus};
-use crate::egress::provider::types::{Error, InstanceState};
+use crate::egress::provider::types::{Error, VmState};
 use crate::errors::{is_agent_not_configured, is_agent_not_running, is_vm_not_running};
 use crate::task::{LockState, lock_state};
 
@@ -17,7 +17,7 @@ pub fn entry_in_progress(entry: &Resource) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Power {
     /// Answer this state without asking the agent.
-    Settled(InstanceState),
+    Settled(VmState),
     /// Running: the agent decides between running and provisioning.
     AskAgent,
     /// Unknown for now: retry.
@@ -36,18 +36,18 @@ pub enum Power {
 /// | `prelaunch`, migration and save states | `provisioning` | on its way |
 pub fn power(status: &VmStatus) -> Power {
     match status.status.as_str() {
-        "stopped" => Power::Settled(InstanceState::Stopped),
+        "stopped" => Power::Settled(VmState::Stopped),
         "running" => match status.qmpstatus.as_deref() {
             None | Some("running") => Power::AskAgent,
-            Some("paused" | "io-error") => Power::Settled(InstanceState::Paused),
-            Some("suspended") => Power::Settled(InstanceState::Stopped),
+            Some("paused" | "io-error") => Power::Settled(VmState::Paused),
+            Some("suspended") => Power::Settled(VmState::Stopped),
             Some("guest-panicked" | "internal-error" | "watchdog" | "shutdown") => {
-                Power::Settled(InstanceState::Failed)
+                Power::Settled(VmState::Failed)
             }
             Some(
                 "prelaunch" | "inmigrate" | "postmigrate" | "finish-migrate" | "restore-vm"
                 | "save-vm" | "colo" | "debug",
-            ) => Power::Settled(InstanceState::Provisioning),
+            ) => Power::Settled(VmState::Provisioning),
             Some(other) => Power::Unsettled(format!("VM has QMP status {other:?}")),
         },
         other => Power::Unsettled(format!("VM has status {other:?}")),
@@ -97,14 +97,14 @@ pub fn usable_ipv4(interfaces: &[AgentInterface]) -> Vec<String> {
 ///   re-reads the VM from the top).
 pub fn agent_state(
     answer: &Result<Vec<AgentInterface>, ApiError>,
-) -> Result<(InstanceState, Vec<String>), Error> {
+) -> Result<(VmState, Vec<String>), Error> {
     let message = match answer {
         Ok(interfaces) => {
             let addresses = usable_ipv4(interfaces);
             let state = if addresses.is_empty() {
-                InstanceState::Provisioning
+                VmState::Provisioning
             } else {
-                InstanceState::Running
+                VmState::Running
             };
             return Ok((state, addresses));
         }
@@ -112,9 +112,9 @@ pub fn agent_state(
         Err(other) => return Err(Error::Transient(format!("read guest agent: {other}"))),
     };
     if is_agent_not_running(message) {
-        Ok((InstanceState::Provisioning, Vec::new()))
+        Ok((VmState::Provisioning, Vec::new()))
     } else if is_agent_not_configured(message) {
-        Ok((InstanceState::Failed, Vec::new()))
+        Ok((VmState::Failed, Vec::new()))
     } else if is_vm_not_running(message) {
         Err(Error::Transient(format!(
             "read guest agent: {message} (it stopped while being read)"
@@ -125,18 +125,18 @@ pub fn agent_state(
 }
 
 /// The cheap state `list-by-tag` reports from a resources entry alone (no addresses).
-pub fn entry_state(entry: &Resource) -> InstanceState {
+pub fn entry_state(entry: &Resource) -> VmState {
     if lock_state(entry.lock.as_deref()) == LockState::Suspended {
         // Hibernated: a person's to resume.
-        return InstanceState::Paused;
+        return VmState::Paused;
     }
     if entry_in_progress(entry) {
-        return InstanceState::Provisioning;
+        return VmState::Provisioning;
     }
     match entry.status.as_deref() {
-        Some("running") => InstanceState::Running,
-        Some("stopped") => InstanceState::Stopped,
-        _ => InstanceState::Provisioning,
+        Some("running") => VmState::Running,
+        Some("stopped") => VmState::Stopped,
+        _ => VmState::Provisioning,
     }
 }
 
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn f14_correction6_issue32_power_table() {
-        use InstanceState::*;
+        use VmState::*;
         let rows = [
             (status("stopped", Some("stopped")), Power::Settled(Stopped)),
             (status("running", Some("paused")), Power::Settled(Paused)),
@@ -271,15 +271,15 @@ mod tests {
         })
     }
 
-    fn class(result: &Result<(InstanceState, Vec<String>), Error>) -> String {
+    fn class(result: &Result<(VmState, Vec<String>), Error>) -> String {
         match result {
             Ok((state, addresses)) => {
                 let state = match state {
-                    InstanceState::Provisioning => "Provisioning",
-                    InstanceState::Running => "Running",
-                    InstanceState::Stopped => "Stopped",
-                    InstanceState::Failed => "Failed",
-                    InstanceState::Paused => "Paused",
+                    VmState::Provisioning => "Provisioning",
+                    VmState::Running => "Running",
+                    VmState::Stopped => "Stopped",
+                    VmState::Failed => "Failed",
+                    VmState::Paused => "Paused",
                 };
                 format!("{state} {addresses:?}")
             }
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn list_entry_state_is_cheap_and_never_running_while_locked() {
-        use InstanceState::*;
+        use VmState::*;
         assert_eq!(
             entry_state(&entry(Some("running"), None, Some("p"))),
             Running

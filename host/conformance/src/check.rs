@@ -35,27 +35,13 @@ fn expect(
         Ok(result) if result.reason == expected => Ok(()),
         Ok(result) => Err(format!(
             "check with {with} answered {}: {}; expected {}",
-            reason_name(result.reason),
+            result.reason.as_str(),
             session.scrub(&result.message),
-            reason_name(expected)
+            expected.as_str()
         )),
         Err(error) => Err(format!(
             "check with {with} answered an error ({}); check answers a reason, never an error",
             session.error_text(&error)
         )),
-    }
-}
-
-/// A reason as the contract spells it.
-pub(crate) fn reason_name(reason: CheckReason) -> &'static str {
-    match reason {
-        CheckReason::Ok => "ok",
-        CheckReason::Unreachable => "unreachable",
-        CheckReason::Unauthorized => "unauthorized",
-        CheckReason::Forbidden => "forbidden",
-        CheckReason::CertificateInvalid => "certificate-invalid",
-        CheckReason::CredentialsUnavailable => "credentials-unavailable",
-        CheckReason::Misconfigured => "misconfigured",
-        CheckReason::Other => "other",
     }
 }

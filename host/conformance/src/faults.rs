@@ -8,7 +8,6 @@ use egress_runtime::types::CheckReason;
 use egress_runtime::{CallError, ErrorClass, Operation, VmState};
 
 use super::backend::Pvesim;
-use super::check::reason_name;
 use super::{Outcome, RuleResult, Session, outcome};
 
 const NOT_PVESIM: &str =
@@ -101,7 +100,7 @@ pub(crate) async fn check_hung_endpoint(session: &Session) -> Outcome {
             Ok(result) if result.reason == CheckReason::Unreachable => Ok(()),
             Ok(result) => Err(format!(
                 "check against an endpoint that does not answer answered {}: {}; expected unreachable",
-                reason_name(result.reason),
+                result.reason.as_str(),
                 session.scrub(&result.message)
             )),
             Err(error) => Err(format!(

@@ -269,6 +269,7 @@ impl Session {
             tags: vec![tag.clone()],
             user_data: "#cloud-config\n".to_owned(),
             config: self.config_text(),
+            placement: None,
         };
         let instance = match self.call(Request::Create { request }).await? {
             Response::Create(instance) => instance,
@@ -341,7 +342,7 @@ impl Session {
             value: tag.value.clone(),
         };
         match self.call(request).await? {
-            Response::ListByTag(listing) => Ok(listing.instances),
+            Response::ListByTag(listing) => Ok(listing.vms),
             other => Err(wrong_answer(Operation::ListByTag, &other)),
         }
     }

@@ -221,6 +221,7 @@ async fn run() {
                     tags: Vec::new(),
                     user_data: String::new(),
                     config: r#"{"mode":"spin"}"#.into(),
+                    placement: None,
                 },
             },
         ),

@@ -93,6 +93,7 @@ async fn floor_run(count: usize) -> Duration {
                         }],
                         user_data: String::new(),
                         config: config.clone(),
+                        placement: None,
                     },
                 };
                 let Ok(Response::Create(vm)) =

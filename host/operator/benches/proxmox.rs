@@ -160,6 +160,7 @@ async fn setup(bytes: &[u8], other_vms: usize, wasi_http: Option<&[u8]>) -> Setu
         tags: Vec::new(),
         user_data: "#cloud-config\n".into(),
         config: config.clone(),
+        placement: None,
     };
     let provider_id = match provider
         .call(Request::Create { request }, &CallContext::default())

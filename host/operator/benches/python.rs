@@ -115,6 +115,7 @@ async fn create(provider: &Provider, config: &str) -> String {
         tags: Vec::new(),
         user_data: "#cloud-config\n".into(),
         config: config.to_string(),
+        placement: None,
     };
     match provider
         .call(Request::Create { request }, &CallContext::default())

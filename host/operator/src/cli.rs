@@ -673,6 +673,7 @@ fn build_request(
                     tags: input.tags,
                     user_data: input.user_data,
                     config,
+                    placement: None,
                 },
             }
         }

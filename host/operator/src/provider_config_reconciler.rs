@@ -508,7 +508,7 @@ mod tests {
                         other => panic!("listed by {other}"),
                     }
                     Ok(Response::ListByTag(Listing {
-                        instances: vms,
+                        vms,
                         unanswered: self.unanswered.clone(),
                     }))
                 }
@@ -634,6 +634,7 @@ mod tests {
             addresses: Vec::new(),
             created_at: None,
             uid: uid.into(),
+            host: None,
         }
     }
 

@@ -982,7 +982,7 @@ impl ProxyReconciler {
         match self.call(pass, request).await? {
             Response::ListByTag(listing) => {
                 let targets = listing
-                    .instances
+                    .vms
                     .into_iter()
                     .filter(|vm| vm.uid == pass.proxy.uid)
                     .map(|vm| vm.provider_id)
@@ -1028,6 +1028,7 @@ impl ProxyReconciler {
                 tags: marks::tags(&proxy.spec.tags, &owner),
                 user_data: pass.user_data.to_owned(),
                 config: pass.binding.config.clone(),
+                placement: None,
             },
         }
     }

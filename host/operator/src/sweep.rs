@@ -104,7 +104,7 @@ impl Sweeper {
         // Their VMs are unknown, never gone: none of them is a suspect this time, and a VM is
         // deleted only once two sweeps in a row listed it.
         report.notes.extend(partial(&listing.unanswered));
-        let vms = listing.instances;
+        let vms = listing.vms;
         self.report_second_vms(name, &vms, live, &mut report);
         let mut suspects: HashSet<String> = vms
             .iter()
@@ -139,11 +139,7 @@ impl Sweeper {
         suspects: &mut HashSet<String>,
         report: &mut SweepReport,
     ) {
-        let ours: HashSet<String> = ours
-            .instances
-            .into_iter()
-            .map(|vm| vm.provider_id)
-            .collect();
+        let ours: HashSet<String> = ours.vms.into_iter().map(|vm| vm.provider_id).collect();
         let mut foreign: Vec<String> = suspects.difference(&ours).cloned().collect();
         foreign.sort();
         report.foreign = foreign.len() as u32;

@@ -145,6 +145,7 @@ fn create_request(inventory: &Inventory, name: &str, uid: &str) -> Request {
             }],
             user_data: "#cloud-config\n".into(),
             config: inventory.config(),
+            placement: None,
         },
     }
 }
@@ -214,7 +215,7 @@ async fn the_lifecycle_runs_through_the_broker_with_the_mark() {
     )
     .await;
     assert!(
-        matches!(&listed, Ok(Response::ListByTag(listing)) if listing.instances.len() == 1 && listing.instances[0].provider_id == created.provider_id),
+        matches!(&listed, Ok(Response::ListByTag(listing)) if listing.vms.len() == 1 && listing.vms[0].provider_id == created.provider_id),
         "{listed:?}"
     );
 

@@ -790,6 +790,7 @@ async fn orphan(world: &World, provider_config: &str) -> String {
         ],
         user_data: "#cloud-config\n".into(),
         config: world.config_text(),
+        placement: None,
     };
     match provider
         .call(Request::Create { request }, &CallContext::default())
@@ -1456,6 +1457,7 @@ async fn as_its_service_account_the_operator_lives_its_whole_life() {
             ],
             user_data: "#cloud-config\n".into(),
             config: world.config_text(),
+            placement: None,
         };
         match provider
             .call(Request::Create { request }, &CallContext::default())

@@ -355,7 +355,7 @@ fn bound(
         }
         Response::Create(vm) | Response::Get(vm) => check_vm(vm).map_err(invalid)?,
         Response::ListByTag(listing) => {
-            for vm in &listing.instances {
+            for vm in &listing.vms {
                 check_vm(vm).map_err(invalid)?;
             }
             if listing.unanswered.len() > MAX_UNANSWERED {
@@ -442,6 +442,7 @@ mod tests {
             addresses: vec!["192.0.2.1".into()],
             created_at: None,
             uid: "uid-1".into(),
+            host: None,
         }
     }
 
@@ -494,7 +495,7 @@ mod tests {
         let listed = bound(
             Operation::ListByTag,
             Ok(Response::ListByTag(crate::types::Listing {
-                instances: vec![vm("pve/1", "a"), many],
+                vms: vec![vm("pve/1", "a"), many],
                 unanswered: Vec::new(),
             })),
         );
@@ -509,7 +510,7 @@ mod tests {
             let listed = bound(
                 Operation::ListByTag,
                 Ok(Response::ListByTag(crate::types::Listing {
-                    instances: Vec::new(),
+                    vms: Vec::new(),
                     unanswered,
                 })),
             );

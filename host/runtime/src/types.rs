@@ -47,7 +47,7 @@ impl VmState {
 #[serde(rename_all = "camelCase")]
 pub struct Listing {
     /// The VMs carrying the tag on the hypervisors that answered.
-    pub instances: Vec<Vm>,
+    pub vms: Vec<Vm>,
     /// The hypervisors that did not answer, in the provider's own names.
     #[serde(default)]
     pub unanswered: Vec<String>,
@@ -79,6 +79,22 @@ pub struct CreateRequest {
     pub user_data: String,
     /// The provider's own configuration, as JSON.
     pub config: String,
+    /// Where the VM should run, for a pool that spreads its VMs across hosts; `None` for a Proxy
+    /// of its own. A 0.1.0 provider never sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+/// A placement request: keep a new VM off the hosts its siblings use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Hosts (the provider's names: Proxmox nodes, libvirt connections) the VM should not run on.
+    #[serde(default)]
+    pub avoid_hosts: Vec<String>,
+    /// True: no VM rather than one on an avoided host (the provider answers `quota-exceeded`).
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// One VM as the provider sees it.
@@ -97,6 +113,10 @@ pub struct Vm {
     pub created_at: Option<String>,
     /// The Proxy UID from the VM's ownership mark; empty when the mark has no UID.
     pub uid: String,
+    /// The host the VM runs on (a Proxmox node, a libvirt connection), when the provider says;
+    /// always `None` from a 0.1.0 provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// How a failure should be handled by the caller: the retry class.
@@ -238,6 +258,22 @@ pub enum CheckReason {
     Misconfigured,
     /// Anything else; the message says what.
     Other,
+}
+
+impl CheckReason {
+    /// The reason as the contract spells it (`certificate-invalid`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckReason::Ok => "ok",
+            CheckReason::Unreachable => "unreachable",
+            CheckReason::Unauthorized => "unauthorized",
+            CheckReason::Forbidden => "forbidden",
+            CheckReason::CertificateInvalid => "certificate-invalid",
+            CheckReason::CredentialsUnavailable => "credentials-unavailable",
+            CheckReason::Misconfigured => "misconfigured",
+            CheckReason::Other => "other",
+        }
+    }
 }
 
 /// The outcome of `check`.
@@ -424,6 +460,16 @@ impl Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_check_reason_reads_as_its_serialized_name() {
+        use CheckReason::*;
+        let all = [Ok, Unreachable, Unauthorized, Forbidden, CertificateInvalid];
+        let rest = [CredentialsUnavailable, Misconfigured, Other];
+        for reason in all.into_iter().chain(rest) {
+            assert_eq!(serde_json::json!(reason), reason.as_str());
+        }
+    }
 
     #[test]
     fn operation_names_round_trip_through_from_str() {

@@ -194,7 +194,7 @@ macro_rules! served_version {
                     Request::Create { request } => {
                         let params = (&wit::CreateRequest::from(request),);
                         let answer = call(instance, store, &exports.create, params).await?;
-                        answered(answer, |vm: wit::Instance| Response::Create(vm.into()))
+                        answered(answer, |vm: WitVm| Response::Create(vm.into()))
                     }
                     Request::Get {
                         config,
@@ -202,7 +202,7 @@ macro_rules! served_version {
                     } => {
                         let params = (config.as_str(), provider_id.as_str());
                         let answer = call(instance, store, &exports.get, params).await?;
-                        answered(answer, |vm: wit::Instance| Response::Get(vm.into()))
+                        answered(answer, |vm: WitVm| Response::Get(vm.into()))
                     }
                     Request::Delete {
                         config,
@@ -273,31 +273,6 @@ macro_rules! served_version {
                 wit::Tag {
                     key: tag.key,
                     value: tag.value,
-                }
-            }
-        }
-
-        impl From<types::CreateRequest> for wit::CreateRequest {
-            fn from(request: types::CreateRequest) -> Self {
-                wit::CreateRequest {
-                    name: request.name,
-                    uid: request.uid,
-                    tags: request.tags.into_iter().map(Into::into).collect(),
-                    user_data: request.user_data,
-                    config: request.config,
-                }
-            }
-        }
-
-        impl From<wit::Instance> for types::Vm {
-            fn from(vm: wit::Instance) -> Self {
-                types::Vm {
-                    provider_id: vm.provider_id,
-                    name: vm.name,
-                    state: vm.state.into(),
-                    addresses: vm.addresses,
-                    created_at: vm.created_at,
-                    uid: vm.uid,
                 }
             }
         }

@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, PostParams};
 fn alive(pid: u32) -> bool {
     // A zombie is not alive: read its state.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat.split(' ').nth(2).is_some_and(|state| state == "Z"))
+        .is_ok_and(|stat| stat.split(' ').nth(2).is_none_or(|state| state != "Z"))
 }
 
 fn children_named(name: &str) -> Vec<u32> {

@@ -95,6 +95,7 @@ async fn create(provider: &Provider, config: &serde_json::Value, name: &str) -> 
         tags: Vec::new(),
         user_data: "#cloud-config\n".into(),
         config: config.to_string(),
+        placement: None,
     };
     let started = Instant::now();
     let answer = provider

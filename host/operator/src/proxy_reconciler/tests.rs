@@ -52,6 +52,7 @@ impl FakeProvider {
             },
             created_at: None,
             uid: uid.into(),
+            host: None,
         };
         lock(&self.vms).insert(provider_id.into(), vm);
         self
@@ -94,6 +95,7 @@ impl FakeProvider {
                             addresses: Vec::new(),
                             created_at: None,
                             uid: request.uid.clone(),
+                            host: None,
                         };
                         vms.entry(provider_id).or_insert(vm)
                     }
@@ -117,7 +119,7 @@ impl FakeProvider {
                 let instances = vms.values().filter(|vm| vm.uid == value).cloned();
                 Ok(Response::ListByTag(Listing {
                     // A provider lists by tag; one with the tag forged is still filtered by mark.
-                    instances: instances.chain(vms.get("forged").cloned()).collect(),
+                    vms: instances.chain(vms.get("forged").cloned()).collect(),
                     unanswered: self.unanswered.clone(),
                 }))
             }

@@ -213,6 +213,7 @@ impl Harness {
                 .collect(),
             user_data: "#cloud-config\n".into(),
             config: self.config_text(),
+            placement: None,
         };
         match self.call(Request::Create { request }).await? {
             Response::Create(instance) => Ok(instance),
@@ -249,7 +250,7 @@ impl Harness {
             value: value.into(),
         };
         match self.call(request).await? {
-            Response::ListByTag(listing) => Ok(listing.instances),
+            Response::ListByTag(listing) => Ok(listing.vms),
             other => panic!("list-by-tag answered {other:?}"),
         }
     }

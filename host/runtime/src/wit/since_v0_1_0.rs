@@ -32,13 +32,43 @@ wasmtime::component::bindgen!({
 
 served_version!();
 
+/// A VM as 0.1.0 names it.
+type WitVm = wit::Instance;
+
 /// What `list-by-tag` answers in 0.1.0: the VMs, all or an error.
 type Listed = Vec<wit::Instance>;
 
 fn listing(listed: Listed) -> types::Listing {
     types::Listing {
-        instances: listed.into_iter().map(Into::into).collect(),
+        vms: listed.into_iter().map(Into::into).collect(),
         unanswered: Vec::new(),
+    }
+}
+
+/// 0.1.0 has no placement request: a pool's request is dropped (the pool sees no `host` back).
+impl From<types::CreateRequest> for wit::CreateRequest {
+    fn from(request: types::CreateRequest) -> Self {
+        wit::CreateRequest {
+            name: request.name,
+            uid: request.uid,
+            tags: request.tags.into_iter().map(Into::into).collect(),
+            user_data: request.user_data,
+            config: request.config,
+        }
+    }
+}
+
+impl From<wit::Instance> for types::Vm {
+    fn from(vm: wit::Instance) -> Self {
+        types::Vm {
+            provider_id: vm.provider_id,
+            name: vm.name,
+            state: vm.state.into(),
+            addresses: vm.addresses,
+            created_at: vm.created_at,
+            uid: vm.uid,
+            host: None,
+        }
     }
 }
 

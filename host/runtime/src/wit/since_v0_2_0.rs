@@ -6,7 +6,8 @@
 //! import, and `describe` no longer lists capabilities (the closed `enum capability` could not
 //! grow): the host reads what a provider needs from its imports. A VM can be `paused` (0.1.0 said
 //! `stopped`), and `list-by-tag` answers a `listing`: the VMs of the hypervisors that answered and
-//! which did not. See `docs/contract.md`.
+//! which did not. The `instance` record is `vm` (a wasm instance is something else), `create`
+//! carries a pool's placement request and a VM says which host it runs on. See `docs/contract.md`.
 
 use semver::Version;
 
@@ -31,25 +32,58 @@ wasmtime::component::bindgen!({
 
 served_version!();
 
+/// A VM as 0.2.0 names it (0.1.0 said `instance`).
+type WitVm = wit::Vm;
+
 /// What `list-by-tag` answers from 0.2.0: the VMs of the hypervisors that answered, and which
 /// did not.
 type Listed = wit::Listing;
 
 fn listing(listed: Listed) -> types::Listing {
     types::Listing {
-        instances: listed.instances.into_iter().map(Into::into).collect(),
+        vms: listed.vms.into_iter().map(Into::into).collect(),
         unanswered: listed.unanswered,
     }
 }
 
-impl From<wit::InstanceState> for types::VmState {
-    fn from(state: wit::InstanceState) -> Self {
+impl From<types::CreateRequest> for wit::CreateRequest {
+    fn from(request: types::CreateRequest) -> Self {
+        wit::CreateRequest {
+            name: request.name,
+            uid: request.uid,
+            tags: request.tags.into_iter().map(Into::into).collect(),
+            user_data: request.user_data,
+            config: request.config,
+            placement: request.placement.map(|placement| wit::Placement {
+                avoid_hosts: placement.avoid_hosts,
+                required: placement.required,
+            }),
+        }
+    }
+}
+
+impl From<wit::Vm> for types::Vm {
+    fn from(vm: wit::Vm) -> Self {
+        types::Vm {
+            provider_id: vm.provider_id,
+            name: vm.name,
+            state: vm.state.into(),
+            addresses: vm.addresses,
+            created_at: vm.created_at,
+            uid: vm.uid,
+            host: vm.host,
+        }
+    }
+}
+
+impl From<wit::VmState> for types::VmState {
+    fn from(state: wit::VmState) -> Self {
         match state {
-            wit::InstanceState::Provisioning => types::VmState::Provisioning,
-            wit::InstanceState::Running => types::VmState::Running,
-            wit::InstanceState::Stopped => types::VmState::Stopped,
-            wit::InstanceState::Failed => types::VmState::Failed,
-            wit::InstanceState::Paused => types::VmState::Paused,
+            wit::VmState::Provisioning => types::VmState::Provisioning,
+            wit::VmState::Running => types::VmState::Running,
+            wit::VmState::Stopped => types::VmState::Stopped,
+            wit::VmState::Failed => types::VmState::Failed,
+            wit::VmState::Paused => types::VmState::Paused,
         }
     }
 }

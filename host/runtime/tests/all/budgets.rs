@@ -185,6 +185,7 @@ pub(crate) async fn computing_guest_is_stopped_at_its_cpu_budget(
             tags: Vec::new(),
             user_data: String::new(),
             config: config.into(),
+            placement: None,
         },
     };
     let started = Instant::now();

@@ -100,6 +100,7 @@ async fn create_get_delete_list_and_check_answer() {
             }],
             user_data: "#cloud-config\n".into(),
             config: "{}".into(),
+            placement: None,
         },
     };
     let Response::Create(created) = provider.call(create, &ctx()).await.unwrap() else {

@@ -108,6 +108,7 @@ fn create(user_data: String) -> Request {
             tags: Vec::new(),
             user_data,
             config: "{}".into(),
+            placement: None,
         },
     }
 }

@@ -169,6 +169,7 @@ async fn a_call_that_never_gets_a_permit_is_busy_not_stuck() {
                     tags: Vec::new(),
                     user_data: String::new(),
                     config: r#"{"mode": "sleep", "ms": 1500}"#.into(),
+                    placement: None,
                 },
             };
             provider.call(request, &CallContext::default()).await

@@ -53,6 +53,7 @@ fn create(config: serde_json::Value) -> Request {
             tags: Vec::new(),
             user_data: String::new(),
             config: config.to_string(),
+            placement: None,
         },
     }
 }
@@ -188,6 +189,7 @@ async fn a_0_2_0_guest_logs_through_the_same_bounded_escaping_log() {
             tags: Vec::new(),
             user_data: String::new(),
             config: "{}".into(),
+            placement: None,
         },
     };
     // It answers with that name in its provider ID, which the host refuses as a result; the log

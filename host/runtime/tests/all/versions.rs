@@ -82,14 +82,48 @@ async fn a_0_2_0_component_works_through_the_same_runtime() {
         tags: Vec::new(),
         user_data: String::new(),
         config: "{}".into(),
+        placement: None,
     };
-    match provider.call(Request::Create { request }, &ctx).await {
+    match provider
+        .call(
+            Request::Create {
+                request: request.clone(),
+            },
+            &ctx,
+        )
+        .await
+    {
         Ok(Response::Create(vm)) => {
             assert_eq!(vm.provider_id, "v2/web");
             assert_eq!(vm.uid, "uid-1");
+            assert_eq!(
+                vm.host.as_deref(),
+                Some("host-a"),
+                "no request: the first host"
+            );
         }
         other => panic!("create answers the VM: {other:?}"),
     }
+    // A pool's placement request reaches the guest, and the host it chose comes back.
+    let placed = |avoid: &[&str], required| {
+        let mut request = request.clone();
+        request.placement = Some(egress_runtime::types::Placement {
+            avoid_hosts: avoid.iter().map(|host| host.to_string()).collect(),
+            required,
+        });
+        Request::Create { request }
+    };
+    match provider.call(placed(&["host-a"], true), &ctx).await {
+        Ok(Response::Create(vm)) => assert_eq!(vm.host.as_deref(), Some("host-b")),
+        other => panic!("create answers the VM: {other:?}"),
+    }
+    let every = ["host-a", "host-b", "host-c"];
+    let shortage = provider.call(placed(&every, true), &ctx).await.unwrap_err();
+    assert_eq!(
+        shortage.class(),
+        egress_runtime::ErrorClass::QuotaExceeded,
+        "{shortage}"
+    );
     let get = Request::Get {
         config: "{}".into(),
         provider_id: "other/1".into(),
@@ -163,6 +197,7 @@ async fn a_patch_release_of_a_served_minor_is_served_by_that_minor() {
             tags: Vec::new(),
             user_data: String::new(),
             config: "{}".into(),
+            placement: None,
         },
     };
     let response = provider.call(create, &CallContext::default()).await;

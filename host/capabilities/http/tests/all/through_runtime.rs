@@ -254,6 +254,7 @@ async fn a_create_body_over_4_kib_reaches_the_endpoint_whole() {
         tags: Vec::new(),
         user_data: user_data.clone(),
         config: serde_json::json!({ "endpoint": server.origin() }).to_string(),
+        placement: None,
     };
     let outcome = provider
         .call(Request::Create { request }, &CallContext::default())

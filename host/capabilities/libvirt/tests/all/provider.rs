@@ -77,6 +77,7 @@ async fn create(
         }],
         user_data: "#cloud-config\npackages: [squid]\n".into(),
         config: config.to_string(),
+        placement: None,
     };
     match call(provider, Request::Create { request }).await? {
         Response::Create(instance) => Ok(instance),
@@ -117,7 +118,7 @@ async fn list(provider: &Provider, config: &serde_json::Value, value: &str) -> V
         value: value.into(),
     };
     match call(provider, request).await.unwrap() {
-        Response::ListByTag(listing) => listing.instances,
+        Response::ListByTag(listing) => listing.vms,
         other => panic!("list-by-tag answered {other:?}"),
     }
 }
@@ -535,6 +536,7 @@ async fn a_create_logs_each_capability_call_and_its_outcome() {
         tags: Vec::new(),
         user_data: format!("#cloud-config\npassword: {secret}\n"),
         config: daemon.config.to_string(),
+        placement: None,
     };
     let created = match call(&provider, Request::Create { request }).await.unwrap() {
         Response::Create(instance) => instance,
@@ -1216,7 +1218,7 @@ async fn adopting_a_domain_writes_the_requests_tags_into_its_mark() {
         };
         match call(&provider, request).await.unwrap() {
             Response::ListByTag(listing) => listing
-                .instances
+                .vms
                 .into_iter()
                 .map(|instance| instance.name)
                 .collect::<Vec<_>>(),
@@ -1240,6 +1242,7 @@ async fn adopting_a_domain_writes_the_requests_tags_into_its_mark() {
         ],
         user_data: "#cloud-config\n".into(),
         config: config.to_string(),
+        placement: None,
     };
     let adopted = match call(&provider, Request::Create { request }).await.unwrap() {
         Response::Create(instance) => instance,
