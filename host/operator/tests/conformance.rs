@@ -141,7 +141,7 @@ async fn only_runs_the_one_rule_named() {
     );
 }
 
-/// The broken provider (components/conformance-broken): no backend, no grant.
+/// The broken provider (components/testing/conformance-broken): no backend, no grant.
 const BROKEN: Subject = Subject {
     file: "conformance-broken.wasm",
     identity: "conformance-broken",

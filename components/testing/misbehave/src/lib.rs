@@ -23,7 +23,7 @@ use std::hint::black_box;
 use serde_json::Value;
 
 wit_bindgen::generate!({
-    path: "../../wit/provider-v0.1.0",
+    path: "../../../wit/provider-v0.1.0",
     world: "provider-world",
     generate_all,
 });

@@ -10,7 +10,7 @@
 //! `validate-config` answer; the other operations are `permanent`.
 
 wit_bindgen::generate!({
-    path: "../../wit/provider",
+    path: "../../../wit/provider",
     world: "egress:provider/provider-world@0.2.0",
     generate_all,
 });

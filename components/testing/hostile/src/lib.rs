@@ -34,7 +34,7 @@ mod exchange;
 use serde_json::Value;
 
 wit_bindgen::generate!({
-    path: "../../wit/provider-v0.1.0",
+    path: "../../../wit/provider-v0.1.0",
     world: "provider-world",
     generate_all,
 });

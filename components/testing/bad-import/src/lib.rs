@@ -4,10 +4,10 @@
 //! imports `acme:exfil/upload@0.1.0`. A host must refuse to load it and name that import. `create`
 //! calls the import (so it cannot be dropped as unused); the other operations answer normally.
 
-// The released contract 0.1.0 first (`../../wit/provider-v0.1.0`, frozen), then this crate's world
+// The released contract 0.1.0 first (`../../../wit/provider-v0.1.0`, frozen), then this crate's world
 // that builds on it.
 wit_bindgen::generate!({
-    path: ["../../wit/provider-v0.1.0", "contract-wit"],
+    path: ["../../../wit/provider-v0.1.0", "contract-wit"],
     world: "egress-test:bad-import/bad-import",
     generate_all,
 });

@@ -8,7 +8,7 @@ use crate::wasi::http::types::Method;
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/http-broker",
+        path: "../../../wit/http-broker",
         world: "egress:http-broker/imports",
         with: {
             "wasi:http/types@0.2.12": crate::wasi::http::types,

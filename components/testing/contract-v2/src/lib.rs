@@ -16,7 +16,7 @@
 //! (`quota-exceeded` when a required request avoids them all).
 
 wit_bindgen::generate!({
-    path: "../../wit/provider",
+    path: "../../../wit/provider",
     world: "egress:provider/provider-world@0.2.0",
     generate_all,
 });

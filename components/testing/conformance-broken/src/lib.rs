@@ -13,7 +13,7 @@
 //! contract. Never load it anywhere but a test.
 
 wit_bindgen::generate!({
-    path: "../../wit/provider-v0.1.0",
+    path: "../../../wit/provider-v0.1.0",
     world: "provider-world",
     generate_all,
 });
