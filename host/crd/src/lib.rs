@@ -46,6 +46,7 @@ pub const FIELD_MANAGER: &str = "egress-operator";
     printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0]"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","priority":1}"#,
     printcolumn = r#"{"name":"VM","type":"string","jsonPath":".status.providerId","priority":1}"#,
+    printcolumn = r#"{"name":"Host","type":"string","jsonPath":".status.host","priority":1}"#,
     printcolumn = r#"{"name":"Restarts","type":"integer","jsonPath":".status.restarts","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -217,6 +218,10 @@ pub struct ProxyStatus {
     /// The VM's name at its provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_name: Option<String>,
+    /// The hypervisor host the VM runs on (a Proxmox node, a libvirt connection), when its
+    /// provider says (contract 0.2.0): what a pool spreads its Proxies across.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Where the proxy answers, most preferred first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,

@@ -22,7 +22,9 @@
 //! ≤ 200 MiB peak RSS of the Kubernetes-mode operator, a handful of writes per Proxy.
 //! Not a timed test: it prints the figures.
 
-#[path = "../tests/cluster_support/mod.rs"]
+// The tests' cluster, of which the bench uses the admin side only.
+#[path = "../tests/all/cluster_support.rs"]
+#[allow(dead_code)]
 mod cluster_support;
 mod scale_support;
 

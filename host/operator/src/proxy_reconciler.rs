@@ -596,6 +596,7 @@ impl ProxyReconciler {
     /// Forget the VM: the next reconcile (now) creates one.
     fn gone(&self, proxy: &ProxyState, mut step: Step, why: String) -> ProxyOutcome {
         step.status.provider_id = None;
+        step.status.host = None;
         step.status.installation = None;
         step.status.addresses.clear();
         step.status.created_at = None;
@@ -618,6 +619,9 @@ impl ProxyReconciler {
     ) -> BoxFuture<'s, ProxyOutcome> {
         Box::pin(async move {
             step.status.vm_name = Some(vm.name.clone());
+            if vm.host.is_some() {
+                step.status.host = vm.host.clone();
+            }
             if vm.created_at.is_some() {
                 step.status.created_at = vm.created_at.clone();
             }

@@ -1,7 +1,7 @@
 //! # TEST ONLY: a provider that breaks the contract on purpose
 //!
 //! `egress-operator conformance` must fail it on exactly these rules, and pass it on the rest
-//! (`host/operator/tests/conformance.rs`):
+//! (`host/operator/tests/all/conformance.rs`):
 //!
 //! - `create` makes a new VM on every call: each answer has a fresh provider ID, whatever the
 //!   name and UID (breaks `create.idempotent`, `create.foreign-uid-permanent`);

@@ -95,7 +95,7 @@ impl FakeProvider {
                             addresses: Vec::new(),
                             created_at: None,
                             uid: request.uid.clone(),
-                            host: None,
+                            host: Some("hv-1".into()),
                         };
                         vms.entry(provider_id).or_insert(vm)
                     }
@@ -577,6 +577,11 @@ async fn a_proxy_without_a_vm_gets_one_made_and_is_ready_at_its_address_with_the
     assert_eq!(core.metrics.calls("lab", "create", "ok"), 1);
     let made = bound.provider.vm("vm-100").unwrap();
     assert_eq!(made.uid, UID, "the VM carries the Proxy's UID");
+    assert_eq!(
+        outcome.status.host.as_deref(),
+        Some("hv-1"),
+        "where it runs"
+    );
 }
 
 #[tokio::test]
@@ -748,11 +753,14 @@ async fn quota_exceeded_is_reported_and_retried_after_the_quota_wait() {
 async fn a_vm_not_found_by_get_is_forgotten_and_made_again_at_once() {
     let core = reconciler();
     let bound = binding(FakeProvider::default(), None);
-    let outcome = core
-        .reconcile(&proxy(with_vm("vm-7")), resolved(&bound))
-        .await;
+    let status = ProxyStatus {
+        host: Some("hv-1".into()),
+        ..with_vm("vm-7")
+    };
+    let outcome = core.reconcile(&proxy(status), resolved(&bound)).await;
     assert_eq!(bound.provider.asked(), vec![Operation::Get]);
     assert_eq!(outcome.status.provider_id, None);
+    assert_eq!(outcome.status.host, None, "a VM that is gone runs nowhere");
     assert_eq!(reason(&outcome, conditions::READY), "Recreating");
     assert_eq!(outcome.next, Next::After(Duration::ZERO));
     assert_eq!(noted(&outcome), ["VMGone"]);

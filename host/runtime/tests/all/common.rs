@@ -4,23 +4,7 @@ use std::path::{Path, PathBuf};
 
 use egress_runtime::{Limits, Request, Runtime, RuntimeConfig};
 
-/// The built component `name` (`reference`, `misbehave`, …).
-pub fn component_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/components")
-        .join(format!("{name}.wasm"))
-}
-
-/// The bytes of the built component `name`; fails with how to build it when missing.
-pub fn component_bytes(name: &str) -> Vec<u8> {
-    let path = component_path(name);
-    std::fs::read(&path).unwrap_or_else(|error| {
-        panic!(
-            "test component {} is missing ({error}): run `just build-components` first",
-            path.display()
-        )
-    })
-}
+pub use testkit::{component as component_path, component_bytes, sha256_hex};
 
 /// A compile cache shared by the tests that do not test the cache: compiling once per test
 /// binary run instead of once per test keeps the suite fast.
@@ -81,10 +65,4 @@ pub fn hostile_get(attack: serde_json::Value) -> Request {
         config: attack.to_string(),
         provider_id: "hostile/1".into(),
     }
-}
-
-/// sha256 of `bytes`, lowercase hex (the bare hex of `Provider::component_digest`).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }

@@ -2,7 +2,6 @@
 //! not given: another provider's grant (it describes itself as `reference`), the credential back
 //! through a compressed echo, and more sockets than its budget.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,17 +16,7 @@ use crate::support::*;
 
 pub const SECRET: &str = "pve-token-0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d";
 
-pub fn component(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../target/components")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
-}
+pub use testkit::component;
 
 pub struct Setup {
     pub files: Files,

@@ -14,14 +14,7 @@ use crate::support::*;
 const IDENTITY: &str = "contract-v2";
 
 fn component() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../target/components/contract-v2.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
+    testkit::component(IDENTITY)
 }
 
 /// `check` of contract-v2 against `origin`, with `grant` given to its identity.

@@ -17,14 +17,7 @@ const SECRET: &str = "pve-token-7d3c9a1e-5b2f-4e8d-a6c4-0f9e8d7c6b5a";
 const PROVIDER: &str = "reference";
 
 fn component() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../target/components/reference.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
+    testkit::component(PROVIDER)
 }
 
 struct Setup {

@@ -39,14 +39,7 @@ use crate::support::*;
 const IDENTITY: &str = "libvirt";
 
 fn component_path() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../target/components/libvirt.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
+    testkit::component(IDENTITY)
 }
 
 async fn provider(capability: &LibvirtCapability) -> Arc<Provider> {

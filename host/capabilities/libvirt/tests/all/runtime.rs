@@ -15,14 +15,7 @@ use egress_runtime::{
 use crate::support::*;
 
 fn probe_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../target/components/libvirt-probe.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
+    testkit::component("libvirt-probe")
 }
 
 fn limits() -> Limits {

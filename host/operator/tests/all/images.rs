@@ -9,8 +9,8 @@
 //!
 //! Needs `docker-registry` (`just setup`) and the built components (`just build-components`).
 
-mod local_support;
-mod oci_support;
+use crate::local_support;
+use crate::oci_support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::oci_support::{Registry, component, path_str, run_against, stderr, stdout};
 use egress_operator::Objects;
 use egress_operator::conditions::{self, condition};
 use egress_operator::crd::{ProviderConfigSpec, ProviderConfigStatus};
@@ -26,7 +27,7 @@ use egress_operator::operator::{Operator, Settings};
 use egress_operator::provider_config_reconciler::{ProviderConfigOutcome, ProviderConfigState};
 use egress_runtime::types::{Request, Response};
 use egress_runtime::{CallContext, RegistryEvent};
-use oci_support::{Registry, component, path_str, run_against, stderr, stdout};
+use testkit::sha256_hex;
 
 const PC: &str = "lab";
 /// Above the reference provider (about 190 KB), below the Proxmox one (about 500 KB).
@@ -731,11 +732,6 @@ async fn the_signature_is_stored_as_cosign_stores_it() {
         .output()
         .unwrap();
     assert!(!other.status.success(), "another key does not verify it");
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// The stored status of the local-mode ProviderConfig `name`, once there is one.

@@ -4,11 +4,10 @@
 //! through the broker with the token from a Secret and the CA from a ConfigMap, to `pvesim` over
 //! TLS. Every wait polls a condition with a bound; nothing sleeps to synchronise.
 
-mod cluster_support;
-mod local_support;
-mod metrics_support;
-mod oci_support;
-mod proxmox_support;
+use crate::cluster_support;
+use crate::local_support;
+use crate::oci_support;
+use crate::proxmox_support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -17,7 +16,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster_support::{Cluster, OPERATOR_NAMESPACE};
+use crate::cluster_support::{Cluster, OPERATOR_NAMESPACE};
+use crate::metrics_support::counter;
 use egress_operator::conditions::{self};
 use egress_operator::crd::{
     FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
@@ -35,7 +35,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, Simulator, Trigger};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

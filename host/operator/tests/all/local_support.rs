@@ -5,9 +5,8 @@
 //! polls with a bound.
 
 // Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -335,16 +334,5 @@ pub fn reason(record: &ProxyRecord, kind: &str) -> String {
 }
 
 pub fn component() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/proxmox.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.exists()
+    testkit::component("proxmox")
 }

@@ -5,9 +5,8 @@
 //! Needs `docker-registry` (`just setup`) and `target/components/proxmox.wasm`
 //! (`just build-components`).
 
-mod oci_support;
-
-use oci_support::*;
+use crate::oci_support::*;
+use testkit::sha256_hex;
 
 const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 const WASM_LAYER: &str = "application/wasm";
@@ -306,9 +305,4 @@ fn plain_http_is_spoken_only_when_asked() {
         "{}",
         stdout(&plain)
     );
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
 }

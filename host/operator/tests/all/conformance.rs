@@ -8,24 +8,19 @@
 //! Needs `target/components/{proxmox,python-proxmox,reference,conformance-broken}.wasm`
 //! (`just build-components`).
 
-mod conformance_support;
-mod proxmox_support;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-use conformance_support::Inventory;
+use crate::conformance_support::Inventory;
+use crate::proxmox_support::*;
 use egress_conformance::{self as conformance, Options, Outcome, RULES, Report};
 use egress_runtime::RuntimeConfig;
-use proxmox_support::*;
 use pvesim::Simulator;
 use serde_json::{Value, json};
 
 /// The Python provider, configured as in tests/python_proxmox.rs.
 const PYTHON_PROXMOX: Subject = Subject {
-    file: "python-proxmox.wasm",
     identity: "python-proxmox",
-    build: "components/python-proxmox/build.sh",
     config: |sim: &Simulator| {
         json!({
             "apiUrl": sim.url(), "nodes": ["pv1-1"], "templateVmid": 9001,
@@ -143,9 +138,7 @@ async fn only_runs_the_one_rule_named() {
 
 /// The broken provider (components/testing/conformance-broken): no backend, no grant.
 const BROKEN: Subject = Subject {
-    file: "conformance-broken.wasm",
     identity: "conformance-broken",
-    build: "just build-components",
     config: |_| json!({}),
 };
 
@@ -340,9 +333,7 @@ async fn the_binary_exits_1_for_the_broken_provider_and_its_junit_counts_the_fai
 
 /// The reference provider (components/reference) in its endpoint mode.
 const REFERENCE: Subject = Subject {
-    file: "reference.wasm",
     identity: "reference",
-    build: "just build-components",
     config: |_| json!({}),
 };
 

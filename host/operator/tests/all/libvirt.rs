@@ -14,17 +14,16 @@
 //!
 //! Every wait polls with a bound; nothing sleeps to synchronise.
 
-mod cluster_support;
-mod local_support;
+use crate::cluster_support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::local_support::{Folder, reason, running};
 use egress_operator::conditions::{self, condition};
 use egress_operator::crd::Phase;
 use kvmlab::Lab;
-use local_support::{Folder, reason, running};
 use serde_json::json;
 
 /// The ProviderConfig of the lab.
@@ -33,14 +32,7 @@ const PC: &str = "kvm-lab";
 const BOOT_LIMIT: Duration = Duration::from_secs(420);
 
 fn component() -> PathBuf {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components/libvirt.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
+    testkit::component("libvirt")
 }
 
 /// The ProviderConfig `name` over `lab` (JSON is YAML), the image CA from a ConfigMap.

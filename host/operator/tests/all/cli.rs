@@ -3,17 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn component(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/components")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
-}
+use testkit::component;
 
 fn run(args: &[&str]) -> Output {
     // A private compile cache per run keeps tests independent of the user's cache.

@@ -5,7 +5,6 @@
 //! is enough.
 
 // Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 

@@ -8,11 +8,9 @@
 //!
 //! Needs `target/components/python-proxmox.wasm` (`components/python-proxmox/build.sh`).
 
-mod proxmox_support;
-
+use crate::proxmox_support::*;
 use egress_runtime::types::{CheckReason, Request, Response};
 use egress_runtime::{CallContext, CallError, ErrorClass, VmState};
-use proxmox_support::*;
 use pvesim::{RunState, SimConfig, Simulator};
 use serde_json::{Value, json};
 
@@ -23,9 +21,7 @@ const TEMPLATES: [u32; 2] = [9000, 9001];
 
 /// The Python provider: `python-proxmox.wasm` serves (and is granted) as `python-proxmox`.
 const PYTHON_PROXMOX: Subject = Subject {
-    file: "python-proxmox.wasm",
     identity: "python-proxmox",
-    build: "components/python-proxmox/build.sh",
     config: python_config,
 };
 

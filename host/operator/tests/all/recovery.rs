@@ -4,17 +4,14 @@
 //! resync (one second here) and restarts, replaces or leaves them as the Proxy's `recovery` says.
 //! Kubernetes mode runs the same reconciler; `kube_mode.rs` has its recovery tests.
 
-mod local_support;
-mod metrics_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::local_support::{Local, provider_config, proxy, reason, running};
+use crate::metrics_support::counter;
 use egress_operator::conditions::{self};
 use egress_operator::crd::{Phase, RecoveryPolicy};
-use local_support::{Local, provider_config, proxy, reason, running};
-use metrics_support::counter;
 use pvesim::{RunState, Simulator};
 
 const LIMIT: Duration = Duration::from_secs(60);

@@ -10,8 +10,8 @@
 //! `kubectl` is the one built beside the server, of the same version (`just setup-test`). Every
 //! wait polls with a deadline; nothing sleeps to synchronise.
 
-mod cluster_support;
-mod proxmox_support;
+use crate::cluster_support;
+use crate::proxmox_support;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster_support::OPERATOR_NAMESPACE;
+use crate::cluster_support::OPERATOR_NAMESPACE;
 use controlplane::ControlPlane;
 use egress_operator::crd::FINALIZER;
 use egress_operator::installation::Installation;

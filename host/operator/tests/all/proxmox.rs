@@ -5,13 +5,11 @@
 //!
 //! Needs `target/components/proxmox.wasm` (`just build-components`).
 
-mod proxmox_support;
-
 use std::collections::BTreeSet;
 
+use crate::proxmox_support::*;
 use egress_runtime::types::CheckReason;
 use egress_runtime::{CallError, ErrorClass, VmState};
-use proxmox_support::*;
 use pvesim::{FaultAction, FaultRule, SimConfig, Simulator, Trigger};
 use serde_json::json;
 

@@ -4,7 +4,6 @@
 //! over HTTPS.
 
 // Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,21 +19,16 @@ use serde_json::{Value, json};
 /// as, and its configuration for a simulator.
 #[derive(Clone, Copy, Debug)]
 pub struct Subject {
-    /// The file under `target/components/`; its stem is the identity `load_file` assigns.
-    pub file: &'static str,
-    /// The identity the grant names (the file's stem).
+    /// The identity the grant names: the stem of its file under `target/components/`, as
+    /// `load_file` assigns it.
     pub identity: &'static str,
-    /// The command that builds the file, for the message when it is missing.
-    pub build: &'static str,
     /// The provider's configuration for a simulator.
     pub config: fn(&Simulator) -> Value,
 }
 
 /// The Rust Proxmox provider.
 pub const PROXMOX: Subject = Subject {
-    file: "proxmox.wasm",
     identity: "proxmox",
-    build: "just build-components",
     config: provider_config,
 };
 
@@ -45,16 +39,7 @@ pub fn component() -> PathBuf {
 
 /// The built component of `subject`.
 pub fn component_path(subject: &Subject) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/components")
-        .join(subject.file);
-    assert!(
-        path.exists(),
-        "{} is missing: run `{}` first",
-        path.display(),
-        subject.build
-    );
-    path
+    testkit::component(subject.identity)
 }
 
 /// A simulator with tasks and an agent fast enough for tests, but slow enough that waits poll.
@@ -71,11 +56,6 @@ pub struct GrantSpec {
     pub origin: String,
     pub secret_file: PathBuf,
     pub ca_file: PathBuf,
-}
-
-/// The grant document for the provider `proxmox`.
-pub fn grant_json(spec: &GrantSpec) -> String {
-    grant_json_for(PROXMOX.identity, spec)
 }
 
 /// The grant document for the provider `identity`.

@@ -3,7 +3,6 @@
 //! asks), behind htpasswd basic auth. Stopped on drop.
 
 // Each test binary that includes this module uses a part of it.
-#![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -271,18 +270,7 @@ impl Drop for Registry {
     }
 }
 
-/// A built component, `target/components/<name>.wasm`.
-pub fn component(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/components")
-        .join(format!("{name}.wasm"));
-    assert!(
-        path.exists(),
-        "{} is missing: run `just build-components` first",
-        path.display()
-    );
-    path
-}
+pub use testkit::component;
 
 /// Runs `egress-operator ARGS` with a private compile cache.
 pub fn run(args: &[&str]) -> Output {

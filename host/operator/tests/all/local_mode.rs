@@ -1,18 +1,17 @@
 //! Local mode end to end: each reconcile path, with the real binary over a folder of manifests,
 //! the Proxmox component sandboxed in it, and the `pvesim` simulator behind the egress broker.
 
-mod local_support;
-mod metrics_support;
+use crate::local_support;
 
 use std::ffi::{OsStr, OsString};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::local_support::{Local, credentials, provider_config, proxy, reason, running};
+use crate::metrics_support::counter;
 use egress_operator::conditions;
 use egress_operator::local::store::Store;
 use egress_operator::marks::vm_name;
-use local_support::{Local, credentials, provider_config, proxy, reason, running};
-use metrics_support::counter;
 use pvesim::{FaultAction, FaultRule, RunState, SimConfig, Trigger};
 
 const LIMIT: Duration = Duration::from_secs(60);
