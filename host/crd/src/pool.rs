@@ -324,7 +324,8 @@ pub fn template_hash(template: &PoolTemplate) -> String {
     hex
 }
 
-/// `value` as JSON with every object's keys in byte order, whatever order the map kept.
+/// `value` as JSON with every object's keys in byte order, whatever order the map kept: serde_json
+/// sorts them only while no crate in the build turns on its `preserve_order` feature.
 fn write_canonical(value: &serde_json::Value, out: &mut String) {
     match value {
         serde_json::Value::Object(fields) => {

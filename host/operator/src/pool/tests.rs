@@ -308,6 +308,23 @@ fn old_members_not_ready_go_first_while_enough_members_remain() {
 }
 
 #[test]
+fn an_old_member_not_ready_stays_while_a_new_one_is_not_ready_either() {
+    // As a Deployment: the members that may yet serve stay at `replicas - maxUnavailable` plus
+    // the new ones still starting, so a not-Ready old member that may recover is kept until the
+    // new one is Ready.
+    let mut pool = rolling(pool(3), int(1), int(0));
+    change_template(&mut pool, 2);
+    let mut members = ready_members("old", OLD, 3);
+    members[2].ready_since = None;
+    members.push(member("new-0", &hash(&pool), 50, false));
+    let plan = plan(&pool, &members, &at(100));
+    assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+    members[3].ready_since = Some(at(90));
+    let plan = super::plan(&pool, &members, &at(100));
+    assert_eq!(deleted(&plan), [("old-2", DeleteReason::Rollout)]);
+}
+
+#[test]
 fn recreate_deletes_every_old_member_and_makes_none_while_one_remains() {
     let mut pool = pool(3);
     pool.spec.strategy.type_ = StrategyType::Recreate;
