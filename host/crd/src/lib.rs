@@ -1,8 +1,9 @@
 //! # egress-crd: the operator's resources
 //!
-//! `Proxy` (namespaced: an egress proxy a user wants) and `ProviderConfig` (cluster-scoped:
-//! which provider component serves Proxies, its configuration, what it may reach, and its
-//! limits). `egress-operator crdgen` prints their CRDs; the committed copies are in
+//! `Proxy` (namespaced: an egress proxy a user wants), `ProxyPool` (namespaced: N Proxies of
+//! one template, rolled, spread and remediated as one object: [`ProxyPool`]) and `ProviderConfig`
+//! (cluster-scoped: which provider component serves Proxies, its configuration, what it may
+//! reach, and its limits). `egress-operator crdgen` prints their CRDs; the committed copies are in
 //! `deploy/crds/`. A crate of its own, re-exported as `egress_operator::crd`, so that the
 //! resources can be read without the operator: the types and their schemas, no client.
 //!
@@ -20,6 +21,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+mod pool;
+pub use pool::*;
 
 /// The API group of both resources.
 pub const GROUP: &str = "egress-operator.io";

@@ -567,6 +567,10 @@ pub fn crds() -> anyhow::Result<Vec<(&'static str, String)>> {
             yaml(crate::crd::Proxy::crd())?,
         ),
         (
+            "proxypools.egress-operator.io.yaml",
+            yaml(crate::crd::ProxyPool::crd())?,
+        ),
+        (
             "providerconfigs.egress-operator.io.yaml",
             yaml(crate::crd::ProviderConfig::crd())?,
         ),

@@ -18,6 +18,9 @@
 //!    another installation ([`installation`]);
 //! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
+//! A [`crd::ProxyPool`] keeps N Proxies of one template; [`pool::plan()`] decides, purely, what a
+//! pool does next (no adapter calls it yet).
+//!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
 //! prints the CRDs of [`crd`] (the `egress-crd` crate); `provider conformance` runs
 //! [`egress_conformance`]; `provider push`/`pull` use [`egress_distribution`].
@@ -35,6 +38,7 @@ pub mod logging;
 pub mod marks;
 pub mod metrics;
 pub mod operator;
+pub mod pool;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
 pub mod proxy_reconciler;

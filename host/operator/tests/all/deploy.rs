@@ -51,7 +51,7 @@ fn one<'a>(documents: &'a [Value], kind: &str) -> &'a Value {
 fn kustomize_renders_every_part_of_the_installation() {
     let rendered = kustomize(&repo().join("deploy"));
     for (kind, count) in [
-        ("CustomResourceDefinition", 2),
+        ("CustomResourceDefinition", 3),
         ("Namespace", 1),
         ("ServiceAccount", 1),
         ("ClusterRole", 1),
@@ -334,7 +334,8 @@ fn the_committed_crds_are_what_crdgen_prints() {
         generated,
         [
             "providerconfigs.egress-operator.io.yaml",
-            "proxies.egress-operator.io.yaml"
+            "proxies.egress-operator.io.yaml",
+            "proxypools.egress-operator.io.yaml",
         ]
     );
     for file in generated {
