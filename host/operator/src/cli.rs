@@ -2,7 +2,8 @@
 //!
 //! - `egress-operator run --local DIR`: the operator over a folder of manifests (local mode).
 //! - `egress-operator run`: the operator in a Kubernetes cluster (in-cluster config or kubeconfig).
-//! - `egress-operator get proxies --local DIR`: what local mode knows of its Proxies.
+//! - `egress-operator get proxies|pools --local DIR`: what local mode knows of its Proxies and
+//!   ProxyPools.
 //! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
 //! - `egress-operator provider inspect|call FILE`: one provider component, one operation;
 //!   `inspect REF` pulls the component from a registry first.
@@ -102,8 +103,17 @@ pub struct ConformanceArgs {
 
 #[derive(Subcommand)]
 enum GetCommand {
-    /// The Proxies of a local-mode folder.
+    /// The Proxies of a local-mode folder (a pool's among them).
     Proxies {
+        /// The folder `run --local` reconciles.
+        #[arg(long, value_name = "DIR")]
+        local: PathBuf,
+        /// `table`, `yaml` or `json`.
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
+    /// The ProxyPools of a local-mode folder.
+    Pools {
         /// The folder `run --local` reconciles.
         #[arg(long, value_name = "DIR")]
         local: PathBuf,
@@ -225,6 +235,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(dir) => crate::local::run(&dir, &args).await,
             None => crate::kube_mode::run(&args).await,
         },
+        Command::Get(GetCommand::Pools { local, output }) => {
+            crate::local::get_pools(&local, &output)
+        }
         Command::Get(GetCommand::Proxies { local, output }) => {
             crate::local::get_proxies(&local, &output)
         }

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use egress_runtime::types::{CreateRequest, ErrorClass, Request, Response, Vm, VmState};
+use egress_runtime::types::{CreateRequest, ErrorClass, Placement, Request, Response, Vm, VmState};
 use egress_runtime::{CallContext, CallError, Provider};
 use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -64,6 +64,8 @@ pub struct ProxyState {
     pub status: ProxyStatus,
     /// Whether it is being deleted (its finalizer holds it).
     pub deleting: bool,
+    /// Where its pool asks the provider to put a VM it makes; `None` for a Proxy of its own.
+    pub placement: Option<Placement>,
 }
 
 impl ProxyState {
@@ -1032,7 +1034,7 @@ impl ProxyReconciler {
                 tags: marks::tags(&proxy.spec.tags, &owner),
                 user_data: pass.user_data.to_owned(),
                 config: pass.binding.config.clone(),
-                placement: None,
+                placement: proxy.placement.clone(),
             },
         }
     }

@@ -279,6 +279,8 @@ pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
         spec: proxy.spec.clone(),
         status: proxy.status.clone().unwrap_or_default(),
         deleting,
+        // Pools are served in local mode only, so far (issue 34).
+        placement: None,
     })
 }
 

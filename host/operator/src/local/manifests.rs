@@ -1,7 +1,8 @@
 //! Reading a local-mode folder: the same YAML (or JSON) manifests as in a cluster.
 //!
 //! Every `*.yaml`, `*.yml` and `*.json` file of the folder (not below it) is read; a YAML file may
-//! hold several documents. Kinds: `Proxy` and `ProviderConfig` (`egress-operator.io/v1alpha1`),
+//! hold several documents. Kinds: `Proxy`, `ProxyPool` and `ProviderConfig`
+//! (`egress-operator.io/v1alpha1`),
 //! `Secret` and `ConfigMap` (`v1`). Anything else is reported and skipped. A file that does not
 //! parse gets one error naming the file, the document and the field, and **its objects keep their
 //! last good version**: a typo must not read as "delete this Proxy" (which would destroy its VM).
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::crd::{ProviderConfigSpec, ProxySpec};
+use crate::crd::{ProviderConfigSpec, ProxyPoolSpec, ProxySpec};
 
 /// A Proxy read from a manifest.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +24,17 @@ pub struct ProxyManifest {
     pub name: String,
     /// Its spec.
     pub spec: ProxySpec,
+}
+
+/// A ProxyPool read from a manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolManifest {
+    /// Its namespace (`default` when unset).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its spec.
+    pub spec: ProxyPoolSpec,
 }
 
 /// A ProviderConfig read from a manifest.
@@ -39,6 +51,8 @@ pub struct ProviderConfigManifest {
 pub struct FileObjects {
     /// Its Proxies.
     pub proxies: Vec<ProxyManifest>,
+    /// Its ProxyPools.
+    pub pools: Vec<PoolManifest>,
     /// Its ProviderConfigs.
     pub provider_configs: Vec<ProviderConfigManifest>,
     /// Its Secrets' data, by (namespace, name).
@@ -118,6 +132,19 @@ impl Folder {
         proxies
     }
 
+    /// Every ProxyPool, by `namespace/name` (the first file in name order wins a duplicate).
+    pub fn pools(&self) -> BTreeMap<String, PoolManifest> {
+        let mut pools = BTreeMap::new();
+        for objects in self.files.values() {
+            for pool in &objects.pools {
+                pools
+                    .entry(format!("{}/{}", pool.namespace, pool.name))
+                    .or_insert_with(|| pool.clone());
+            }
+        }
+        pools
+    }
+
     /// Every ProviderConfig, by name.
     pub fn provider_configs(&self) -> BTreeMap<String, ProviderConfigManifest> {
         let mut configs = BTreeMap::new();
@@ -167,6 +194,12 @@ impl Folder {
                 .proxies
                 .iter()
                 .map(|p| format!("Proxy {}/{}", p.namespace, p.name))
+                .chain(
+                    objects
+                        .pools
+                        .iter()
+                        .map(|p| format!("ProxyPool {}/{}", p.namespace, p.name)),
+                )
                 .chain(
                     objects
                         .provider_configs
@@ -277,6 +310,12 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
                 spec: typed(spec()?)
                     .map_err(|error| fail(number, format!("{what}: spec.{error}")))?,
             }),
+            ("egress-operator.io/v1alpha1", "ProxyPool") => objects.pools.push(PoolManifest {
+                namespace,
+                name,
+                spec: typed(spec()?)
+                    .map_err(|error| fail(number, format!("{what}: spec.{error}")))?,
+            }),
             ("egress-operator.io/v1alpha1", "ProviderConfig") => {
                 objects.provider_configs.push(ProviderConfigManifest {
                     name,
@@ -314,7 +353,7 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
                 return Err(fail(
                     number,
                     format!(
-                        "{api_version} {kind} is not a kind local mode reads (Proxy, ProviderConfig, Secret, ConfigMap)"
+                        "{api_version} {kind} is not a kind local mode reads (Proxy, ProxyPool, ProviderConfig, Secret, ConfigMap)"
                     ),
                 ));
             }

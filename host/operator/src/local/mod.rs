@@ -17,6 +17,9 @@
 //! stored state (table, YAML or JSON).
 
 pub mod manifests;
+mod pools;
+
+pub use pools::get_pools;
 pub mod queue;
 pub mod store;
 
@@ -52,6 +55,8 @@ pub const STATE_DIR: &str = ".egress-operator";
 const WORKERS: usize = 32;
 /// Quiet time after a file event before the folder is read again.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// How often every pool is planned again (its Proxies' changes move its rollout on).
+const POOL_PASS: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for calls in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -204,6 +209,7 @@ impl Local {
     ) -> ExitCode {
         let mut registry_events = self.operator.registry().subscribe();
         let mut settle_tick = tokio::time::interval(Duration::from_millis(100));
+        let mut pool_tick = tokio::time::interval(POOL_PASS);
         // One listener for the whole run: one made anew in each turn of the loop would miss a
         // signal that arrives while a turn's work runs.
         let shutdown = crate::shutdown_signal();
@@ -228,6 +234,11 @@ impl Local {
                 Some(name) = self.config_queue.next() => {
                     self.config_queue.done(&name);
                     self.reconcile_config(&name).await;
+                }
+                _ = pool_tick.tick() => {
+                    if let Err(error) = self.reconcile_pools().await {
+                        tracing::error!(%error, "planning the ProxyPools failed");
+                    }
                 }
                 _ = settle_tick.tick(), if exit_when_settled => {
                     if let Some(code) = self.settled().await {
@@ -284,6 +295,7 @@ impl Local {
         })
         .await;
 
+        self.reconcile_pools().await?;
         self.store_proxies(&folder, references_changed).await?;
         Ok(())
     }
@@ -348,7 +360,9 @@ impl Local {
             }
         }
         for record in self.store.run(|store| store.proxies()).await? {
-            if !record.deleting && !proxies.contains_key(&record.key()) {
+            // A pool's Proxy has no manifest: its pool says when it goes.
+            let declared = record.membership.is_some() || proxies.contains_key(&record.key());
+            if !record.deleting && !declared {
                 let (namespace, name) = (record.namespace.clone(), record.name.clone());
                 if self
                     .store
@@ -514,7 +528,20 @@ impl Local {
     /// deletion is pending; `None` while any is still on its way.
     async fn settled(&self) -> Option<ExitCode> {
         let records = self.store.run(|store| store.proxies()).await.ok()?;
+        let pools = self.store.run(|store| store.pools()).await.ok()?;
         let mut failed = false;
+        for pool in &pools {
+            let status = &pool.status;
+            let progressing = condition(&status.conditions, crate::pool::PROGRESSING);
+            if progressing.is_some_and(|progressing| progressing.status == "False") {
+                failed = true;
+            } else if status.observed_generation != Some(pool.generation)
+                || status.replicas != pool.spec.replicas
+                || status.updated_replicas != pool.spec.replicas
+            {
+                return None;
+            }
+        }
         for record in &records {
             if record.deleting {
                 return None;
@@ -631,16 +658,7 @@ fn print_line(line: &str) {
 
 /// `egress-operator get proxies --local DIR -o table|yaml|json`.
 pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
-    let path = dir.join(STATE_DIR).join("state.db");
-    if !path.exists() {
-        anyhow::bail!(
-            "{} has no local-mode state yet (run `egress-operator run --local {}` first)",
-            dir.display(),
-            dir.display()
-        );
-    }
-    let store = Store::open_read_only(&path)?;
-    let records = store.proxies()?;
+    let records = open_state(dir)?.proxies()?;
     let objects: Vec<serde_json::Value> = records
         .iter()
         .map(|record| {
@@ -654,32 +672,49 @@ pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
                     "generation": record.generation,
                     "creationTimestamp": record.created,
                     "deletionTimestamp": record.deleting.then_some(true),
+                    "labels": record.membership.as_ref().map(|membership| serde_json::json!({
+                        crate::crd::POOL_LABEL: membership.pool,
+                        crate::crd::TEMPLATE_HASH_LABEL: membership.template_hash,
+                    })),
                 },
                 "spec": record.spec,
                 "status": record.status,
             })
         })
         .collect();
-    match output {
-        "json" => println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
-            )?
-        ),
-        "yaml" => print!(
-            "{}",
-            serde_norway::to_string(
-                &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects})
-            )?
-        ),
-        "table" => {
-            let table = Table::default();
-            table.header();
-            for record in &records {
-                table.changed(record, &record.status);
-            }
+    print_objects(output, objects, || {
+        let table = Table::default();
+        table.header();
+        for record in &records {
+            table.changed(record, &record.status);
         }
+    })
+}
+
+/// The state database of local-mode folder `dir`, for reading.
+fn open_state(dir: &Path) -> anyhow::Result<Store> {
+    let path = dir.join(STATE_DIR).join("state.db");
+    if !path.exists() {
+        anyhow::bail!(
+            "{} has no local-mode state yet (run `egress-operator run --local {}` first)",
+            dir.display(),
+            dir.display()
+        );
+    }
+    Ok(Store::open_read_only(&path)?)
+}
+
+/// Print `objects` as `output` says: a List in YAML or JSON, or the `table`.
+fn print_objects(
+    output: &str,
+    objects: Vec<serde_json::Value>,
+    table: impl FnOnce(),
+) -> anyhow::Result<ExitCode> {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    match output {
+        "json" => println!("{}", serde_json::to_string_pretty(&list)?),
+        "yaml" => print!("{}", serde_norway::to_string(&list)?),
+        "table" => table(),
         other => anyhow::bail!("-o {other}: expected table, yaml or json"),
     }
     Ok(ExitCode::SUCCESS)

@@ -5,16 +5,37 @@
 //! kept, so a restart adopts the VMs it made and never fails a Proxy as "another UID"), its
 //! generation (bumped when its spec changes), its status, and whether it is being deleted (the
 //! finalizer's hold). Every change is one transaction. The database is in WAL mode, so
-//! `egress-operator get proxies` can read it while `run --local` writes.
+//! `egress-operator get proxies` can read it while `run --local` writes. A ProxyPool's Proxies
+//! are stored as Proxies with a [`Membership`] (they have no manifest of their own); the pools
+//! themselves are in [`pools`].
+
+mod pools;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use egress_runtime::types::Placement;
 use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
 
 use crate::crd::{ProviderConfigStatus, ProxySpec, ProxyStatus};
 use crate::installation::Installation;
 use crate::proxy_reconciler::ProxyState;
+
+pub use pools::PoolRecord;
+
+/// What makes a stored Proxy a pool's: the pool made it, and it goes when the pool says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Membership {
+    /// The pool's name (in the Proxy's namespace).
+    pub pool: String,
+    /// The template hash the Proxy was made from.
+    pub template_hash: String,
+    /// Where the pool asks the provider to put its VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
 
 /// A Proxy as stored.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +56,8 @@ pub struct ProxyRecord {
     pub deleting: bool,
     /// When it was first seen (RFC 3339).
     pub created: String,
+    /// The pool it belongs to, if a pool made it rather than a manifest.
+    pub membership: Option<Membership>,
 }
 
 impl ProxyRecord {
@@ -53,6 +76,10 @@ impl ProxyRecord {
             spec: self.spec.clone(),
             status: self.status.clone(),
             deleting: self.deleting,
+            placement: self
+                .membership
+                .as_ref()
+                .and_then(|membership| membership.placement.clone()),
         }
     }
 }
@@ -126,6 +153,7 @@ impl Store {
                  value TEXT NOT NULL
              );",
         )?;
+        pools::create_tables(&connection)?;
         Ok(Store {
             connection: Arc::new(Mutex::new(connection)),
         })
@@ -235,10 +263,9 @@ impl Store {
     /// Proxy `namespace/name`, if stored.
     pub fn proxy(&self, namespace: &str, name: &str) -> Result<Option<ProxyRecord>, StoreError> {
         let connection = self.lock();
-        let mut statement = connection.prepare_cached(
-            "SELECT namespace, name, uid, generation, spec, status, deleting, created
-             FROM proxies WHERE namespace = ?1 AND name = ?2",
-        )?;
+        let mut statement = connection.prepare_cached(&format!(
+            "SELECT {PROXY_COLUMNS} FROM proxies WHERE namespace = ?1 AND name = ?2"
+        ))?;
         let row = statement
             .query_row(params![namespace, name], read_proxy_row)
             .optional()?;
@@ -248,10 +275,9 @@ impl Store {
     /// Every stored Proxy, by namespace and name.
     pub fn proxies(&self) -> Result<Vec<ProxyRecord>, StoreError> {
         let connection = self.lock();
-        let mut statement = connection.prepare_cached(
-            "SELECT namespace, name, uid, generation, spec, status, deleting, created
-             FROM proxies ORDER BY namespace, name",
-        )?;
+        let mut statement = connection.prepare_cached(&format!(
+            "SELECT {PROXY_COLUMNS} FROM proxies ORDER BY namespace, name"
+        ))?;
         let rows = statement.query_map([], read_proxy_row)?;
         let mut records = Vec::new();
         for row in rows {
@@ -369,7 +395,21 @@ impl Store {
     }
 }
 
-type ProxyRow = (String, String, String, i64, String, String, bool, String);
+/// The columns a Proxy is read from, in [`read_proxy_row`]'s order.
+const PROXY_COLUMNS: &str =
+    "namespace, name, uid, generation, spec, status, deleting, created, membership";
+
+type ProxyRow = (
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    bool,
+    String,
+    Option<String>,
+);
 
 fn read_proxy_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ProxyRow> {
     Ok((
@@ -381,11 +421,12 @@ fn read_proxy_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ProxyRow> {
         row.get(5)?,
         row.get(6)?,
         row.get(7)?,
+        row.get(8)?,
     ))
 }
 
 fn decode_proxy(row: ProxyRow) -> Result<ProxyRecord, StoreError> {
-    let (namespace, name, uid, generation, spec, status, deleting, created) = row;
+    let (namespace, name, uid, generation, spec, status, deleting, created, membership) = row;
     Ok(ProxyRecord {
         namespace,
         name,
@@ -395,6 +436,9 @@ fn decode_proxy(row: ProxyRow) -> Result<ProxyRecord, StoreError> {
         status: serde_json::from_str(&status)?,
         deleting,
         created,
+        membership: membership
+            .map(|membership| serde_json::from_str(&membership))
+            .transpose()?,
     })
 }
 

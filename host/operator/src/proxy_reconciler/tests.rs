@@ -26,6 +26,8 @@ struct FakeProvider {
     /// The hypervisors every listing says did not answer.
     unanswered: Vec<String>,
     asked: Mutex<Vec<Operation>>,
+    /// The placement each `create` asked for.
+    placements: Mutex<Vec<Option<Placement>>>,
 }
 
 impl Default for FakeProvider {
@@ -36,6 +38,7 @@ impl Default for FakeProvider {
             errors: Mutex::default(),
             unanswered: Vec::new(),
             asked: Mutex::default(),
+            placements: Mutex::default(),
         }
     }
 }
@@ -83,6 +86,7 @@ impl FakeProvider {
         let mut vms = lock(&self.vms);
         match request {
             Request::Create { request } => {
+                lock(&self.placements).push(request.placement.clone());
                 let found = vms.values_mut().find(|vm| vm.name == request.name);
                 let vm = match found {
                     Some(vm) => vm,
@@ -188,6 +192,7 @@ fn proxy(status: ProxyStatus) -> ProxyState {
         },
         status,
         deleting: false,
+        placement: None,
     }
 }
 
@@ -582,6 +587,27 @@ async fn a_proxy_without_a_vm_gets_one_made_and_is_ready_at_its_address_with_the
         Some("hv-1"),
         "where it runs"
     );
+    assert_eq!(
+        *lock(&bound.provider.placements),
+        [None],
+        "a Proxy of its own"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_members_placement_request_reaches_the_provider() {
+    let core = reconciler();
+    let bound = binding(FakeProvider::default(), None);
+    let asked = Placement {
+        avoid_hosts: vec!["hv-2".into()],
+        required: true,
+    };
+    let member = ProxyState {
+        placement: Some(asked.clone()),
+        ..proxy(ProxyStatus::default())
+    };
+    core.reconcile(&member, resolved(&bound)).await;
+    assert_eq!(*lock(&bound.provider.placements), [Some(asked)]);
 }
 
 #[tokio::test]

@@ -4,15 +4,13 @@
 //! (read-only, as `get proxies` does) and the backend's state; it never sleeps to synchronise, it
 //! polls with a bound.
 
-// Each test binary that includes this module uses a part of it.
-
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use egress_operator::conditions::{self, condition};
 use egress_operator::crd::Phase;
-use egress_operator::local::store::{ProxyRecord, Store};
+use egress_operator::local::store::{PoolRecord, ProxyRecord, Store};
 use pvesim::{SimConfig, Simulator};
 
 /// The ProviderConfig of the tests, pointed at a simulator: small budgets, a one-second sweep.
@@ -285,6 +283,14 @@ impl Folder {
         }
         Store::open_read_only(&path)
             .and_then(|store| store.proxies())
+            .unwrap_or_default()
+    }
+
+    /// The stored ProxyPools (empty until the operator made its database).
+    pub fn pools(&self) -> Vec<PoolRecord> {
+        let path = self.dir.path().join(".egress-operator/state.db");
+        Store::open_read_only(&path)
+            .and_then(|store| store.pools())
             .unwrap_or_default()
     }
 

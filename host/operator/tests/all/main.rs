@@ -18,6 +18,7 @@ mod kubectl;
 mod libvirt;
 mod local_mode;
 mod oci;
+mod pools;
 mod proxmox;
 mod python_proxmox;
 mod recovery;
