@@ -10,6 +10,8 @@
 
 #![warn(missing_docs)]
 
+mod health;
+
 use std::collections::BTreeMap;
 
 pub use egress_capability_http::HttpGrant;
@@ -20,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use health::*;
 
 /// The API group of both resources.
 pub const GROUP: &str = "egress-operator.io";
@@ -69,6 +73,10 @@ pub struct ProxySpec {
     /// ProviderConfig's `recovery`, then from the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// How the operator probes the proxy service at the VM's address. When set, the Proxy is
+    /// `Ready` only while the probe passes, not merely while its VM runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 /// What the operator does with a Proxy's VM found stopped (a hypervisor rebooted, a person ran
