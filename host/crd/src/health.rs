@@ -181,7 +181,9 @@ fn is_host_port(target: &str) -> bool {
         None => {
             let bytes = host.as_bytes();
             !bytes.is_empty()
-                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'.' || *b == b'-')
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || *b == b'.' || *b == b'-')
                 && bytes[0].is_ascii_alphanumeric()
                 && bytes[bytes.len() - 1].is_ascii_alphanumeric()
         }
@@ -225,17 +227,34 @@ mod tests {
         );
         refused(r#"{"tcp":{"port":0}}"#, "tcp.port");
         refused(r#"{"tcp":{"port":65536}}"#, "tcp.port");
-        refused(r#"{"httpConnect":{"port":70000,"target":"a:1"}}"#, "httpConnect.port");
+        refused(
+            r#"{"httpConnect":{"port":70000,"target":"a:1"}}"#,
+            "httpConnect.port",
+        );
         refused(r#"{"tcp":{"port":1},"periodSeconds":0}"#, "periodSeconds");
-        refused(r#"{"tcp":{"port":1},"failureThreshold":0}"#, "failureThreshold");
-        refused(r#"{"tcp":{"port":1},"startupSeconds":90000}"#, "startupSeconds");
-        refused(r#"{"tcp":{"port":1},"timeoutSeconds":10}"#, "timeoutSeconds");
+        refused(
+            r#"{"tcp":{"port":1},"failureThreshold":0}"#,
+            "failureThreshold",
+        );
+        refused(
+            r#"{"tcp":{"port":1},"startupSeconds":90000}"#,
+            "startupSeconds",
+        );
+        refused(
+            r#"{"tcp":{"port":1},"timeoutSeconds":10}"#,
+            "timeoutSeconds",
+        );
         refused(r#"{"tcp":{"port":1},"timeoutSeconds":0}"#, "timeoutSeconds");
     }
 
     #[test]
     fn a_target_is_host_and_port() {
-        for good in ["example.com:443", "10.0.0.1:80", "[2001:db8::1]:443", "a:65535"] {
+        for good in [
+            "example.com:443",
+            "10.0.0.1:80",
+            "[2001:db8::1]:443",
+            "a:65535",
+        ] {
             assert!(is_host_port(good), "{good}");
         }
         for bad in [

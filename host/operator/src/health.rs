@@ -85,8 +85,8 @@ impl fmt::Display for ProbeOutcome {
 
 /// Probes the service of the VM at `address` once, as `check` says, within its timeout: `tcp`
 /// passes when a connection opens; `httpConnect` when the proxy answers
-/// `CONNECT <target> HTTP/1.1` with a 2xx status. A check with neither probe (refused by the
-/// schema) fails as refused.
+/// `CONNECT <target> HTTP/1.1` with a 2xx status. Of a check the schema refuses, one with both
+/// probes runs `tcp`, one with neither fails as refused.
 pub async fn probe(check: &HealthCheck, address: IpAddr) -> ProbeOutcome {
     let timeout = check.timeout();
     let outcome = match (&check.tcp, &check.http_connect) {
@@ -242,7 +242,12 @@ impl VmHealth {
     }
 
     /// Records a probe made at `now` and returns the verdict it leads to.
-    pub fn record(&mut self, check: &HealthCheck, now: Timestamp, outcome: &ProbeOutcome) -> &Verdict {
+    pub fn record(
+        &mut self,
+        check: &HealthCheck,
+        now: Timestamp,
+        outcome: &ProbeOutcome,
+    ) -> &Verdict {
         self.last_probe = Some(now);
         let failure = match outcome {
             ProbeOutcome::Healthy => {
@@ -256,9 +261,15 @@ impl VmHealth {
         self.failures = self.failures.saturating_add(1);
         let in_grace = !self.passed_once && now < self.started + seconds(check.startup_seconds);
         if !in_grace && self.failures >= check.failure_threshold {
-            let reason = format!("{} probes in a row failed, the last: {failure}", self.failures);
+            let reason = format!(
+                "{} probes in a row failed, the last: {failure}",
+                self.failures
+            );
             self.verdict = match &self.verdict {
-                Verdict::Unhealthy { since, .. } => Verdict::Unhealthy { since: *since, reason },
+                Verdict::Unhealthy { since, .. } => Verdict::Unhealthy {
+                    since: *since,
+                    reason,
+                },
                 _ => Verdict::Unhealthy { since: now, reason },
             };
         }

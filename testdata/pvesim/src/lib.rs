@@ -223,7 +223,10 @@ impl Simulator {
         let address = listener.local_addr()?;
         let server = Arc::new(api::Server {
             node: config.node.clone(),
-            state: SimState::new(&config.node, config.service_port.map(services::Services::new)),
+            state: SimState::new(
+                &config.node,
+                config.service_port.map(services::Services::new),
+            ),
             faults: Arc::new(Faults::new(config.fault_seed)),
             tokens: vec![main_token, limited],
             task_latency: config.task_latency,

@@ -82,7 +82,9 @@ impl Drop for OpenService {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Services {
@@ -108,7 +110,9 @@ impl Services {
         let wanted: BTreeMap<u32, (IpAddr, ServiceMode)> = guests
             .iter()
             .filter(|(_, guest)| {
-                guest.kind == GuestKind::Qemu && guest.run == RunState::Running && !guest.placeholder
+                guest.kind == GuestKind::Qemu
+                    && guest.run == RunState::Running
+                    && !guest.placeholder
             })
             .filter_map(|(vmid, guest)| {
                 let mode = self.modes.get(vmid).copied().unwrap_or_default();
@@ -124,9 +128,8 @@ impl Services {
         for (vmid, (address, mode)) in wanted {
             match self.open.get(&vmid) {
                 Some(open) => {
-                    open.mode.send_if_modified(|current| {
-                        std::mem::replace(current, mode) != mode
-                    });
+                    open.mode
+                        .send_if_modified(|current| std::mem::replace(current, mode) != mode);
                 }
                 // An address that cannot be bound (another process holds it, or a test set a
                 // guest address that is not local) leaves that VM's service closed.

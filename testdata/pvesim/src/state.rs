@@ -589,9 +589,12 @@ mod tests {
 
     #[test]
     fn each_vm_has_a_service_address_of_its_own_on_loopback() {
-        let addresses: std::collections::BTreeSet<String> =
-            (0..65534).map(service_ip).collect();
-        assert_eq!(addresses.len(), 65534, "neighbouring VMIDs share an address");
+        let addresses: std::collections::BTreeSet<String> = (0..65534).map(service_ip).collect();
+        assert_eq!(
+            addresses.len(),
+            65534,
+            "neighbouring VMIDs share an address"
+        );
         for vmid in [0, 100, 254, 255, 65533, 65534, 999_999_999] {
             let address: std::net::Ipv4Addr = service_ip(vmid).parse().unwrap();
             let [a, b, c, d] = address.octets();

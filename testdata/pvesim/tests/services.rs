@@ -93,7 +93,10 @@ async fn a_started_vms_service_answers_connect_at_the_address_its_agent_reports(
     let vmid = 310;
     api.clone_template(vmid, &[]).await;
     let service: SocketAddr = format!("{}:{port}", service_ip(vmid)).parse().unwrap();
-    assert!(refused(ask(service).await), "a stopped VM's service is closed");
+    assert!(
+        refused(ask(service).await),
+        "a stopped VM's service is closed"
+    );
 
     run_task(&api, vmid, "start").await;
     assert_eq!(agent_address(&api, vmid).await, service_ip(vmid));
@@ -125,7 +128,10 @@ async fn stopping_pausing_or_deleting_the_vm_closes_its_service() {
     run_task(&api, vmid, "stop").await;
     assert!(refused(ask(service).await), "stopped through the API");
 
-    let upid = api.delete(&format!("/nodes/pv1-1/qemu/{vmid}")).await.upid();
+    let upid = api
+        .delete(&format!("/nodes/pv1-1/qemu/{vmid}"))
+        .await
+        .upid();
     assert_eq!(api.wait_task(&upid).await["exitstatus"], "OK");
     assert!(refused(ask(service).await), "deleted");
 }
@@ -182,16 +188,26 @@ async fn bad_service_requests_are_refused_with_reasons() {
     let vmid = 314;
     api.clone_template(vmid, &[]).await;
     let answer = api
-        .admin("POST", &format!("vms/{vmid}/service"), r#"{"service": "slow"}"#)
+        .admin(
+            "POST",
+            &format!("vms/{vmid}/service"),
+            r#"{"service": "slow"}"#,
+        )
         .await;
     assert_eq!(answer.status, 400, "{answer:?}");
-    assert!(answer.message().contains("ok, refuse, hang or error"), "{answer:?}");
+    assert!(
+        answer.message().contains("ok, refuse, hang or error"),
+        "{answer:?}"
+    );
     let answer = api
         .admin("POST", "vms/399/service", r#"{"service": "ok"}"#)
         .await;
     assert_eq!(
         (answer.status, answer.reason.as_str()),
-        (500, "Configuration file 'nodes/pv1-1/qemu-server/399.conf' does not exist"),
+        (
+            500,
+            "Configuration file 'nodes/pv1-1/qemu-server/399.conf' does not exist"
+        ),
         "F2's text"
     );
 }
@@ -209,7 +225,11 @@ async fn without_a_service_port_the_agent_reports_its_usual_address_and_nothing_
     run_task(&api, vmid, "start").await;
     assert_eq!(agent_address(&api, vmid).await, guest_ip(vmid));
     let answer = api
-        .admin("POST", &format!("vms/{vmid}/service"), r#"{"service": "ok"}"#)
+        .admin(
+            "POST",
+            &format!("vms/{vmid}/service"),
+            r#"{"service": "ok"}"#,
+        )
         .await;
     assert_eq!(answer.status, 400, "{answer:?}");
     assert!(answer.message().contains("--service-port"), "{answer:?}");

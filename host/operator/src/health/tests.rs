@@ -160,7 +160,10 @@ async fn an_answer_cut_short_is_malformed_and_no_answer_at_all_is_closed() {
     let (address, _served) = proxy_answering(b"").await;
     let failure = connect_probe(address).await.unwrap_err();
     assert_eq!(failure, ProbeFailure::Closed);
-    assert_eq!(failure.to_string(), "closed the connection without answering");
+    assert_eq!(
+        failure.to_string(),
+        "closed the connection without answering"
+    );
 }
 
 #[tokio::test]
@@ -242,7 +245,10 @@ fn after_the_grace_fewer_failures_than_the_threshold_are_not_unhealthy_yet() {
 #[test]
 fn a_success_ends_the_grace_and_the_threshold_counts_from_there() {
     let (check, mut vm) = tracked();
-    assert_eq!(vm.record(&check, at(20), &ProbeOutcome::Healthy), &Verdict::Healthy);
+    assert_eq!(
+        vm.record(&check, at(20), &ProbeOutcome::Healthy),
+        &Verdict::Healthy
+    );
     assert_eq!(vm.record(&check, at(30), &failed()), &Verdict::Healthy);
     assert_eq!(vm.record(&check, at(40), &failed()), &Verdict::Healthy);
     assert_eq!(vm.consecutive_failures(), 2);
@@ -264,8 +270,14 @@ fn unhealthy_keeps_its_since_and_one_success_makes_it_healthy_again() {
         panic!("not unhealthy: {:?}", vm.verdict());
     };
     assert_eq!(since, at(40));
-    assert_eq!(reason, "5 probes in a row failed, the last: connection refused");
-    assert_eq!(vm.record(&check, at(70), &ProbeOutcome::Healthy), &Verdict::Healthy);
+    assert_eq!(
+        reason,
+        "5 probes in a row failed, the last: connection refused"
+    );
+    assert_eq!(
+        vm.record(&check, at(70), &ProbeOutcome::Healthy),
+        &Verdict::Healthy
+    );
     assert_eq!(vm.consecutive_failures(), 0);
     assert_eq!(vm.record(&check, at(80), &failed()), &Verdict::Healthy);
 }
