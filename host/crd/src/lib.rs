@@ -11,6 +11,9 @@
 
 #![warn(missing_docs)]
 
+mod health;
+mod pool;
+
 use std::collections::BTreeMap;
 
 pub use egress_capability_http::HttpGrant;
@@ -22,7 +25,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-mod pool;
+pub use health::*;
 pub use pool::*;
 
 /// The API group of both resources.
@@ -74,6 +77,10 @@ pub struct ProxySpec {
     /// ProviderConfig's `recovery`, then from the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// How the operator probes the proxy service at the VM's address. When set, the Proxy is
+    /// `Ready` only while the probe passes, not merely while its VM runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
 }
 
 /// What the operator does with a Proxy's VM found stopped (a hypervisor rebooted, a person ran

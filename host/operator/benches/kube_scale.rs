@@ -132,6 +132,7 @@ async fn kube_run(count: usize) -> KubeRun {
                         user_data: None,
                         tags: BTreeMap::new(),
                         recovery: None,
+                        health_check: None,
                     },
                 );
                 proxies

@@ -16,7 +16,8 @@
 //!    a newcomer); their waits come from [`timing`], their conditions from [`conditions`];
 //! 3. sweeps VMs marked as its own ([`marks`]) whose Proxy is gone ([`sweep`]), never those of
 //!    another installation ([`installation`]);
-//! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
+//! 4. probes the proxy service in each VM where its Proxy asks ([`health`]);
+//! 5. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
 //! A [`crd::ProxyPool`] keeps N Proxies of one template; [`pool::plan()`] decides, purely, what a
 //! pool does next (no adapter calls it yet).
@@ -30,6 +31,7 @@ pub mod cli;
 pub mod conditions;
 pub use egress_crd as crd;
 pub mod grants;
+pub mod health;
 pub mod images;
 pub mod installation;
 pub mod kube_mode;

@@ -8,7 +8,7 @@
 //!
 //! | request | answer (`{"data": …}`) |
 //! |---|---|
-//! | `GET /_sim/info` | `{"simulator": "pvesim", "version", "node"}` |
+//! | `GET /_sim/info` | `{"simulator": "pvesim", "version", "node"}`, and `"servicePort"` when VMs have services |
 //! | `POST /_sim/faults`, body: rules, one per line, in the `--fault` syntax | `{"added": n}`; 400 and nothing added if one line does not parse |
 //! | `DELETE /_sim/faults` | every rule and the abort budget removed |
 //! | `GET /_sim/requests` | `{"total", "unanswered"}`: requests logged, and those reset without an answer |
@@ -16,6 +16,7 @@
 //! | `POST /_sim/vms/{vmid}/stop` | `null`: the VM stopped, as by `qm stop <vmid>` on the node (see below) |
 //! | `POST /_sim/vms/{vmid}/qmpstatus`, body `{"qmpstatus": "…"}` | `null`: a running VM put in a QMP state only its guest or QEMU reaches: `suspended` (the guest slept, ACPI S3), `io-error`, `guest-panicked`, `internal-error`, `watchdog`, or back to `running`; 400 for another word, 500 for a stopped VM |
 //! | `POST /_sim/nodes/{node}/reboot`, body: empty or `{"startOnboot": false}` | `{"stopped": [vmid…], "startall": UPID or null}` (see below) |
+//! | `POST /_sim/vms/{vmid}/service`, body `{"service": "ok" \| "refuse" \| "hang" \| "error"}` | `null`: the VM's proxy service, with `--service-port`, from now on answers `CONNECT` with 200 (`ok`, the default), refuses connections (`refuse`), accepts and never answers (`hang`) or answers 503 (`error`); it serves only while the VM runs. 400 without `--service-port` or for another word, F2's 500 for an unknown VM |
 //!
 //! **Stop** (`qm stop`): when the answer comes the VM is stopped (`status` and `qmpstatus`
 //! `stopped`, F14), its agent answers `VM <vmid> is not running` (F5), and its config and disks
@@ -41,6 +42,7 @@ use crate::faults::FaultRule;
 use crate::host_events;
 use crate::params::parse_vmid;
 use crate::reply::ApiError;
+use crate::services::{self, ServiceMode};
 use crate::state::GuestKind;
 
 /// Where the admin API lives.
@@ -62,6 +64,10 @@ pub(crate) fn dispatch(
         }
         ("POST", ["vms", vmid, "qmpstatus"]) => {
             host_events::set_qmpstatus(server, parse_vmid("vmid", vmid)?, &qmpstatus(body)?)?;
+            Ok(Value::Null)
+        }
+        ("POST", ["vms", vmid, "service"]) => {
+            services::set_mode(server, parse_vmid("vmid", vmid)?, service_mode(body)?)?;
             Ok(Value::Null)
         }
         ("POST", ["nodes", node, "reboot"]) => {
@@ -89,6 +95,28 @@ fn qmpstatus(body: &[u8]) -> Result<String, ApiError> {
                 format!("the body is not {{\"qmpstatus\": …}}: {error}"),
             )
         })
+}
+
+/// The body of a service change: `{"service": "hang"}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceChange {
+    service: String,
+}
+
+fn service_mode(body: &[u8]) -> Result<ServiceMode, ApiError> {
+    let change = serde_json::from_slice::<ServiceChange>(body).map_err(|error| {
+        ApiError::new(400, format!("the body is not {{\"service\": …}}: {error}"))
+    })?;
+    ServiceMode::from_word(&change.service).ok_or_else(|| {
+        ApiError::new(
+            400,
+            format!(
+                "no service mode {:?}: ok, refuse, hang or error",
+                change.service
+            ),
+        )
+    })
 }
 
 /// The body of a node reboot; empty means the defaults.
@@ -123,11 +151,17 @@ fn dispatch_route(
     body: &[u8],
 ) -> Result<Value, ApiError> {
     match (method.as_str(), route) {
-        ("GET", "info") => Ok(json!({
-            "simulator": "pvesim",
-            "version": env!("CARGO_PKG_VERSION"),
-            "node": server.node,
-        })),
+        ("GET", "info") => {
+            let mut info = json!({
+                "simulator": "pvesim",
+                "version": env!("CARGO_PKG_VERSION"),
+                "node": server.node,
+            });
+            if let Some(services) = &server.state.lock().services {
+                info["servicePort"] = json!(services.port());
+            }
+            Ok(info)
+        }
         ("POST", "faults") => add_faults(server, body),
         ("DELETE", "faults") => {
             server.faults.clear();

@@ -738,6 +738,7 @@ fn clone_vm(
         work,
     );
     // The target conf starts as qemu-server's temporary file: `lock: clone`, nothing else (F8).
+    let guest_ip = inner.address_of(newid);
     inner.guests.insert(
         newid,
         Guest {
@@ -747,7 +748,7 @@ fn clone_vm(
             started: None,
             placeholder: true,
             busy: Some(upid.clone()),
-            guest_ip: crate::state::guest_ip(newid),
+            guest_ip,
         },
     );
     Ok(json!(upid))

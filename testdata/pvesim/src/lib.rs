@@ -55,6 +55,10 @@
 //! `egress-operator conformance` (see `admin.rs`). Tests in-process call the last two directly:
 //! [`Simulator::stop_vm`] and [`Simulator::reboot_node`].
 //!
+//! With [`SimConfig::service_port`], each running VM also serves a proxy endpoint of its own on
+//! loopback, at the address its agent reports, for health probes; the admin API (or
+//! [`Simulator::set_service`]) makes it refuse, hang or answer 503 (see `services.rs`).
+//!
 //! State lives in memory for the life of the [`Simulator`]; the state directory only receives
 //! the CA and the tokens. Faults ([`Faults`]) and seeding ([`SimState`]) work while it runs.
 
@@ -68,6 +72,7 @@ mod host_events;
 mod model;
 mod params;
 mod reply;
+mod services;
 mod state;
 mod tasks;
 mod tls;
@@ -88,7 +93,10 @@ use tokio_rustls::TlsAcceptor;
 pub use access::{Acl, OPERATOR_ROLE, SEED_ROLE, operator_role_without, recorded_acls};
 pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
 pub use host_events::NodeReboot;
-pub use state::{GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip};
+pub use services::ServiceMode;
+pub use state::{
+    GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip, service_ip,
+};
 
 /// The user the simulator's tokens belong to.
 pub const TOKEN_USER: &str = "egress@pve";
@@ -115,6 +123,11 @@ pub struct SimConfig {
     /// The main token's ACLs (default [`recorded_acls`]: the role on `/` and the seed role on
     /// `proxy-seeds`, F13/F17). The limited token always holds the role on `/` only.
     pub token_acls: Vec<Acl>,
+    /// With a port, each VM gets a proxy service of its own: its agent reports [`service_ip`]
+    /// instead of [`guest_ip`], and while it runs the simulator listens there at this port and
+    /// answers an HTTP `CONNECT` with 200 ([`ServiceMode`]). Default `None`: no services, the
+    /// agent reports [`guest_ip`].
+    pub service_port: Option<u16>,
 }
 
 impl Default for SimConfig {
@@ -127,6 +140,7 @@ impl Default for SimConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             fault_seed: 0,
             token_acls: recorded_acls(),
+            service_port: None,
         }
     }
 }
@@ -177,6 +191,10 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
 impl Simulator {
     /// Generates the CA and tokens, preloads the templates and starts serving.
     pub async fn start(config: SimConfig) -> anyhow::Result<Simulator> {
+        anyhow::ensure!(
+            config.service_port != Some(0),
+            "the service port must be a port number, not 0: a VM's agent reports no port"
+        );
         let tls = tls::generate(&config.node)?;
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(dir) => {
@@ -205,7 +223,10 @@ impl Simulator {
         let address = listener.local_addr()?;
         let server = Arc::new(api::Server {
             node: config.node.clone(),
-            state: SimState::new(&config.node),
+            state: SimState::new(
+                &config.node,
+                config.service_port.map(services::Services::new),
+            ),
             faults: Arc::new(Faults::new(config.fault_seed)),
             tokens: vec![main_token, limited],
             task_latency: config.task_latency,
@@ -291,6 +312,12 @@ impl Simulator {
     pub fn reboot_node(&self, node: &str, start_onboot: bool) -> anyhow::Result<NodeReboot> {
         host_events::reboot_node(&self.server, node, start_onboot)
             .map_err(|error| anyhow::anyhow!(error.message))
+    }
+
+    /// Sets how VM `vmid`'s proxy service behaves (the simulator must run with a service port).
+    /// Fails for a VM that does not exist. The listener follows before this returns.
+    pub fn set_service(&self, vmid: u32, mode: ServiceMode) -> anyhow::Result<()> {
+        services::set_mode(&self.server, vmid, mode).map_err(|error| anyhow::anyhow!(error.message))
     }
 
     /// Stops accepting and closes open connections.

@@ -38,6 +38,10 @@ struct Args {
     /// Serve this many requests, then reset every connection.
     #[arg(long)]
     abort_after: Option<u64>,
+    /// Give each VM a proxy service at this port: its agent reports an address of its own in
+    /// 127.77.0.0/16, where the simulator listens while the VM runs and answers HTTP CONNECT.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    service_port: Option<u16>,
 }
 
 #[tokio::main]
@@ -50,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
         state_dir: Some(args.state_dir),
         listen: args.listen,
         fault_seed: args.fault_seed,
+        service_port: args.service_port,
         ..SimConfig::default()
     };
     let sim = Simulator::start(config).await?;

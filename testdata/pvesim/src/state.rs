@@ -2,10 +2,12 @@
 //! [`SimState`] is the test-facing handle for inspecting and seeding it.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model;
+use crate::services::Services;
 
 /// Whether a guest is a QEMU VM or an LXC container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +126,16 @@ pub fn guest_ip(vmid: u32) -> String {
     format!("192.168.{}.{}", host / HOSTS, host % HOSTS + 1)
 }
 
+/// The address of VM `vmid`'s proxy service when the simulator runs with a service port: one of
+/// its own per VMID on loopback, in 127.77.0.0/16 (all of 127/8 is local on Linux, so it can be
+/// bound without setup), reported by its guest agent in place of [`guest_ip`]. VMIDs 65534 apart
+/// share one.
+pub fn service_ip(vmid: u32) -> String {
+    const HOSTS: u32 = 65534;
+    let host = vmid % HOSTS + 1;
+    format!("127.77.{}.{}", host >> 8, host & 0xff)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Task {
     pub upid: String,
@@ -169,6 +181,8 @@ pub(crate) struct Inner {
     pub next_pid: u32,
     pub pstart: u32,
     pub requests: Vec<RequestRecord>,
+    /// Each VM's proxy service, when the simulator runs with a service port.
+    pub services: Option<Services>,
 }
 
 pub(crate) fn unix_now() -> u64 {
@@ -182,9 +196,44 @@ impl Inner {
         self.storages.iter().find(|s| s.id == id)
     }
 
+    /// The address a new guest's agent reports: [`service_ip`] with services, else [`guest_ip`].
+    pub fn address_of(&self, vmid: u32) -> String {
+        match self.services {
+            Some(_) => service_ip(vmid),
+            None => guest_ip(vmid),
+        }
+    }
+
     /// The lowest VMID in [100, 1_000_000) not used by any guest.
     pub fn next_free_vmid(&self) -> Option<u32> {
         (100..1_000_000).find(|id| !self.guests.contains_key(id))
+    }
+}
+
+/// The state's lock. Releasing it makes the VMs' services follow what changed
+/// ([`Services::follow`]), wherever the change was made: API tasks, host events, test seeding.
+pub(crate) struct StateGuard<'a>(MutexGuard<'a, Inner>);
+
+impl Deref for StateGuard<'_> {
+    type Target = Inner;
+
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let inner = &mut *self.0;
+        if let Some(services) = &mut inner.services {
+            services.follow(&inner.guests);
+        }
     }
 }
 
@@ -227,7 +276,7 @@ pub struct TaskView {
 }
 
 impl SimState {
-    pub(crate) fn new(node: &str) -> Self {
+    pub(crate) fn new(node: &str, services: Option<Services>) -> Self {
         let inner = Inner {
             node: node.to_string(),
             guests: BTreeMap::new(),
@@ -253,6 +302,7 @@ impl SimState {
             next_pid: 0x0017_C594,
             pstart: 0x0ADB_2769,
             requests: Vec::new(),
+            services,
         };
         let state = SimState {
             inner: Arc::new(Mutex::new(inner)),
@@ -261,10 +311,12 @@ impl SimState {
         state
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard(
+            self.inner
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
     }
 
     /// F19: 9001 is the suitable Debian template; 9000 (Ubuntu) carries a cloud-init drive on
@@ -319,7 +371,9 @@ impl SimState {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        self.lock().guests.insert(
+        let mut inner = self.lock();
+        let guest_ip = inner.address_of(vmid);
+        inner.guests.insert(
             vmid,
             Guest {
                 kind: GuestKind::Qemu,
@@ -328,7 +382,7 @@ impl SimState {
                 started: None,
                 placeholder: false,
                 busy: None,
-                guest_ip: guest_ip(vmid),
+                guest_ip,
             },
         );
     }
@@ -341,6 +395,7 @@ impl SimState {
         let mut added = Vec::with_capacity(count);
         let mut vmid = 1000;
         while added.len() < count {
+            let guest_ip = inner.address_of(vmid);
             if let std::collections::btree_map::Entry::Vacant(free) = inner.guests.entry(vmid) {
                 let config = [
                     ("name".to_string(), format!("other-{vmid}")),
@@ -364,7 +419,7 @@ impl SimState {
                     started: None,
                     placeholder: false,
                     busy: None,
-                    guest_ip: guest_ip(vmid),
+                    guest_ip,
                 });
                 added.push(vmid);
             }
@@ -380,7 +435,9 @@ impl SimState {
             ("memory".to_string(), "512".to_string()),
             ("cores".to_string(), "1".to_string()),
         ]);
-        self.lock().guests.insert(
+        let mut inner = self.lock();
+        let guest_ip = inner.address_of(vmid);
+        inner.guests.insert(
             vmid,
             Guest {
                 kind: GuestKind::Lxc,
@@ -389,7 +446,7 @@ impl SimState {
                 started: None,
                 placeholder: false,
                 busy: None,
-                guest_ip: guest_ip(vmid),
+                guest_ip,
             },
         );
     }
@@ -434,7 +491,8 @@ impl SimState {
         true
     }
 
-    /// Sets the IPv4 address the guest agent reports on ens18 (by default [`guest_ip`] of its VMID).
+    /// Sets the IPv4 address the guest agent reports on ens18 (by default [`guest_ip`] of its
+    /// VMID, or [`service_ip`] with a service port, where its service then listens).
     pub fn set_guest_ip(&self, vmid: u32, ip: &str) -> bool {
         let mut inner = self.lock();
         let Some(guest) = inner.guests.get_mut(&vmid) else {
@@ -527,7 +585,23 @@ fn task_view(task: &Task) -> TaskView {
 
 #[cfg(test)]
 mod tests {
-    use super::guest_ip;
+    use super::{guest_ip, service_ip};
+
+    #[test]
+    fn each_vm_has_a_service_address_of_its_own_on_loopback() {
+        let addresses: std::collections::BTreeSet<String> = (0..65534).map(service_ip).collect();
+        assert_eq!(
+            addresses.len(),
+            65534,
+            "neighbouring VMIDs share an address"
+        );
+        for vmid in [0, 100, 254, 255, 65533, 65534, 999_999_999] {
+            let address: std::net::Ipv4Addr = service_ip(vmid).parse().unwrap();
+            let [a, b, c, d] = address.octets();
+            assert_eq!((a, b), (127, 77), "{address}");
+            assert!((c, d) != (0, 0) && (c, d) != (255, 255), "{address}");
+        }
+    }
 
     #[test]
     fn each_vm_reports_an_address_of_its_own() {

@@ -189,6 +189,7 @@ fn proxy(status: ProxyStatus) -> ProxyState {
             user_data: None,
             tags: BTreeMap::new(),
             recovery: None,
+            health_check: None,
         },
         status,
         deleting: false,

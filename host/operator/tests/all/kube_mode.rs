@@ -205,6 +205,7 @@ impl World {
                 }),
                 tags: BTreeMap::from([("team".into(), "egress".into())]),
                 recovery: None,
+                health_check: None,
             },
         );
         self.proxies()
