@@ -1,6 +1,6 @@
 //! Shared helpers: locating test components, building runtimes, editing component bytes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use egress_runtime::{Limits, Request, Runtime, RuntimeConfig};
 
