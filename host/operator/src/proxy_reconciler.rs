@@ -48,7 +48,7 @@ use crate::timing::{Timing, age, jitter};
 use crate::{Note, Objects, lock};
 
 /// A Proxy as the reconciler sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ProxyState {
     /// Its namespace.
     pub namespace: String,

@@ -88,14 +88,80 @@ where
     Ok(answer)
 }
 
-/// Generates, inside a `since_vX_Y_Z` module, what every served version has in common:
-/// [`ContractPre`] over the version's bindings with the dispatch of the seven operations,
-/// and the conversions of the types whose shape every version shares (state, tag, create
-/// request, instance, error, check result). The module provides only what differs: its
-/// `bindgen!` and `From<wit::Description> for types::Description`.
+/// Generates, inside a `since_vX_Y_Z` module, what every served version has in common: its
+/// bindings of the WIT folder `$wit`, [`ContractPre`] over them with the dispatch of the seven
+/// operations, and the conversions of the types whose shape every version shares (tag, create
+/// request, VM, error, check result). What a version adds to those is given by functions: the
+/// name of its VM record (`vm`), the `host` it reports (`host: fn(&wit::$vm) -> Option<String>`),
+/// the capabilities its `describe` declares (`capabilities: fn(&wit::Description) -> Vec<…>`),
+/// and the create request's further fields (`create: { field: fn(&types::CreateRequest) -> … }`).
+/// The module provides the rest: its states and its listing.
 macro_rules! served_version {
-    () => {
+    (
+        $wit:literal,
+        vm: $vm:ident,
+        host: $host:path,
+        capabilities: $capabilities:path,
+        create: { $($field:ident: $extra:path),* $(,)? }
+    ) => {
+        wasmtime::component::bindgen!({
+            path: $wit,
+            world: "provider-world",
+            exports: { default: async },
+            with: {
+                // Reuse wasmtime's own WASI bindings so their host implementations serve our world.
+                "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+                "wasi:io": wasmtime_wasi::p2::bindings::io,
+                "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+                "wasi:random": wasmtime_wasi::p2::bindings::random,
+            },
+        });
+
         use egress::provider::types as wit;
+
+        /// A VM as this version names it.
+        type WitVm = wit::$vm;
+
+        impl From<types::CreateRequest> for wit::CreateRequest {
+            fn from(request: types::CreateRequest) -> Self {
+                wit::CreateRequest {
+                    // Read before the shared fields move out of the request.
+                    $($field: $extra(&request),)*
+                    name: request.name,
+                    uid: request.uid,
+                    tags: request.tags.into_iter().map(Into::into).collect(),
+                    user_data: request.user_data,
+                    config: request.config,
+                }
+            }
+        }
+
+        impl From<wit::Description> for types::Description {
+            fn from(description: wit::Description) -> Self {
+                types::Description {
+                    capabilities: $capabilities(&description),
+                    name: description.name,
+                    version: description.version,
+                    contract_version: description.contract_version,
+                    config_schema: description.config_schema,
+                }
+            }
+        }
+
+        impl From<wit::$vm> for types::Vm {
+            fn from(vm: wit::$vm) -> Self {
+                types::Vm {
+                    host: $host(&vm),
+                    provider_id: vm.provider_id,
+                    name: vm.name,
+                    state: vm.state.into(),
+                    addresses: vm.addresses,
+                    created_at: vm.created_at,
+                    uid: vm.uid,
+                }
+            }
+        }
+
         use $crate::types;
 
         /// A linked component of this version, and where each operation of its `provider`

@@ -155,7 +155,7 @@ async fn live_proxies(store: Store) -> Option<LiveProxies> {
         Ok(records) => Some(
             records
                 .into_iter()
-                .map(|record| (record.uid, record.status.provider_id))
+                .map(|record| (record.proxy.uid, record.proxy.status.provider_id))
                 .collect(),
         ),
         Err(error) => {
@@ -489,8 +489,7 @@ impl Local {
             &self.operator.providers,
             &self.objects(),
         );
-        let state = record.state();
-        let outcome = self.operator.reconciler.reconcile(&state, resolved).await;
+        let outcome = self.operator.reconciler.reconcile(&record, resolved).await;
         for note in &outcome.notes {
             log_note(&format!("Proxy {key}"), note);
         }
@@ -662,24 +661,26 @@ pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
     let objects: Vec<serde_json::Value> = records
         .iter()
         .map(|record| {
-            serde_json::json!({
-                "apiVersion": "egress-operator.io/v1alpha1",
-                "kind": "Proxy",
-                "metadata": {
-                    "name": record.name,
-                    "namespace": record.namespace,
-                    "uid": record.uid,
-                    "generation": record.generation,
-                    "creationTimestamp": record.created,
-                    "deletionTimestamp": record.deleting.then_some(true),
-                    "labels": record.membership.as_ref().map(|membership| serde_json::json!({
-                        crate::crd::POOL_LABEL: membership.pool,
-                        crate::crd::TEMPLATE_HASH_LABEL: membership.template_hash,
-                    })),
-                },
-                "spec": record.spec,
-                "status": record.status,
-            })
+            let mut object = listed(
+                "Proxy",
+                [
+                    &record.namespace,
+                    &record.name,
+                    &record.uid,
+                    &record.created,
+                ],
+                record.generation,
+                (&record.spec, &record.status),
+            );
+            let metadata = &mut object["metadata"];
+            metadata["deletionTimestamp"] = serde_json::json!(record.deleting.then_some(true));
+            if let Some(membership) = &record.membership {
+                metadata["labels"] = serde_json::json!({
+                    crate::crd::POOL_LABEL: membership.pool,
+                    crate::crd::TEMPLATE_HASH_LABEL: membership.template_hash,
+                });
+            }
+            object
         })
         .collect();
     print_objects(output, objects, || {
@@ -688,6 +689,29 @@ pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
         for record in &records {
             table.changed(record, &record.status);
         }
+    })
+}
+
+/// A stored object as `get -o yaml|json` prints it: `[namespace, name, uid, created]`,
+/// its generation, and `(spec, status)`.
+fn listed(
+    kind: &str,
+    [namespace, name, uid, created]: [&String; 4],
+    generation: i64,
+    (spec, status): (impl serde::Serialize, impl serde::Serialize),
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "egress-operator.io/v1alpha1",
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "generation": generation,
+            "creationTimestamp": created,
+        },
+        "spec": spec,
+        "status": status,
     })
 }
 

@@ -239,19 +239,14 @@ pub fn get_pools(dir: &std::path::Path, output: &str) -> anyhow::Result<std::pro
     let objects = records
         .iter()
         .map(|record| {
-            serde_json::json!({
-                "apiVersion": "egress-operator.io/v1alpha1",
-                "kind": "ProxyPool",
-                "metadata": {
-                    "name": record.name,
-                    "namespace": record.namespace,
-                    "uid": record.uid,
-                    "generation": record.generation,
-                    "creationTimestamp": record.created,
-                },
-                "spec": record.spec,
-                "status": record.status,
-            })
+            let identity = [
+                &record.namespace,
+                &record.name,
+                &record.uid,
+                &record.created,
+            ];
+            let body = (&record.spec, &record.status);
+            super::listed("ProxyPool", identity, record.generation, body)
         })
         .collect();
     super::print_objects(output, objects, || {

@@ -37,50 +37,23 @@ pub struct Membership {
     pub placement: Option<Placement>,
 }
 
-/// A Proxy as stored.
+/// A Proxy as stored: what the reconciler sees of it ([`ProxyState`], which it derefs to), and
+/// what only the store keeps.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProxyRecord {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// Its UID, made once.
-    pub uid: String,
-    /// Its spec generation.
-    pub generation: i64,
-    /// Its spec, as last read.
-    pub spec: ProxySpec,
-    /// Its status, as last written.
-    pub status: ProxyStatus,
-    /// Whether its manifest is gone and its VM is being removed.
-    pub deleting: bool,
+    /// The Proxy as the reconciler sees it; its placement is its membership's.
+    pub proxy: ProxyState,
     /// When it was first seen (RFC 3339).
     pub created: String,
     /// The pool it belongs to, if a pool made it rather than a manifest.
     pub membership: Option<Membership>,
 }
 
-impl ProxyRecord {
-    /// `namespace/name`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
+impl std::ops::Deref for ProxyRecord {
+    type Target = ProxyState;
 
-    /// What the reconciler sees of it.
-    pub fn state(&self) -> ProxyState {
-        ProxyState {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-            generation: self.generation,
-            spec: self.spec.clone(),
-            status: self.status.clone(),
-            deleting: self.deleting,
-            placement: self
-                .membership
-                .as_ref()
-                .and_then(|membership| membership.placement.clone()),
-        }
+    fn deref(&self) -> &ProxyState {
+        &self.proxy
     }
 }
 
@@ -127,20 +100,13 @@ impl Store {
                 .map_err(|error| StoreError(format!("{}: {error}", parent.display())))?;
         }
         let connection = Connection::open(path)?;
-        connection.execute_batch(
+        connection.execute_batch(&format!(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
              PRAGMA busy_timeout = 5000;
              CREATE TABLE IF NOT EXISTS proxies (
-                 namespace TEXT NOT NULL,
-                 name TEXT NOT NULL,
-                 uid TEXT NOT NULL UNIQUE,
-                 generation INTEGER NOT NULL,
-                 spec TEXT NOT NULL,
-                 status TEXT NOT NULL,
                  deleting INTEGER NOT NULL DEFAULT 0,
-                 created TEXT NOT NULL,
-                 PRIMARY KEY (namespace, name)
+                 {OBJECT_COLUMNS}
              );
              CREATE TABLE IF NOT EXISTS provider_configs (
                  name TEXT PRIMARY KEY,
@@ -151,8 +117,8 @@ impl Store {
              CREATE TABLE IF NOT EXISTS settings (
                  key TEXT PRIMARY KEY,
                  value TEXT NOT NULL
-             );",
-        )?;
+             );"
+        ))?;
         pools::create_tables(&connection)?;
         Ok(Store {
             connection: Arc::new(Mutex::new(connection)),
@@ -274,16 +240,21 @@ impl Store {
 
     /// Every stored Proxy, by namespace and name.
     pub fn proxies(&self) -> Result<Vec<ProxyRecord>, StoreError> {
+        let sql = format!("SELECT {PROXY_COLUMNS} FROM proxies ORDER BY namespace, name");
+        self.all(&sql, read_proxy_row, decode_proxy)
+    }
+
+    /// Every row `sql` selects, read by `read`, decoded by `decode`.
+    fn all<Row, Record>(
+        &self,
+        sql: &str,
+        read: fn(&rusqlite::Row<'_>) -> rusqlite::Result<Row>,
+        decode: fn(Row) -> Result<Record, StoreError>,
+    ) -> Result<Vec<Record>, StoreError> {
         let connection = self.lock();
-        let mut statement = connection.prepare_cached(&format!(
-            "SELECT {PROXY_COLUMNS} FROM proxies ORDER BY namespace, name"
-        ))?;
-        let rows = statement.query_map([], read_proxy_row)?;
-        let mut records = Vec::new();
-        for row in rows {
-            records.push(decode_proxy(row?)?);
-        }
-        Ok(records)
+        let mut statement = connection.prepare_cached(sql)?;
+        let rows = statement.query_map([], read)?;
+        rows.map(|row| decode(row?)).collect()
     }
 
     /// Write Proxy `namespace/name`'s status, if it is still the one with `uid`.
@@ -395,6 +366,12 @@ impl Store {
     }
 }
 
+/// The columns of a namespaced object (a Proxy, a ProxyPool): its identity, spec and status.
+const OBJECT_COLUMNS: &str =
+    "namespace TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL UNIQUE,
+    generation INTEGER NOT NULL, spec TEXT NOT NULL, status TEXT NOT NULL, created TEXT NOT NULL,
+    PRIMARY KEY (namespace, name)";
+
 /// The columns a Proxy is read from, in [`read_proxy_row`]'s order.
 const PROXY_COLUMNS: &str =
     "namespace, name, uid, generation, spec, status, deleting, created, membership";
@@ -427,18 +404,22 @@ fn read_proxy_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ProxyRow> {
 
 fn decode_proxy(row: ProxyRow) -> Result<ProxyRecord, StoreError> {
     let (namespace, name, uid, generation, spec, status, deleting, created, membership) = row;
+    let membership: Option<Membership> = membership
+        .map(|membership| serde_json::from_str(&membership))
+        .transpose()?;
     Ok(ProxyRecord {
-        namespace,
-        name,
-        uid,
-        generation,
-        spec: serde_json::from_str(&spec)?,
-        status: serde_json::from_str(&status)?,
-        deleting,
+        proxy: ProxyState {
+            namespace,
+            name,
+            uid,
+            generation,
+            spec: serde_json::from_str(&spec)?,
+            status: serde_json::from_str(&status)?,
+            deleting,
+            placement: membership.as_ref().and_then(|m| m.placement.clone()),
+        },
         created,
-        membership: membership
-            .map(|membership| serde_json::from_str(&membership))
-            .transpose()?,
+        membership,
     })
 }
 

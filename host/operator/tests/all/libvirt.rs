@@ -133,7 +133,13 @@ async fn three_proxies_run_on_libvirtd_a_removed_manifest_takes_its_vm_and_a_ren
 
     // Issue 32, the state table on libvirt: a domain a person paused makes its Proxy Paused, no
     // restart spent; resumed by hand, it is Running again with no change to any object.
-    let paused = folder.proxy("default/b").unwrap().status.vm_name.unwrap();
+    let paused = folder
+        .proxy("default/b")
+        .unwrap()
+        .proxy
+        .status
+        .vm_name
+        .unwrap();
     lab.set_paused(&paused, true);
     folder.wait_until("proxy b Paused", BOOT_LIMIT, |proxies| {
         proxies.iter().any(|record| {
@@ -155,7 +161,13 @@ async fn three_proxies_run_on_libvirtd_a_removed_manifest_takes_its_vm_and_a_ren
     );
 
     // A removed manifest: its domain, disk and seed go; the others stay.
-    let gone = folder.proxy("default/a").unwrap().status.vm_name.unwrap();
+    let gone = folder
+        .proxy("default/a")
+        .unwrap()
+        .proxy
+        .status
+        .vm_name
+        .unwrap();
     folder.remove("proxy-a.yaml");
     folder.wait_until("proxy a forgotten", BOOT_LIMIT, |proxies| {
         proxies.len() == 2

@@ -29,7 +29,7 @@ async fn proxies_come_up_running_and_a_restart_adopts_their_vms() {
     let before: Vec<_> = local
         .proxies()
         .into_iter()
-        .map(|record| (record.uid, record.status.provider_id))
+        .map(|record| (record.proxy.uid, record.proxy.status.provider_id))
         .collect();
     for record in local.proxies() {
         assert_eq!(
@@ -56,7 +56,7 @@ async fn proxies_come_up_running_and_a_restart_adopts_their_vms() {
     let after: Vec<_> = local
         .proxies()
         .into_iter()
-        .map(|record| (record.uid, record.status.provider_id))
+        .map(|record| (record.proxy.uid, record.proxy.status.provider_id))
         .collect();
     assert_eq!(before, after);
     assert_eq!(local.vms().len(), 3);
@@ -73,6 +73,7 @@ async fn a_vm_deleted_behind_the_operators_back_is_made_again() {
     let first = local
         .proxy("default/drift")
         .unwrap()
+        .proxy
         .status
         .provider_id
         .unwrap();
@@ -103,6 +104,7 @@ async fn a_vm_deleted_behind_the_operators_back_is_made_again() {
         local
             .proxy("default/drift")
             .unwrap()
+            .proxy
             .status
             .provider_id
             .unwrap(),
@@ -271,6 +273,7 @@ async fn a_failed_vm_is_replaced_by_a_new_one() {
     let first = local
         .proxy("default/phoenix")
         .unwrap()
+        .proxy
         .status
         .provider_id
         .unwrap();
@@ -351,7 +354,7 @@ async fn an_orphan_is_only_reported_in_report_mode_and_deleted_after_two_sweeps(
         "providerconfig.yaml",
         &provider_config(&local.sim, "Delete"),
     );
-    let gone = orphan.status.provider_id.unwrap();
+    let gone = orphan.proxy.status.provider_id.unwrap();
     let vmid: u32 = gone.rsplit('/').next().unwrap().parse().unwrap();
     while local.vms().iter().any(|(id, _)| *id == vmid) {
         assert!(
@@ -705,7 +708,13 @@ async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
     local.wait_until("the Proxy running", LIMIT, |proxies| {
         proxies.iter().any(running)
     });
-    let served = local.proxy("default/a").unwrap().status.provider.unwrap();
+    let served = local
+        .proxy("default/a")
+        .unwrap()
+        .proxy
+        .status
+        .provider
+        .unwrap();
 
     // A broken replacement (half the file) lands.
     let bytes = std::fs::read(local.path("components/proxmox.wasm")).unwrap();
@@ -736,7 +745,13 @@ async fn a_component_that_fails_to_load_leaves_the_last_good_one_serving() {
         LIMIT,
         |proxies| proxies.len() == 2 && proxies.iter().all(running),
     );
-    let handled = local.proxy("default/b").unwrap().status.provider.unwrap();
+    let handled = local
+        .proxy("default/b")
+        .unwrap()
+        .proxy
+        .status
+        .provider
+        .unwrap();
     assert_eq!(handled.digest, served.digest);
 }
 

@@ -35,7 +35,7 @@ fn three_running(local: &mut Local, extra: &str) -> Vec<(String, String)> {
     let mut ids: Vec<_> = local
         .proxies()
         .into_iter()
-        .map(|record| (record.key(), record.status.provider_id.unwrap()))
+        .map(|record| (record.key(), record.proxy.status.provider_id.unwrap()))
         .collect();
     ids.sort();
     ids
@@ -75,7 +75,7 @@ async fn a_node_reboot_that_starts_nothing_is_healed_by_restarting_the_same_vms(
             let last = record.status.last_recovery.clone().unwrap();
             assert_eq!(last.action, RecoveryPolicy::Restart);
             assert_eq!(last.reason, "stopped");
-            (record.key(), record.status.provider_id.unwrap())
+            (record.key(), record.proxy.status.provider_id.unwrap())
         })
         .collect();
     after.sort();
@@ -188,6 +188,7 @@ async fn a_vm_that_stops_after_every_start_ends_degraded_and_is_not_restarted_ag
     let id = local
         .proxy("default/flaky")
         .unwrap()
+        .proxy
         .status
         .provider_id
         .unwrap();
@@ -305,7 +306,7 @@ async fn a_vm_paused_or_hibernated_waits_for_a_person_and_runs_again_once_resume
     let after: Vec<_> = local
         .proxies()
         .into_iter()
-        .map(|record| record.status.provider_id.unwrap())
+        .map(|record| record.proxy.status.provider_id.unwrap())
         .collect();
     let mut expected: Vec<_> = before.into_iter().map(|(_, id)| id).collect();
     let mut after = after;
@@ -334,7 +335,7 @@ async fn a_vm_whose_guest_suspended_itself_is_woken_by_its_restart() {
     let record = local.proxy(&key).unwrap();
     assert_eq!(record.status.provider_id, Some(id), "the same VM");
     assert_eq!(
-        record.status.last_recovery.unwrap().action,
+        record.proxy.status.last_recovery.unwrap().action,
         RecoveryPolicy::Restart
     );
 }
@@ -366,7 +367,7 @@ async fn a_vm_that_panicked_or_hung_is_replaced() {
     assert_eq!(tasks(&local.sim, "qmclone"), clones + 3);
     assert_eq!(tasks(&local.sim, "qmdestroy"), destroys + 3);
     for record in local.proxies() {
-        let last = record.status.last_recovery.unwrap();
+        let last = record.proxy.status.last_recovery.unwrap();
         assert_eq!(
             (last.action, last.reason.as_str()),
             (RecoveryPolicy::Replace, "failed")
@@ -374,7 +375,7 @@ async fn a_vm_that_panicked_or_hung_is_replaced() {
         let vm = local
             .sim
             .state()
-            .guest(vmid(&record.status.provider_id.unwrap()))
+            .guest(vmid(&record.proxy.status.provider_id.unwrap()))
             .unwrap();
         assert_eq!(vm.run_state, RunState::Running);
     }

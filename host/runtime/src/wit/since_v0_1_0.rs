@@ -17,23 +17,7 @@ pub(crate) const MIN_VERSION: Version = Version::new(0, 1, 0);
 /// The name this version gives the log interface (at [`VERSION`]).
 pub(crate) const LOG_INTERFACE: &str = "egress:provider/log";
 
-wasmtime::component::bindgen!({
-    path: "../../wit/provider-v0.1.0",
-    world: "provider-world",
-    exports: { default: async },
-    with: {
-        // Reuse wasmtime's own WASI bindings so their host implementations serve our world.
-        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:io": wasmtime_wasi::p2::bindings::io,
-        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-        "wasi:random": wasmtime_wasi::p2::bindings::random,
-    },
-});
-
-served_version!();
-
-/// A VM as 0.1.0 names it.
-type WitVm = wit::Instance;
+served_version!("../../wit/provider-v0.1.0", vm: Instance, host: no_host, capabilities: declared, create: {});
 
 /// What `list-by-tag` answers in 0.1.0: the VMs, all or an error.
 type Listed = Vec<wit::Instance>;
@@ -45,31 +29,9 @@ fn listing(listed: Listed) -> types::Listing {
     }
 }
 
-/// 0.1.0 has no placement request: a pool's request is dropped (the pool sees no `host` back).
-impl From<types::CreateRequest> for wit::CreateRequest {
-    fn from(request: types::CreateRequest) -> Self {
-        wit::CreateRequest {
-            name: request.name,
-            uid: request.uid,
-            tags: request.tags.into_iter().map(Into::into).collect(),
-            user_data: request.user_data,
-            config: request.config,
-        }
-    }
-}
-
-impl From<wit::Instance> for types::Vm {
-    fn from(vm: wit::Instance) -> Self {
-        types::Vm {
-            provider_id: vm.provider_id,
-            name: vm.name,
-            state: vm.state.into(),
-            addresses: vm.addresses,
-            created_at: vm.created_at,
-            uid: vm.uid,
-            host: None,
-        }
-    }
+/// 0.1.0 has no placement request (a pool's is dropped), and its VMs say no host.
+fn no_host(_: &wit::Instance) -> Option<String> {
+    None
 }
 
 impl From<wit::InstanceState> for types::VmState {
@@ -92,18 +54,8 @@ impl From<wit::Capability> for types::DeclaredCapability {
     }
 }
 
-impl From<wit::Description> for types::Description {
-    fn from(description: wit::Description) -> Self {
-        types::Description {
-            name: description.name,
-            version: description.version,
-            contract_version: description.contract_version,
-            config_schema: description.config_schema,
-            capabilities: description
-                .capabilities
-                .into_iter()
-                .map(Into::into)
-                .collect(),
-        }
-    }
+/// What `describe` declares a provider needs (the host goes by the imports and warns when the
+/// two differ).
+fn declared(description: &wit::Description) -> Vec<types::DeclaredCapability> {
+    description.capabilities.iter().map(|&c| c.into()).collect()
 }

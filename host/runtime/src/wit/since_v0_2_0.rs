@@ -17,23 +17,7 @@ pub(crate) const VERSION: &str = "0.2.0";
 /// The first version this module serves; it serves the patch releases of its minor too.
 pub(crate) const MIN_VERSION: Version = Version::new(0, 2, 0);
 
-wasmtime::component::bindgen!({
-    path: "../../wit/provider",
-    world: "provider-world",
-    exports: { default: async },
-    with: {
-        // Reuse wasmtime's own WASI bindings so their host implementations serve our world.
-        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:io": wasmtime_wasi::p2::bindings::io,
-        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-        "wasi:random": wasmtime_wasi::p2::bindings::random,
-    },
-});
-
-served_version!();
-
-/// A VM as 0.2.0 names it (0.1.0 said `instance`).
-type WitVm = wit::Vm;
+served_version!("../../wit/provider", vm: Vm, host: vm_host, capabilities: none_declared, create: { placement: placement });
 
 /// What `list-by-tag` answers from 0.2.0: the VMs of the hypervisors that answered, and which
 /// did not.
@@ -46,34 +30,16 @@ fn listing(listed: Listed) -> types::Listing {
     }
 }
 
-impl From<types::CreateRequest> for wit::CreateRequest {
-    fn from(request: types::CreateRequest) -> Self {
-        wit::CreateRequest {
-            name: request.name,
-            uid: request.uid,
-            tags: request.tags.into_iter().map(Into::into).collect(),
-            user_data: request.user_data,
-            config: request.config,
-            placement: request.placement.map(|placement| wit::Placement {
-                avoid_hosts: placement.avoid_hosts,
-                required: placement.required,
-            }),
-        }
-    }
+fn vm_host(vm: &wit::Vm) -> Option<String> {
+    vm.host.clone()
 }
 
-impl From<wit::Vm> for types::Vm {
-    fn from(vm: wit::Vm) -> Self {
-        types::Vm {
-            provider_id: vm.provider_id,
-            name: vm.name,
-            state: vm.state.into(),
-            addresses: vm.addresses,
-            created_at: vm.created_at,
-            uid: vm.uid,
-            host: vm.host,
-        }
-    }
+fn placement(request: &types::CreateRequest) -> Option<wit::Placement> {
+    let placement = request.placement.as_ref()?;
+    Some(wit::Placement {
+        avoid_hosts: placement.avoid_hosts.clone(),
+        required: placement.required,
+    })
 }
 
 impl From<wit::VmState> for types::VmState {
@@ -88,15 +54,8 @@ impl From<wit::VmState> for types::VmState {
     }
 }
 
-impl From<wit::Description> for types::Description {
-    fn from(description: wit::Description) -> Self {
-        types::Description {
-            name: description.name,
-            version: description.version,
-            contract_version: description.contract_version,
-            config_schema: description.config_schema,
-            // Read from the imports instead: `Provider::capabilities`.
-            capabilities: Vec::new(),
-        }
-    }
+/// None: from 0.2.0 the host reads what a provider needs from its imports
+/// (`Provider::capabilities`).
+fn none_declared(_: &wit::Description) -> Vec<types::DeclaredCapability> {
+    Vec::new()
 }

@@ -35,18 +35,10 @@ impl PoolRecord {
 /// The pools table, and the column that ties a Proxy to its pool (added to a database made
 /// before pools existed).
 pub(super) fn create_tables(connection: &Connection) -> Result<(), StoreError> {
-    connection.execute_batch(
-        "CREATE TABLE IF NOT EXISTS pools (
-             namespace TEXT NOT NULL,
-             name TEXT NOT NULL,
-             uid TEXT NOT NULL UNIQUE,
-             generation INTEGER NOT NULL,
-             spec TEXT NOT NULL,
-             status TEXT NOT NULL,
-             created TEXT NOT NULL,
-             PRIMARY KEY (namespace, name)
-         );",
-    )?;
+    connection.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS pools ({})",
+        super::OBJECT_COLUMNS
+    ))?;
     let has_membership = connection
         .prepare("SELECT 1 FROM pragma_table_info('proxies') WHERE name = 'membership'")?
         .exists([])?;
@@ -58,17 +50,32 @@ pub(super) fn create_tables(connection: &Connection) -> Result<(), StoreError> {
 
 type PoolRow = (String, String, String, i64, String, String, String);
 
+fn read_pool_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PoolRow> {
+    let text = |index| row.get::<_, String>(index);
+    Ok((
+        text(0)?,
+        text(1)?,
+        text(2)?,
+        row.get(3)?,
+        text(4)?,
+        text(5)?,
+        text(6)?,
+    ))
+}
+
 fn decode_pool(row: PoolRow) -> Result<PoolRecord, StoreError> {
     let (namespace, name, uid, generation, spec, status, created) = row;
-    Ok(PoolRecord {
+    let (spec, status) = (serde_json::from_str(&spec)?, serde_json::from_str(&status)?);
+    let record = PoolRecord {
         namespace,
         name,
         uid,
         generation,
-        spec: serde_json::from_str(&spec)?,
-        status: serde_json::from_str(&status)?,
+        spec,
+        status,
         created,
-    })
+    };
+    Ok(record)
 }
 
 impl Store {
@@ -118,27 +125,9 @@ impl Store {
 
     /// Every stored pool, by namespace and name.
     pub fn pools(&self) -> Result<Vec<PoolRecord>, StoreError> {
-        let connection = self.lock();
-        let mut statement = connection.prepare_cached(
-            "SELECT namespace, name, uid, generation, spec, status, created
-             FROM pools ORDER BY namespace, name",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-            ))
-        })?;
-        let mut records = Vec::new();
-        for row in rows {
-            records.push(decode_pool(row?)?);
-        }
-        Ok(records)
+        let sql = "SELECT namespace, name, uid, generation, spec, status, created
+                   FROM pools ORDER BY namespace, name";
+        self.all(sql, read_pool_row, decode_pool)
     }
 
     /// Write pool `namespace/name`'s status.
@@ -208,5 +197,40 @@ impl Store {
             params![namespace, name, serde_json::to_string(&membership)?],
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder's database from before pools: opening it adds the membership column and keeps
+    /// every Proxy (and so every VM's UID) as it was.
+    #[test]
+    fn a_database_from_before_pools_keeps_its_proxies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE proxies (namespace TEXT NOT NULL, name TEXT NOT NULL,
+                     uid TEXT NOT NULL UNIQUE, generation INTEGER NOT NULL, spec TEXT NOT NULL,
+                     status TEXT NOT NULL, deleting INTEGER NOT NULL DEFAULT 0,
+                     created TEXT NOT NULL, PRIMARY KEY (namespace, name));
+                 INSERT INTO proxies VALUES ('default', 'web', 'uid-1', 2,
+                     '{\"providerConfigRef\":\"lab\"}', '{}', 0, '2026-12-01T00:00:00Z');",
+            )
+            .unwrap();
+        let store = Store::open(&path).unwrap();
+        let proxies = store.proxies().unwrap();
+        assert_eq!(proxies.len(), 1);
+        assert_eq!(
+            (proxies[0].uid.as_str(), proxies[0].generation),
+            ("uid-1", 2)
+        );
+        assert_eq!(proxies[0].membership, None);
+        assert!(store.pools().unwrap().is_empty());
+        // Opening it again finds the column there.
+        assert_eq!(Store::open(&path).unwrap().proxies().unwrap(), proxies);
     }
 }
