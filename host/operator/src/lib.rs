@@ -16,11 +16,12 @@
 //!    a newcomer); their waits come from [`timing`], their conditions from [`conditions`];
 //! 3. sweeps VMs marked as its own ([`marks`]) whose Proxy is gone ([`sweep`]), never those of
 //!    another installation ([`installation`]);
-//! 4. probes the proxy service in each VM where its Proxy asks ([`health`]);
-//! 5. exports metrics ([`metrics`]) and health on one port ([`server`]).
+//! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
 //!
-//! A [`crd::ProxyPool`] keeps N Proxies of one template; [`pool::plan()`] decides, purely, what a
-//! pool does next (no adapter calls it yet).
+//! A [`crd::ProxyPool`] keeps N Proxies of one template; [`pool::plan()`] (the `egress-pool`
+//! crate) decides, purely, what a pool does next, and local mode carries it out
+//! ([`local`]). [`health`] (the `egress-health` crate) is the probe of a proxy VM's own
+//! service and its tracker; the reconcilers do not call it yet.
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
 //! prints the CRDs of [`crd`] (the `egress-crd` crate); `provider conformance` runs
@@ -31,7 +32,7 @@ pub mod cli;
 pub mod conditions;
 pub use egress_crd as crd;
 pub mod grants;
-pub mod health;
+pub use egress_health as health;
 pub mod images;
 pub mod installation;
 pub mod kube_mode;
@@ -40,7 +41,7 @@ pub mod logging;
 pub mod marks;
 pub mod metrics;
 pub mod operator;
-pub mod pool;
+pub use egress_pool as pool;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
 pub mod proxy_reconciler;

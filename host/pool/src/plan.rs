@@ -12,7 +12,7 @@ use super::{
     AVAILABLE, Create, Delete, DeleteReason, Health, Member, PLACEMENT_SHORTAGE, PROGRESSING,
     PlacementRequest, Plan, REMEDIATION_HALTED, Retry, reasons,
 };
-use crate::crd::{
+use egress_crd::{
     IntOrString, ProxyPool, ProxyPoolSpec, ProxyPoolStatus, SpreadPolicy, StrategyType,
     pool_selector, template_hash,
 };

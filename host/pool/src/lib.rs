@@ -1,20 +1,20 @@
-//! # Pools: what a ProxyPool does next
+//! # egress-pool: what a ProxyPool does next
 //!
-//! A [`ProxyPool`](crate::crd::ProxyPool) keeps `replicas` Proxies of one template. Its
-//! members are Proxies it owns (labelled [`POOL_LABEL`](crate::crd::POOL_LABEL) and
-//! [`TEMPLATE_HASH_LABEL`](crate::crd::TEMPLATE_HASH_LABEL)). [`plan()`] decides, from the pool
+//! A [`ProxyPool`](egress_crd::ProxyPool) keeps `replicas` Proxies of one template. Its
+//! members are Proxies it owns (labelled [`POOL_LABEL`](egress_crd::POOL_LABEL) and
+//! [`TEMPLATE_HASH_LABEL`](egress_crd::TEMPLATE_HASH_LABEL)). [`plan()`] decides, from the pool
 //! and what an adapter knows of each member ([`Member`]), which Proxies to make and delete and
 //! the status to write ([`Plan`]). It is pure: no I/O, no clock (the caller passes `now`), the
 //! same answer for the members in any order. The rules, in plain words, are in `docs/pools.md`.
 //!
 //! An adapter (local mode, Kubernetes mode) calls it on each pass over a pool:
 //!
-//! 1. lists the pool's Proxies by [`pool_selector`](crate::crd::pool_selector) and turns each
+//! 1. lists the pool's Proxies by [`pool_selector`](egress_crd::pool_selector) and turns each
 //!    into a [`Member`];
 //! 2. calls `plan(&pool, &members, &now)`;
 //! 3. deletes each [`Plan::delete`] (an Event with [`DeleteReason::as_str`]), makes one Proxy
 //!    per [`Plan::create`] (a generated name after the pool, an owner reference to it, the
-//!    labels of [`member_labels`](crate::crd::member_labels), the template's spec, and the
+//!    labels of [`member_labels`](egress_crd::member_labels), the template's spec, and the
 //!    [`PlacementRequest`] passed to the provider), asks the provider again to place each
 //!    [`Plan::retry`] member, and writes [`Plan::status`] (server-side apply, as every status).
 //!
@@ -22,13 +22,15 @@
 //! the host each lands on to the next ones' `avoid_hosts`: the planner cannot know where a VM
 //! it has not made yet will land.
 
+#![warn(missing_docs)]
+
 mod plan;
 #[cfg(test)]
 mod tests;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::crd::ProxyPoolStatus;
+use egress_crd::ProxyPoolStatus;
 pub use plan::plan;
 
 /// Condition: at least `replicas - maxUnavailable` members are Ready.
@@ -74,7 +76,7 @@ pub mod reasons {
 pub struct Member {
     /// The Proxy's name.
     pub name: String,
-    /// Its [`TEMPLATE_HASH_LABEL`](crate::crd::TEMPLATE_HASH_LABEL).
+    /// Its [`TEMPLATE_HASH_LABEL`](egress_crd::TEMPLATE_HASH_LABEL).
     pub template_hash: String,
     /// Its `creationTimestamp`.
     pub created: Time,

@@ -1,11 +1,15 @@
+//! # egress-health: the health of a proxy VM's own service
+//!
 //! Health of the proxy service in a Proxy's VM, beyond the hypervisor's word that the VM runs:
 //! [`probe`] asks the service once, at the VM's address, as the Proxy's
-//! [`HealthCheck`](crate::crd::HealthCheck) says; [`VmHealth`] turns the outcomes into a
+//! [`HealthCheck`](egress_crd::HealthCheck) says; [`VmHealth`] turns the outcomes into a
 //! verdict (`Starting`, `Healthy`, `Unhealthy`) and says when the next probe is due.
 //!
 //! The VM is not trusted: the probe reads at most [`MAX_ANSWER_BYTES`] of its answer, within the
 //! check's timeout, and its words for a failure quote nothing the VM sent but a status code.
 //! [`VmHealth`] does no I/O and reads no clock: the caller passes `now`.
+
+#![warn(missing_docs)]
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -16,7 +20,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout_at};
 
-use crate::crd::HealthCheck;
+use egress_crd::HealthCheck;
 
 /// The most of a proxy's answer to `CONNECT` the probe reads: a status line and a few headers
 /// fit many times over; a VM that sends more is not answering as a proxy.

@@ -5,7 +5,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::crd::{HttpConnectProbe, TcpProbe};
+use egress_crd::{HttpConnectProbe, TcpProbe};
 
 const SHORT: Duration = Duration::from_millis(300);
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

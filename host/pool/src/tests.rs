@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::*;
-use crate::crd::{
+use egress_crd::{
     IntOrString, PoolStrategy, ProxyPool, ProxyPoolSpec, ProxySpec, RollingUpdate, Spread,
     SpreadAcross, SpreadPolicy, StrategyType, UserData, template_hash,
 };
