@@ -261,25 +261,7 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
         message: format!("{}: document {document}: {what}", path.display()),
     };
     let mut objects = FileObjects::default();
-    let is_json = path
-        .extension()
-        .is_some_and(|extension| extension == "json");
-    let documents: Vec<serde_json::Value> = if is_json {
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|error| fail(1, format!("not JSON: {error}")))?;
-        vec![value]
-    } else {
-        let mut documents = Vec::new();
-        for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
-            let value = serde_json::Value::deserialize(document)
-                .map_err(|error| fail(index + 1, format!("not YAML: {error}")))?;
-            if !value.is_null() {
-                documents.push(value);
-            }
-        }
-        documents
-    };
-    for (index, document) in documents.into_iter().enumerate() {
+    for (index, document) in documents(path, text, &fail)?.into_iter().enumerate() {
         let number = index + 1;
         let head: Head = serde_json::from_value(document.clone())
             .map_err(|error| fail(number, format!("not a Kubernetes object: {error}")))?;
@@ -360,6 +342,31 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileObjects, ManifestError>
         }
     }
     Ok(objects)
+}
+
+/// The documents of a file: one of a `.json` file, every non-empty one of a YAML file.
+fn documents(
+    path: &Path,
+    text: &str,
+    fail: &dyn Fn(usize, String) -> ManifestError,
+) -> Result<Vec<serde_json::Value>, ManifestError> {
+    if path
+        .extension()
+        .is_some_and(|extension| extension == "json")
+    {
+        let value =
+            serde_json::from_str(text).map_err(|error| fail(1, format!("not JSON: {error}")))?;
+        return Ok(vec![value]);
+    }
+    let mut documents = Vec::new();
+    for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let value = serde_json::Value::deserialize(document)
+            .map_err(|error| fail(index + 1, format!("not YAML: {error}")))?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    Ok(documents)
 }
 
 /// Deserialize with the path of the field at fault in the error (`providerConfigRef: missing
