@@ -88,7 +88,9 @@ pub struct HttpConnectProbe {
     /// The port of the proxy at the VM's address.
     pub port: u32,
     /// Where the tunnel is asked to go, `host:port`; the proxy's answer is what counts, so a
-    /// target it is allowed to reach.
+    /// target it is allowed to reach. At most [`MAX_TARGET_LENGTH`] characters: the bound also
+    /// keeps the rule's cost within what the API server allows a CEL rule.
+    #[schemars(length(max = 261))]
     pub target: String,
 }
 
@@ -162,9 +164,15 @@ impl HealthCheck {
     }
 }
 
+/// The longest `target`: a 253-character DNS name (or a bracketed IPv6 address), `:`, a port.
+pub const MAX_TARGET_LENGTH: usize = 261;
+
 /// `host:port` as the schema's pattern accepts it: a DNS name or IPv4 address, or an IPv6
 /// address in brackets, then a port between 1 and 65535.
 fn is_host_port(target: &str) -> bool {
+    if target.len() > MAX_TARGET_LENGTH {
+        return false;
+    }
     let Some((host, port)) = target.rsplit_once(':') else {
         return false;
     };
@@ -271,5 +279,9 @@ mod tests {
         ] {
             assert!(!is_host_port(bad), "{bad}");
         }
+        // The schema's maxLength, which keeps the CEL rule's cost within the API server's budget.
+        let longest = format!("{}:65535", "a".repeat(MAX_TARGET_LENGTH - 6));
+        assert!(is_host_port(&longest));
+        assert!(!is_host_port(&format!("a{longest}")));
     }
 }
