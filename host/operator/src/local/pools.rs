@@ -155,16 +155,8 @@ impl Local {
 
     /// Store the plan's status when it changed, with a log line for each condition that moved.
     async fn write_pool_status(&self, record: &PoolRecord, plan: Plan) -> anyhow::Result<()> {
-        let mut status = plan.status;
-        // A condition keeps its transition time while it holds.
-        for condition in &mut status.conditions {
-            if let Some(old) = conditions::condition(&record.status.conditions, &condition.type_)
-                && old.status == condition.status
-                && old.reason == condition.reason
-            {
-                condition.last_transition_time = old.last_transition_time.clone();
-            }
-        }
+        // The planner keeps a condition's transition time while its status holds.
+        let status = plan.status;
         if status == record.status {
             return Ok(());
         }
