@@ -8,6 +8,8 @@
 //!   per registry, a layer size cap, every digest verified.
 //! - [`signing`]: sign an image's manifest digest and verify it against trusted keys, so `cosign
 //!   verify --key` and the operator agree about the same image.
+//! - [`store`]: pulled components kept by digest, each part checked when read, so a restart or a
+//!   registry that is down serves what was pulled before.
 //!
 //! The operator's image source (`egress-operator`'s `images`) turns what this crate refuses into
 //! a ProviderConfig's conditions; the CLI's `provider push|pull|inspect` call it directly. It knows
@@ -17,6 +19,7 @@
 
 pub mod oci;
 pub mod signing;
+pub mod store;
 
 pub use oci::{OciError, RegistryClient, RegistryOptions};
 /// An image reference (`REGISTRY/REPOSITORY[:TAG][@sha256:…]`), as the registry client parses it.

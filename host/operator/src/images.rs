@@ -7,10 +7,9 @@
 //!    digest recorded in the status when the tag was first resolved; a tag seen for the first
 //!    time is resolved once. Once recorded, a tag that points elsewhere is reported
 //!    (`TagMoved`), never followed.
-//! 2. The bytes: the component already loaded for that digest, else the content-addressed cache
-//!    (`<cache>/sha256/<hex>/`: the manifest, the component, its signatures, each checked
-//!    against its digest when read), else the registry (digest-verified, within the size cap),
-//!    then written to the cache. A restart, or a registry that is down, serves from the cache.
+//! 2. The bytes: the component already loaded for that digest, else
+//!    [`egress_distribution::store`]'s entry for it, else the registry (digest-verified, within
+//!    the size cap), then stored. A restart, or a registry that is down, serves from the store.
 //! 3. The signatures: one by a key `spec.component.signedBy` names, over this digest, before the
 //!    component is compiled; cached signatures that no longer verify (a rotated key) are fetched
 //!    again.
@@ -20,12 +19,11 @@
 //! last good binding serving.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use egress_distribution::Reference;
 use egress_runtime::{Provider, Runtime};
-use sha2::Digest as _;
 
 use crate::conditions::NotReady;
 use crate::crd::ComponentRef;
@@ -33,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::{Objects, lock};
 use egress_distribution::oci::{OciError, RegistryClient, RegistryOptions};
 use egress_distribution::signing::{self, Signature, TrustedKey};
+use egress_distribution::store::{ComponentStore, StoreError};
 
 /// The key of a `kubernetes.io/dockerconfigjson` Secret holding the credentials.
 pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
@@ -64,6 +63,7 @@ pub struct Images {
     runtime: Runtime,
     metrics: Metrics,
     settings: ImageSettings,
+    store: ComponentStore,
     /// The operator's namespace: where the pull Secret and the keys' ConfigMaps are.
     namespace: String,
     /// Per ProviderConfig: the image last loaded, so a reconcile of an unchanged spec neither
@@ -96,12 +96,6 @@ enum Component {
     Bytes(Vec<u8>),
 }
 
-/// What a cache entry holds, besides the component itself.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct CachedSignatures {
-    signatures: Vec<Signature>,
-}
-
 impl Images {
     /// Images loaded into `runtime`, with the pull Secret and keys read in `namespace`, each
     /// fetch counted in `metrics`.
@@ -114,6 +108,7 @@ impl Images {
         Images {
             runtime,
             metrics,
+            store: ComponentStore::new(&settings.cache_dir),
             settings,
             namespace: namespace.to_owned(),
             loaded: std::sync::Mutex::new(HashMap::new()),
@@ -168,11 +163,10 @@ impl Images {
             }
             None => self.tag_digest(image, recorded, serving, client).await?,
         };
-        let pinned =
-            egress_distribution::oci::pinned(image, &digest).map_err(|e| oci_refusal(&e))?;
+        let pinned = egress_distribution::oci::pinned(image, &digest).map_err(NotReady::from)?;
         let keys = self.trusted_keys(component, objects)?;
 
-        let entry = self.entry(&digest)?;
+        let entry = self.store.entry(&digest)?;
         // What is loaded already is not read again, but its signatures are checked again: the
         // trust policy may have changed since.
         let known = lock(&self.loaded)
@@ -184,38 +178,25 @@ impl Images {
                 *source = "loaded";
                 (Component::Loaded(provider), signatures)
             }
-            None => match read_entry(&entry, &digest) {
-                Some((bytes, signatures)) => {
-                    *source = "cache";
-                    (Component::Bytes(bytes), signatures)
-                }
-                None => {
-                    *source = "registry";
-                    let client = client()?;
-                    let pulled = client.pull(&pinned).await.map_err(|e| oci_refusal(&e))?;
-                    let signatures = if keys.is_empty() {
-                        Vec::new()
-                    } else {
-                        client
-                            .signatures(&pinned, &digest)
-                            .await
-                            .map_err(|e| oci_refusal(&e))?
-                    };
-                    write_entry(&entry, &pulled.manifest, &pulled.bytes, &signatures);
-                    (Component::Bytes(pulled.bytes), signatures)
-                }
-            },
+            None => {
+                // Until the store says it served: a refusal on the way is the registry's.
+                *source = "registry";
+                let stored = self
+                    .store
+                    .component(&pinned, &digest, !keys.is_empty(), client)
+                    .await?;
+                *source = stored.source.as_str();
+                (Component::Bytes(stored.bytes), stored.signatures)
+            }
         };
         if !keys.is_empty() && signing::verify(&digest, &signatures, &keys).is_err() {
-            // Cached signatures may predate a rotated key: ask the registry once more.
-            if let Ok(fresh) = match client() {
-                Ok(client) => client
-                    .signatures(&pinned, &digest)
+            // Stored signatures may predate a rotated key: ask the registry once more.
+            if let Ok(client) = client()
+                && let Ok(fresh) = self
+                    .store
+                    .refresh_signatures(&client, &pinned, &digest)
                     .await
-                    .map_err(|e| oci_refusal(&e)),
-                Err(refused) => Err(refused),
-            } {
-                write_signatures(&entry, &fresh);
+            {
                 signatures = fresh;
             }
         }
@@ -263,10 +244,7 @@ impl Images {
         match recorded {
             Some(digest) if !serving => Ok(digest.to_owned()),
             Some(digest) => {
-                let now = client()?
-                    .resolve(image)
-                    .await
-                    .map_err(|e| oci_refusal(&e))?;
+                let now = client()?.resolve(image).await.map_err(NotReady::from)?;
                 if now == digest {
                     Ok(now)
                 } else {
@@ -278,7 +256,7 @@ impl Images {
                     })
                 }
             }
-            None => client()?.resolve(image).await.map_err(|e| oci_refusal(&e)),
+            None => client()?.resolve(image).await.map_err(NotReady::from),
         }
     }
 
@@ -298,7 +276,7 @@ impl Images {
             ..RegistryOptions::default()
         };
         let Some(access) = &component.registry else {
-            return RegistryClient::new(options).map_err(|e| oci_refusal(&e));
+            return RegistryClient::new(options).map_err(NotReady::from);
         };
         if let Some(secret) = &access.pull_secret {
             let json = objects
@@ -337,9 +315,9 @@ impl Images {
         }
         if access.plain_http {
             options.plain_http =
-                vec![egress_distribution::oci::registry_of(image).map_err(|e| oci_refusal(&e))?];
+                vec![egress_distribution::oci::registry_of(image).map_err(NotReady::from)?];
         }
-        RegistryClient::new(options).map_err(|e| oci_refusal(&e))
+        RegistryClient::new(options).map_err(NotReady::from)
     }
 
     /// The keys `signedBy` names, read from ConfigMaps of the operator's namespace.
@@ -415,20 +393,6 @@ impl Images {
             }),
         }
     }
-
-    /// The cache folder of `digest`, created.
-    fn entry(&self, digest: &str) -> Result<PathBuf, NotReady> {
-        let hex = egress_runtime::grant::digest_hex(digest).ok_or_else(|| NotReady {
-            reason: "InvalidImage",
-            message: format!("{digest} is not sha256:<64 hex digits>"),
-        })?;
-        let entry = self.settings.cache_dir.join("sha256").join(hex);
-        std::fs::create_dir_all(&entry).map_err(|error| NotReady {
-            reason: "ImageCacheUnavailable",
-            message: format!("cannot create {}: {error}", entry.display()),
-        })?;
-        Ok(entry)
-    }
 }
 
 fn parse(image: &str) -> Result<Reference, NotReady> {
@@ -441,122 +405,44 @@ fn parse(image: &str) -> Result<Reference, NotReady> {
 }
 
 /// A refusal for a registry error, with its own reason.
-fn oci_refusal(error: &OciError) -> NotReady {
-    let reason = match error {
-        OciError::InvalidReference { .. } | OciError::CaFile { .. } | OciError::AuthFile { .. } => {
-            "InvalidImage"
-        }
-        OciError::Unauthorized { .. } => "RegistryUnauthorized",
-        OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } => "DigestMismatch",
-        OciError::NotWasmComponent { .. } | OciError::NotAComponent { .. } => "NotAWasmComponent",
-        OciError::LayerOverCap { .. } => "ComponentTooLarge",
-        OciError::Registry { .. } | OciError::ClientSetup(_) | OciError::PushToDigest { .. } => {
-            "RegistryUnavailable"
-        }
-    };
-    NotReady {
-        reason,
-        message: error.to_string(),
-    }
-}
-
-/// The bytes and signatures cached for `digest`, if the entry is whole: the manifest hashes to
-/// `digest` and the component to the manifest's layer digest. Anything else is a miss.
-fn read_entry(entry: &Path, digest: &str) -> Option<(Vec<u8>, Vec<Signature>)> {
-    let manifest = std::fs::read(entry.join("manifest.json")).ok()?;
-    if sha256(&manifest) != digest {
-        return None;
-    }
-    let manifest: egress_distribution::OciImageManifest = serde_json::from_slice(&manifest).ok()?;
-    let layer = manifest.layers.first()?;
-    let bytes = std::fs::read(entry.join("component.wasm")).ok()?;
-    if sha256(&bytes) != layer.digest {
-        return None;
-    }
-    let signatures = std::fs::read(entry.join("signatures.json"))
-        .ok()
-        .and_then(|json| serde_json::from_slice::<CachedSignatures>(&json).ok())
-        .map(|cached| cached.signatures)
-        .unwrap_or_default();
-    Some((bytes, signatures))
-}
-
-/// Stores a pulled artifact; a failure only costs a pull next time, so it is logged.
-fn write_entry(entry: &Path, manifest: &[u8], component: &[u8], signatures: &[Signature]) {
-    let written = write_atomically(&entry.join("component.wasm"), component)
-        // The manifest last: an entry is read only when it is there.
-        .and_then(|()| write_atomically(&entry.join("manifest.json"), manifest));
-    if let Err(error) = written {
-        tracing::warn!(entry = %entry.display(), error = %error, "cannot cache the pulled image");
-    }
-    write_signatures(entry, signatures);
-}
-
-fn write_signatures(entry: &Path, signatures: &[Signature]) {
-    let json = serde_json::to_vec(&CachedSignatures {
-        signatures: signatures.to_vec(),
-    })
-    .unwrap_or_default();
-    if let Err(error) = write_atomically(&entry.join("signatures.json"), &json) {
-        tracing::warn!(entry = %entry.display(), error = %error, "cannot cache the image's signatures");
-    }
-}
-
-/// Writes `bytes` beside `path` and renames them into place.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    // Per process: two operators sharing a cache never write one partial file.
-    let partial = path.with_extension(format!("partial.{}", std::process::id()));
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, path)
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn manifest_for(component: &[u8]) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "config": {"mediaType": egress_distribution::oci::WASM_CONFIG_MEDIA_TYPE, "digest": sha256(b"{}"), "size": 2},
-            "layers": [{"mediaType": egress_distribution::oci::WASM_LAYER_MEDIA_TYPE, "digest": sha256(component), "size": component.len()}],
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_cache_entry_is_read_only_when_every_part_matches_its_digest() {
-        let dir = tempfile::tempdir().unwrap();
-        let component = b"\0asm component bytes".to_vec();
-        let manifest = manifest_for(&component);
-        let digest = sha256(&manifest);
-        let signature = Signature {
-            payload: b"{}".to_vec(),
-            signature: vec![1, 2, 3],
+impl From<OciError> for NotReady {
+    fn from(error: OciError) -> NotReady {
+        let reason = match error {
+            OciError::InvalidReference { .. }
+            | OciError::CaFile { .. }
+            | OciError::AuthFile { .. } => "InvalidImage",
+            OciError::Unauthorized { .. } => "RegistryUnauthorized",
+            OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } => {
+                "DigestMismatch"
+            }
+            OciError::NotWasmComponent { .. } | OciError::NotAComponent { .. } => {
+                "NotAWasmComponent"
+            }
+            OciError::LayerOverCap { .. } => "ComponentTooLarge",
+            OciError::Registry { .. }
+            | OciError::ClientSetup(_)
+            | OciError::PushToDigest { .. } => "RegistryUnavailable",
         };
-        write_entry(
-            dir.path(),
-            &manifest,
-            &component,
-            std::slice::from_ref(&signature),
-        );
-        assert_eq!(
-            read_entry(dir.path(), &digest),
-            Some((component.clone(), vec![signature]))
-        );
-        // Another digest asked of the same entry: a miss.
-        assert_eq!(read_entry(dir.path(), &sha256(b"other")), None);
-        // The component altered on disk: a miss, never the altered bytes.
-        let mut altered = component.clone();
-        altered[0] ^= 0xff;
-        std::fs::write(dir.path().join("component.wasm"), &altered).unwrap();
-        assert_eq!(read_entry(dir.path(), &digest), None);
-        // The manifest altered: a miss.
-        std::fs::write(dir.path().join("component.wasm"), &component).unwrap();
-        std::fs::write(dir.path().join("manifest.json"), manifest_for(&altered)).unwrap();
-        assert_eq!(read_entry(dir.path(), &digest), None);
+        NotReady {
+            reason,
+            message: error.to_string(),
+        }
+    }
+}
+
+/// A refusal for a store that cannot serve: its registry's reason, else its own.
+impl From<StoreError> for NotReady {
+    fn from(error: StoreError) -> NotReady {
+        match error {
+            StoreError::Registry(error) => error.into(),
+            StoreError::InvalidDigest(_) => NotReady {
+                reason: "InvalidImage",
+                message: error.to_string(),
+            },
+            StoreError::Unavailable { .. } => NotReady {
+                reason: "ImageCacheUnavailable",
+                message: error.to_string(),
+            },
+        }
     }
 }

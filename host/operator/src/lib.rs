@@ -16,7 +16,8 @@
 //!    a newcomer); their waits come from [`timing`], their conditions from [`conditions`];
 //! 3. sweeps VMs marked as its own ([`marks`]) whose Proxy is gone ([`sweep`]), never those of
 //!    another installation ([`installation`]);
-//! 4. exports metrics ([`metrics`]) and health on one port ([`server`]).
+//! 4. exports metrics ([`metrics`]) and health on one port ([`server`]), and its log lines
+//!    ([`logging`]): the `egress-telemetry` crate, which knows nothing of the reconcilers.
 //!
 //! A [`crd::ProxyPool`] keeps N Proxies of one template; [`pool::plan()`] (the `egress-pool`
 //! crate) decides, purely, what a pool does next, and local mode carries it out
@@ -25,7 +26,8 @@
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
 //! prints the CRDs of [`crd`] (the `egress-crd` crate); `provider conformance` runs
-//! [`egress_conformance`]; `provider push`/`pull` use [`egress_distribution`].
+//! [`egress_conformance`]; `provider push`/`pull` use [`egress_distribution`], and so does
+//! [`images`], a ProviderConfig's image pinned, kept in the distribution's store and verified.
 
 pub mod bindings;
 pub mod cli;
@@ -37,16 +39,16 @@ pub mod images;
 pub mod installation;
 pub mod kube_mode;
 pub mod local;
-pub mod logging;
+pub use egress_telemetry::logging;
 pub mod marks;
-pub mod metrics;
+pub use egress_telemetry::metrics;
 pub mod operator;
 pub use egress_pool as pool;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
 pub mod proxy_reconciler;
 pub mod run_args;
-pub mod server;
+pub use egress_telemetry::server;
 pub mod sweep;
 pub mod timing;
 

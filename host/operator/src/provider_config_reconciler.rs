@@ -123,7 +123,12 @@ impl ProviderConfigReconciler {
         live_proxy_uids: impl Future<Output = Option<LiveProxies>> + Send,
     ) -> ProviderConfigOutcome {
         let started = std::time::Instant::now();
-        crate::logging::set_provider_level(&state.name, state.spec.log_level);
+        // `info`, `debug`, `trace`: each a tracing level's name.
+        let level = state
+            .spec
+            .log_level
+            .and_then(|level| level.as_str().parse().ok());
+        crate::logging::set_provider_level(&state.name, level);
         let loaded = providers
             .load(&state.name, &state.spec, &state.status, objects)
             .await;

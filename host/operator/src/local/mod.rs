@@ -43,7 +43,7 @@ use crate::proxy_reconciler::{Next, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 use crate::sweep::LiveProxies;
-use crate::{Note, Objects, lock};
+use crate::{AbortOnDrop, Note, Objects, lock};
 
 use self::manifests::Folder;
 use self::queue::Queue;
@@ -109,7 +109,8 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let listener = server::bind(args.listen).await?;
     let operator = Operator::start(settings).await?;
     let health = Arc::new(Health::new(operator.metrics.clone()));
-    let _serving = listener.map(|listener| server::spawn(listener, Arc::clone(&health)));
+    let _serving =
+        listener.map(|listener| AbortOnDrop::new([server::spawn(listener, Arc::clone(&health))]));
     let local = Arc::new(Local {
         operator,
         store,

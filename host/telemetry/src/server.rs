@@ -10,7 +10,7 @@
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! use std::sync::Arc;
-//! use egress_operator::{metrics::Metrics, server::{Health, serve}};
+//! use egress_telemetry::{metrics::Metrics, server::{Health, serve}};
 //!
 //! let health = Arc::new(Health::new(Metrics::default()));
 //! tokio::spawn(serve("127.0.0.1:8080".parse()?, Arc::clone(&health)));
@@ -32,7 +32,6 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::AbortOnDrop;
 use crate::metrics::Metrics;
 
 /// The content type of `/metrics` (OpenMetrics text, as prometheus-client encodes it).
@@ -77,7 +76,7 @@ pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<()> 
 
 /// Binds `--listen`'s address, if any, before anything starts: a port in use is an error at once,
 /// not a log line later.
-pub(crate) async fn bind(listen: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+pub async fn bind(listen: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
     match listen {
         Some(addr) => TcpListener::bind(addr)
             .await
@@ -87,13 +86,13 @@ pub(crate) async fn bind(listen: Option<SocketAddr>) -> anyhow::Result<Option<Tc
     }
 }
 
-/// Serve the endpoints on `listener` in a task of their own, until the returned guard is dropped.
-pub(crate) fn spawn(listener: TcpListener, health: Arc<Health>) -> AbortOnDrop {
-    AbortOnDrop::new([tokio::spawn(async move {
+/// Serve the endpoints on `listener` in a task of their own, until it is aborted.
+pub fn spawn(listener: TcpListener, health: Arc<Health>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         if let Err(error) = serve_on(listener, health).await {
             tracing::error!("{error:#}");
         }
-    })])
+    })
 }
 
 /// Serve the endpoints on `listener` (bound by the caller, for example to port 0 in a test)

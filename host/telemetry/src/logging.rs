@@ -16,8 +16,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Registry, reload};
 
-use crate::crd::LogLevel;
-use crate::lock;
+use tracing::Level;
 
 /// What a command shows when `RUST_LOG` is unset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +55,7 @@ pub enum Format {
 
 struct Filter {
     base: String,
-    providers: BTreeMap<String, LogLevel>,
+    providers: BTreeMap<String, Level>,
     handle: reload::Handle<EnvFilter, Registry>,
 }
 
@@ -92,11 +91,13 @@ pub fn init(format: Format, default: Default) {
 
 /// Show ProviderConfig `name`'s provider lines from `level` up (`None`: as the others). Does
 /// nothing where [`init`] did not run (tests, embedders with their own subscriber).
-pub fn set_provider_level(name: &str, level: Option<LogLevel>) {
+pub fn set_provider_level(name: &str, level: Option<Level>) {
     let Some(filter) = FILTER.get() else {
         return;
     };
-    let mut filter = lock(filter);
+    let mut filter = filter
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let changed = match level {
         Some(level) => filter.providers.insert(name.to_owned(), level) != Some(level),
         None => filter.providers.remove(name).is_some(),
@@ -110,7 +111,7 @@ pub fn set_provider_level(name: &str, level: Option<LogLevel>) {
 }
 
 /// `base` and one directive per ProviderConfig level.
-fn directives(base: &str, providers: &BTreeMap<String, LogLevel>) -> String {
+fn directives(base: &str, providers: &BTreeMap<String, Level>) -> String {
     let mut directives = base.to_owned();
     for (name, level) in providers {
         // Every line of that provider's calls, its own and the host's for it (the broker's
@@ -118,7 +119,7 @@ fn directives(base: &str, providers: &BTreeMap<String, LogLevel>) -> String {
         // ProviderConfig's name is a DNS subdomain: no character a directive gives meaning to.
         directives.push_str(&format!(
             ",[provider_call{{provider={name}}}]={}",
-            level.as_str()
+            level.as_str().to_ascii_lowercase()
         ));
     }
     directives
@@ -131,8 +132,8 @@ mod tests {
     #[test]
     fn each_provider_level_is_a_directive_on_its_calls_lines() {
         let providers = BTreeMap::from([
-            ("pve-lab".to_owned(), LogLevel::Debug),
-            ("kvm".to_owned(), LogLevel::Trace),
+            ("pve-lab".to_owned(), Level::DEBUG),
+            ("kvm".to_owned(), Level::TRACE),
         ]);
         let text = directives("warn", &providers);
         assert_eq!(
@@ -150,7 +151,7 @@ mod tests {
         struct Lines(Arc<Mutex<Vec<u8>>>);
         impl std::io::Write for Lines {
             fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                lock(&self.0).extend_from_slice(bytes);
+                self.0.lock().unwrap().extend_from_slice(bytes);
                 Ok(bytes.len())
             }
             fn flush(&mut self) -> std::io::Result<()> {
@@ -159,7 +160,7 @@ mod tests {
         }
         let lines = Lines::default();
         let writer = lines.clone();
-        let providers = BTreeMap::from([("pve-lab".to_owned(), LogLevel::Debug)]);
+        let providers = BTreeMap::from([("pve-lab".to_owned(), Level::DEBUG)]);
         let subscriber = tracing_subscriber::registry()
             .with(EnvFilter::new(directives(
                 "warn,egress_runtime=info",
@@ -174,7 +175,7 @@ mod tests {
                 tracing::info!(target: "egress_runtime::guest", "the outcome of {provider}");
             }
         });
-        let text = String::from_utf8(lock(&lines.0).clone()).unwrap();
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         assert!(text.contains("a request of pve-lab"), "{text}");
         assert!(text.contains("the outcome of pve-lab"), "{text}");
         assert!(!text.contains("a request of other"), "{text}");
