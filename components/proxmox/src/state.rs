@@ -54,12 +54,16 @@ pub fn power(status: &VmStatus) -> Power {
     }
 }
 
-/// IPv4 addresses the agent reports, most preferred first: not loopback, not link-local, no
-/// duplicates, in the agent's order. (Early in boot only `lo` or link-local may be present.)
+/// IPv4 addresses the agent reports, most preferred first: none of the loopback interface
+/// `lo` (F21: a guest reports it beside its network interface), not link-local, no duplicates,
+/// in the agent's order. (Early in boot only `lo` or link-local may be present.) The interface
+/// is told by its name, not by its addresses: a loopback address on a network interface is the
+/// test simulator's per-VM service, reachable from the operator on its machine.
 pub fn usable_ipv4(interfaces: &[AgentInterface]) -> Vec<String> {
     let mut addresses: Vec<String> = Vec::new();
     for address in interfaces
         .iter()
+        .filter(|interface| interface.name != "lo")
         .flat_map(|interface| &interface.ip_addresses)
     {
         if address.ip_address_type != "ipv4" {
@@ -68,8 +72,7 @@ pub fn usable_ipv4(interfaces: &[AgentInterface]) -> Vec<String> {
         let Ok(ip) = address.ip_address.parse::<std::net::Ipv4Addr>() else {
             continue;
         };
-        if ip.is_loopback()
-            || ip.is_link_local()
+        if ip.is_link_local()
             || ip.is_unspecified()
             || ip.is_broadcast()
             || ip.is_multicast()
@@ -241,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn f21_usable_addresses_skip_loopback_link_local_and_ipv6() {
+    fn f21_usable_addresses_skip_the_lo_interface_link_local_and_ipv6() {
         let interfaces = [
             interface("lo", &[("127.0.0.1", "ipv4"), ("::1", "ipv6")]),
             interface(
@@ -258,10 +261,17 @@ mod tests {
                     ("10.0.0.5", "ipv4"),
                     ("192.168.4.147", "ipv4"),
                     ("junk", "ipv4"),
+                    ("0.0.0.0", "ipv4"),
+                    ("224.0.0.1", "ipv4"),
                 ],
             ),
+            // The simulator's per-VM service: a loopback address on a network interface.
+            interface("ens20", &[("127.77.0.5", "ipv4")]),
         ];
-        assert_eq!(usable_ipv4(&interfaces), ["192.168.4.147", "10.0.0.5"]);
+        assert_eq!(
+            usable_ipv4(&interfaces),
+            ["192.168.4.147", "10.0.0.5", "127.77.0.5"]
+        );
     }
 
     fn http(message: &str) -> Result<Vec<AgentInterface>, ApiError> {

@@ -116,6 +116,15 @@ impl HealthCheck {
         Duration::from_secs(self.period_seconds.into())
     }
 
+    /// The port probed: the `tcp` one, else the `httpConnect` one (the one a Service lists).
+    pub fn port(&self) -> u32 {
+        match (&self.tcp, &self.http_connect) {
+            (Some(tcp), _) => tcp.port,
+            (None, Some(connect)) => connect.port,
+            (None, None) => 0,
+        }
+    }
+
     /// How long one probe may take.
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_seconds.into())

@@ -7,7 +7,8 @@
 //!
 //! The VM is not trusted: the probe reads at most [`MAX_ANSWER_BYTES`] of its answer, within the
 //! check's timeout, and its words for a failure quote nothing the VM sent but a status code.
-//! [`VmHealth`] does no I/O and reads no clock: the caller passes `now`.
+//! [`VmHealth`] does no I/O and reads no clock: the caller passes `now`. [`Prober`] holds the
+//! VMs an operator probes, by Proxy, and probes those due, a bounded number at a time.
 
 #![warn(missing_docs)]
 
@@ -298,6 +299,9 @@ impl VmHealth {
 fn seconds(seconds: u32) -> SignedDuration {
     SignedDuration::from_secs(i64::from(seconds))
 }
+
+mod prober;
+pub use prober::{MAX_PROBES_IN_FLIGHT, Prober};
 
 #[cfg(test)]
 mod tests;

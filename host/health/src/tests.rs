@@ -292,3 +292,76 @@ fn the_first_probe_is_due_at_once_and_each_next_one_a_period_after_the_last() {
     assert!(!vm.is_due(&check, at(12)));
     assert!(vm.is_due(&check, at(13)));
 }
+
+// ---------------------------------------------------------------- the prober
+
+/// A TCP check of `port`: one failure is enough, no startup grace.
+fn strict_tcp(port: u16) -> HealthCheck {
+    HealthCheck {
+        failure_threshold: 1,
+        startup_seconds: 0,
+        ..check(Some(u32::from(port)), None)
+    }
+}
+
+#[tokio::test]
+async fn the_prober_reports_each_change_of_verdict_once_and_only_when_due() {
+    let (listener, address) = listener().await;
+    let check = strict_tcp(address.port());
+    let prober = Prober::default();
+    assert_eq!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0)),
+        Verdict::Starting
+    );
+    // The service listens: healthy, a change.
+    assert_eq!(prober.probe_due(at(0)).await, ["ns/a"]);
+    assert_eq!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1)),
+        Verdict::Healthy
+    );
+    // Not due before periodSeconds: no probe, so a service that stopped is not seen yet.
+    drop(listener);
+    assert!(prober.probe_due(at(5)).await.is_empty());
+    assert_eq!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(5)),
+        Verdict::Healthy
+    );
+    // Due: refused, and one failure is the threshold.
+    assert_eq!(prober.probe_due(at(10)).await, ["ns/a"]);
+    let verdict = prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(10));
+    assert!(
+        matches!(&verdict, Verdict::Unhealthy { since, reason } if *since == at(10) && reason.contains("connection refused")),
+        "{verdict:?}"
+    );
+    // Still failing: the same verdict, no change reported.
+    assert!(prober.probe_due(at(20)).await.is_empty());
+}
+
+#[tokio::test]
+async fn another_vm_starts_afresh_and_a_forgotten_proxy_is_not_probed() {
+    let port = closed_port().await.port();
+    let check = strict_tcp(port);
+    let prober = Prober::default();
+    prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0));
+    assert_eq!(prober.probe_due(at(0)).await, ["ns/a"]);
+    assert!(matches!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1)),
+        Verdict::Unhealthy { .. }
+    ));
+    // The VM was replaced: its record starts again.
+    assert_eq!(
+        prober.watch("ns/a", "vm-2", LOOPBACK, &check, at(2)),
+        Verdict::Starting
+    );
+    assert_eq!(prober.probe_due(at(2)).await, ["ns/a"]);
+    // So does a changed check.
+    let other = strict_tcp(port.wrapping_add(1).max(1));
+    assert_eq!(
+        prober.watch("ns/a", "vm-2", LOOPBACK, &other, at(3)),
+        Verdict::Starting
+    );
+    assert_eq!(prober.len(), 1);
+    prober.forget("ns/a");
+    assert!(prober.is_empty());
+    assert!(prober.probe_due(at(100)).await.is_empty());
+}

@@ -10,6 +10,9 @@ pub const READY: &str = "Ready";
 pub const SYNCED: &str = "Synced";
 /// The VM exists and is running; its reason names what is waited for otherwise.
 pub const PROVISIONED: &str = "Provisioned";
+/// The Proxy's health check passes at its VM's address (`Passing`); `Starting` before the first
+/// pass, `Failing` past `failureThreshold`. Set only on a Proxy with a health check.
+pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 /// The ProviderConfig serves an older generation than it asks for (a replacement failed).
 pub const DEGRADED: &str = "Degraded";
 

@@ -26,6 +26,7 @@
 //! The recovery rows are one pure decision, `recovery_decision`, and its actions.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,7 @@ use crate::crd::{
     EffectiveRecovery, HandledBy, Phase, ProxySpec, ProxyStatus, Recovery, RecoveryPolicy,
     RecoveryRecord,
 };
+use crate::health::{Prober, Verdict};
 use crate::installation::Installation;
 use crate::marks::{self, Owner, PROXY_UID_TAG, vm_name};
 use crate::metrics::Metrics;
@@ -66,6 +68,9 @@ pub struct ProxyState {
     pub deleting: bool,
     /// Where its pool asks the provider to put a VM it makes; `None` for a Proxy of its own.
     pub placement: Option<Placement>,
+    /// A ProxyPool owns it: a VM whose service fails its health check is reported, and the
+    /// pool's remediation (at most `maxUnhealthy` at once) replaces it, not the Proxy's recovery.
+    pub pooled: bool,
 }
 
 impl ProxyState {
@@ -185,6 +190,8 @@ pub struct ProxyReconciler {
     /// The recovery record last written per Proxy UID, for the same reason: a stale status must
     /// not forget a restart and so restart once more than the limit allows.
     recoveries: Mutex<HashMap<String, Recoveries>>,
+    /// The health checks of the VMs that run, by Proxy key.
+    prober: Arc<Prober>,
 }
 
 /// What a Proxy's status says of its recoveries.
@@ -218,22 +225,35 @@ enum Trouble {
     Stopped,
     /// It failed (crashed, panicked, or the hypervisor says so).
     Failed,
+    /// It runs, but its service failed the health check past `failureThreshold`.
+    Unhealthy,
 }
 
 impl Trouble {
-    /// `stopped` or `failed`: the metric label and the word in messages.
+    /// `stopped`, `failed` or `unhealthy`: the metric label and the word in messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Trouble::Stopped => "stopped",
             Trouble::Failed => "failed",
+            Trouble::Unhealthy => "unhealthy",
         }
     }
 
-    /// The condition reason: `VMStopped` or `VMFailed`.
+    /// The condition reason: `VMStopped`, `VMFailed` or `ServiceUnhealthy`.
     fn reason(self) -> &'static str {
         match self {
             Trouble::Stopped => "VMStopped",
             Trouble::Failed => "VMFailed",
+            Trouble::Unhealthy => "ServiceUnhealthy",
+        }
+    }
+
+    /// The phase while the VM is held in this trouble: an unhealthy VM still runs.
+    fn phase(self) -> Phase {
+        match self {
+            Trouble::Stopped => Phase::Stopped,
+            Trouble::Failed => Phase::Failed,
+            Trouble::Unhealthy => Phase::Running,
         }
     }
 }
@@ -353,6 +373,8 @@ fn recovery_decision(
     if tries >= recovery.max_restarts {
         return RecoveryDecision::Degrade { newly: true, tries };
     }
+    // Only a stopped VM can be started again: a failed one, or one whose service fails while
+    // it runs (the contract has no reboot), is replaced.
     let act = match (recovery.policy, case.trouble) {
         (RecoveryPolicy::Restart, Trouble::Stopped) => Act::Restart,
         _ => Act::Replace,
@@ -377,6 +399,19 @@ fn recovery_decision(
     }
 }
 
+/// What the health check says of a running VM's service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Service {
+    /// The Proxy has no health check: running at an address is Ready.
+    Unchecked,
+    /// Passing.
+    Healthy,
+    /// Not passed yet, or nothing to probe: why.
+    Pending(String),
+    /// Failing past its threshold: why.
+    Unhealthy(String),
+}
+
 impl ProxyReconciler {
     /// A reconciler of `installation` with `timing`, recording into `metrics`.
     pub fn new(installation: Installation, timing: Timing, metrics: Metrics) -> Self {
@@ -387,7 +422,13 @@ impl ProxyReconciler {
             attempts: Mutex::new(HashMap::new()),
             permanent: Mutex::new(HashMap::new()),
             recoveries: Mutex::new(HashMap::new()),
+            prober: Arc::new(Prober::default()),
         }
+    }
+
+    /// The VMs whose service it has the adapters probe (`Prober::probe_due`, every second).
+    pub fn prober(&self) -> &Arc<Prober> {
+        &self.prober
     }
 
     /// Its timing.
@@ -409,6 +450,7 @@ impl ProxyReconciler {
         let started = Instant::now();
         let outcome = if proxy.deleting {
             lock(&self.recoveries).remove(&proxy.uid);
+            self.prober.forget(&proxy.key());
             self.cleanup(proxy, resolved.binding).await
         } else {
             let mut proxy = std::borrow::Cow::Borrowed(proxy);
@@ -597,6 +639,7 @@ impl ProxyReconciler {
 
     /// Forget the VM: the next reconcile (now) creates one.
     fn gone(&self, proxy: &ProxyState, mut step: Step, why: String) -> ProxyOutcome {
+        self.prober.forget(&proxy.key());
         step.status.provider_id = None;
         step.status.host = None;
         step.status.installation = None;
@@ -628,8 +671,19 @@ impl ProxyReconciler {
                 step.status.created_at = vm.created_at.clone();
             }
             step.synced(true, "Synced", "the provider answered");
+            let answers = vm.state == VmState::Running && !vm.addresses.is_empty();
+            if !answers {
+                // Probed again from scratch once it runs at an address.
+                self.prober.forget(&pass.proxy.key());
+            }
             match vm.state {
-                VmState::Running if !vm.addresses.is_empty() => self.running(pass, step, &vm),
+                VmState::Running if answers => match self.service(pass, &mut step, &vm) {
+                    Service::Unhealthy(_) if !pass.proxy.pooled => {
+                        self.recover(pass, step, vm, Trouble::Unhealthy, false)
+                            .await
+                    }
+                    service => self.running(pass, step, &vm, service),
+                },
                 VmState::Running | VmState::Provisioning => {
                     self.provisioning(pass.proxy, step, &vm)
                 }
@@ -646,12 +700,86 @@ impl ProxyReconciler {
         })
     }
 
-    fn running<P>(&self, pass: &Pass<'_, P>, mut step: Step, vm: &Vm) -> ProxyOutcome {
+    /// What the Proxy's health check says of the service of its VM, running at an address,
+    /// written as `HealthCheckSucceeded`: the [`Prober`]'s verdict so far.
+    fn service<P>(&self, pass: &Pass<'_, P>, step: &mut Step, vm: &Vm) -> Service {
+        let key = pass.proxy.key();
+        let Some(check) = &pass.proxy.spec.health_check else {
+            self.prober.forget(&key);
+            let conditions = &mut step.status.conditions;
+            conditions.retain(|condition| condition.type_ != conditions::HEALTH_CHECK_SUCCEEDED);
+            return Service::Unchecked;
+        };
+        // An address may come as `ip/prefix`; the first that is an IP address is probed.
+        let address = vm.addresses.iter().find_map(|address| {
+            let ip = address.split('/').next().unwrap_or_default();
+            ip.parse::<IpAddr>().ok()
+        });
+        let Some(address) = address else {
+            self.prober.forget(&key);
+            let why = format!(
+                "none of {}'s addresses ({}) is an IP address to probe",
+                vm.provider_id,
+                vm.addresses.join(", ")
+            );
+            step.set(conditions::HEALTH_CHECK_SUCCEEDED, false, "NoAddress", &why);
+            return Service::Pending(why);
+        };
+        let now = step.stamp.now.0;
+        let port = check.port();
+        match self
+            .prober
+            .watch(&key, &vm.provider_id, address, check, now)
+        {
+            Verdict::Starting => {
+                let why = format!(
+                    "waiting for the service at {address} port {port} to pass its health check"
+                );
+                step.set(conditions::HEALTH_CHECK_SUCCEEDED, false, "Starting", &why);
+                Service::Pending(why)
+            }
+            Verdict::Healthy => {
+                let why = format!("the service at {address} port {port} passes its health check");
+                step.set(conditions::HEALTH_CHECK_SUCCEEDED, true, "Passing", &why);
+                Service::Healthy
+            }
+            Verdict::Unhealthy { reason, .. } => {
+                let why = format!("the service at {address} port {port}: {reason}");
+                step.set(conditions::HEALTH_CHECK_SUCCEEDED, false, "Failing", &why);
+                Service::Unhealthy(why)
+            }
+        }
+    }
+
+    fn running<P>(
+        &self,
+        pass: &Pass<'_, P>,
+        mut step: Step,
+        vm: &Vm,
+        service: Service,
+    ) -> ProxyOutcome {
         let became_ready = !conditions::is_true(&pass.proxy.status.conditions, conditions::READY);
         step.status.addresses = vm.addresses.clone();
         step.status.phase = Some(Phase::Running);
         let at = vm.addresses.join(", ");
         step.provisioned(true, "Running", &format!("{} runs", vm.provider_id));
+        let unready = match service {
+            Service::Unchecked | Service::Healthy => None,
+            Service::Pending(why) => Some(("HealthCheckPending", why)),
+            Service::Unhealthy(why) => Some((
+                "ServiceUnhealthy",
+                format!("{why}; its ProxyPool's remediation replaces it"),
+            )),
+        };
+        if let Some((reason, why)) = unready {
+            if reason == "ServiceUnhealthy"
+                && conditions::is_true(&pass.proxy.status.conditions, conditions::READY)
+            {
+                step.note(Note::warning(reason, why.clone()));
+            }
+            step.ready(false, reason, &why);
+            return step.finish(Next::After(self.resync(pass.binding)));
+        }
         step.ready(true, "Running", &format!("answers at {at}"));
         if became_ready {
             step.note(Note::normal(
@@ -756,11 +884,7 @@ impl ProxyReconciler {
             held.id,
             held.trouble.as_str()
         );
-        let phase = match held.trouble {
-            Trouble::Stopped => Phase::Stopped,
-            Trouble::Failed => Phase::Failed,
-        };
-        held.report(&mut step, phase, &why);
+        held.report(&mut step, held.trouble.phase(), &why);
         if conditions::is_true(&pass.proxy.status.conditions, conditions::READY) {
             step.note(Note::warning(held.trouble.reason(), why));
         }
@@ -1123,7 +1247,11 @@ impl Held<'_> {
                 self.recovery.max_restarts
             ),
         };
-        self.report(&mut step, Phase::Stopped, &why);
+        let phase = match self.trouble {
+            Trouble::Unhealthy => Phase::Running,
+            Trouble::Stopped | Trouble::Failed => Phase::Stopped,
+        };
+        self.report(&mut step, phase, &why);
         step.finish(Next::After(wait))
     }
 }

@@ -281,6 +281,12 @@ pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
         deleting,
         // Pools are served in local mode only, so far (issue 34).
         placement: None,
+        pooled: proxy
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| owner.kind == "ProxyPool" && owner.controller == Some(true)),
     })
 }
 

@@ -57,6 +57,8 @@ const WORKERS: usize = 32;
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// How often every pool is planned again (its Proxies' changes move its rollout on).
 const POOL_PASS: Duration = Duration::from_secs(1);
+/// How often the health checks due are probed (each at its own `periodSeconds`).
+const PROBE_PASS: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for calls in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -138,6 +140,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let workers: Vec<_> = (0..WORKERS)
         .map(|_| tokio::spawn(Arc::clone(&local).work()))
         .collect();
+    let _probing = AbortOnDrop::new([tokio::spawn(Arc::clone(&local).probe())]);
 
     let exit = local.serve(&mut changes, args.exit_when_settled).await;
     local.queue.close();
@@ -266,6 +269,18 @@ impl Local {
                 self.queue.schedule(&key, Instant::now() + retry);
             }
             self.queue.done(&key);
+        }
+    }
+
+    /// Probes the services due, every second; a Proxy whose verdict changed is reconciled now.
+    async fn probe(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(PROBE_PASS);
+        loop {
+            tick.tick().await;
+            let prober = self.operator.reconciler.prober();
+            for key in prober.probe_due(crate::now().0).await {
+                self.queue.schedule(&key, Instant::now());
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 
 use crate::conditions;
-use crate::crd::ProxyPool;
+use crate::crd::{ProxyPool, ProxyStatus};
 use crate::pool::{self, Health, Member, Plan};
 
 use super::Local;
@@ -211,9 +211,22 @@ fn member(proxy: &ProxyRecord) -> Member {
             .unwrap_or_else(|_| crate::now()),
         ready_since,
         deleting: proxy.deleting,
-        health: Health::Unknown,
+        health: health(status),
         host: status.host.clone(),
         pending,
+    }
+}
+
+/// A member's health, from the `HealthCheckSucceeded` condition its reconcile writes: failing
+/// since that condition last turned false.
+fn health(status: &ProxyStatus) -> Health {
+    match conditions::condition(&status.conditions, conditions::HEALTH_CHECK_SUCCEEDED) {
+        None => Health::Unknown,
+        Some(check) if check.status == "True" => Health::Healthy,
+        Some(check) if check.reason == "Failing" => Health::Unhealthy {
+            since: check.last_transition_time.clone(),
+        },
+        Some(_) => Health::Starting,
     }
 }
 

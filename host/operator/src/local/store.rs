@@ -417,6 +417,7 @@ fn decode_proxy(row: ProxyRow) -> Result<ProxyRecord, StoreError> {
             status: serde_json::from_str(&status)?,
             deleting,
             placement: membership.as_ref().and_then(|m| m.placement.clone()),
+            pooled: membership.is_some(),
         },
         created,
         membership,

@@ -194,6 +194,7 @@ fn proxy(status: ProxyStatus) -> ProxyState {
         status,
         deleting: false,
         placement: None,
+        pooled: false,
     }
 }
 
@@ -1058,4 +1059,185 @@ async fn deleting_when_delete_fails_transiently_keeps_the_finalizer() {
     assert!(bound.provider.vm("vm-7").is_some());
     assert!(matches!(outcome.next, Next::After(_)), "{:?}", outcome.next);
     assert_eq!(reason(&outcome, conditions::SYNCED), "TransientError");
+}
+
+// The health check: Ready requires it; failing past its threshold, the Proxy's recovery (or its
+// pool's remediation) acts.
+
+/// A fake whose VM `vm-7` runs at the loopback address, where the tests listen (or not).
+fn running_on_loopback() -> FakeProvider {
+    let fake = FakeProvider::default().with_vm("vm-7", UID, VmState::Running);
+    lock(&fake.vms).get_mut("vm-7").unwrap().addresses = vec!["127.0.0.1".into()];
+    fake
+}
+
+/// A Proxy of VM `vm-7` checked at `port` by TCP: one failure is the threshold, no grace.
+fn checked(port: u16) -> ProxyState {
+    let mut proxy = proxy(with_vm("vm-7"));
+    proxy.spec.health_check = Some(crate::crd::HealthCheck {
+        tcp: Some(crate::crd::TcpProbe { port: port.into() }),
+        http_connect: None,
+        period_seconds: 10,
+        failure_threshold: 1,
+        startup_seconds: 0,
+        timeout_seconds: 1,
+    });
+    proxy
+}
+
+/// A loopback port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Probes what is due; the keys whose verdict changed.
+async fn probe(core: &ProxyReconciler) -> Vec<String> {
+    core.prober().probe_due(crate::now().0).await
+}
+
+#[tokio::test]
+async fn a_running_vm_is_ready_only_once_its_service_passes_the_health_check() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let core = reconciler();
+    let bound = binding(running_on_loopback(), None);
+    let proxy = checked(listener.local_addr().unwrap().port());
+
+    let first = core.reconcile(&proxy, resolved(&bound)).await;
+    assert_eq!(first.status.phase, Some(Phase::Running));
+    assert_eq!(reason(&first, conditions::READY), "HealthCheckPending");
+    assert_eq!(reason(&first, conditions::PROVISIONED), "Running");
+    assert_eq!(
+        reason(&first, conditions::HEALTH_CHECK_SUCCEEDED),
+        "Starting"
+    );
+    assert_eq!(probe(&core).await, ["default/p"]);
+
+    let mut proxy = proxy;
+    proxy.status = first.status;
+    let second = core.reconcile(&proxy, resolved(&bound)).await;
+    assert!(conditions::is_true(
+        &second.status.conditions,
+        conditions::READY
+    ));
+    assert_eq!(
+        reason(&second, conditions::HEALTH_CHECK_SUCCEEDED),
+        "Passing"
+    );
+    let passing = conditions::HEALTH_CHECK_SUCCEEDED;
+    assert!(conditions::is_true(&second.status.conditions, passing));
+    assert_eq!(noted(&second), ["Ready"]);
+}
+
+#[tokio::test]
+async fn a_proxy_without_a_health_check_is_ready_at_its_address_and_nothing_is_probed() {
+    let core = reconciler();
+    let bound = binding(running_on_loopback(), None);
+    // Its check was just removed: the condition it left goes with it.
+    let mut status = with_vm("vm-7");
+    set_condition(
+        &mut status.conditions,
+        conditions::HEALTH_CHECK_SUCCEEDED,
+        false,
+        "Failing",
+        "…",
+        Some(1),
+        &at(0),
+    );
+    let outcome = core.reconcile(&proxy(status), resolved(&bound)).await;
+    assert!(conditions::is_true(
+        &outcome.status.conditions,
+        conditions::READY
+    ));
+    assert!(
+        condition(
+            &outcome.status.conditions,
+            conditions::HEALTH_CHECK_SUCCEEDED
+        )
+        .is_none()
+    );
+    assert!(core.prober().is_empty());
+}
+
+#[tokio::test]
+async fn a_vm_whose_service_fails_past_its_threshold_is_replaced_by_the_proxys_recovery() {
+    let core = reconciler();
+    let bound = binding(running_on_loopback(), None);
+    let mut proxy = checked(closed_port().await);
+    proxy.status = core.reconcile(&proxy, resolved(&bound)).await.status;
+    assert_eq!(probe(&core).await, ["default/p"]);
+
+    let outcome = core.reconcile(&proxy, resolved(&bound)).await;
+    assert_eq!(
+        bound.provider.asked(),
+        vec![Operation::Get, Operation::Get, Operation::Delete]
+    );
+    assert!(bound.provider.vm("vm-7").is_none());
+    assert_eq!(noted(&outcome), ["VMReplaced"]);
+    let last = outcome.status.last_recovery.clone().unwrap();
+    assert_eq!(
+        (last.action, last.reason.as_str()),
+        (RecoveryPolicy::Replace, "unhealthy")
+    );
+    assert_eq!(core.metrics.recoveries("lab", "replace", "unhealthy"), 1);
+    // The replaced VM is no longer probed.
+    assert!(core.prober().is_empty());
+}
+
+#[tokio::test]
+async fn a_pooled_proxys_unhealthy_vm_is_left_to_the_pools_remediation() {
+    let core = reconciler();
+    let bound = binding(running_on_loopback(), None);
+    let mut proxy = checked(closed_port().await);
+    proxy.pooled = true;
+    proxy.status = core.reconcile(&proxy, resolved(&bound)).await.status;
+    assert_eq!(probe(&core).await, ["default/p"]);
+
+    let outcome = core.reconcile(&proxy, resolved(&bound)).await;
+    assert_eq!(bound.provider.asked(), vec![Operation::Get, Operation::Get]);
+    assert!(bound.provider.vm("vm-7").is_some());
+    assert_eq!(reason(&outcome, conditions::READY), "ServiceUnhealthy");
+    assert_eq!(
+        reason(&outcome, conditions::HEALTH_CHECK_SUCCEEDED),
+        "Failing"
+    );
+    assert_eq!(outcome.status.phase, Some(Phase::Running));
+    assert_eq!(outcome.status.restarts, 0);
+}
+
+#[tokio::test]
+async fn under_policy_none_an_unhealthy_vm_is_only_reported() {
+    let core = reconciler();
+    let none = Recovery {
+        policy: Some(RecoveryPolicy::None),
+        ..Recovery::default()
+    };
+    let bound = binding(running_on_loopback(), Some(none));
+    let mut proxy = checked(closed_port().await);
+    proxy.status = core.reconcile(&proxy, resolved(&bound)).await.status;
+    assert_eq!(probe(&core).await, ["default/p"]);
+
+    let outcome = core.reconcile(&proxy, resolved(&bound)).await;
+    assert_eq!(bound.provider.asked(), vec![Operation::Get, Operation::Get]);
+    assert_eq!(reason(&outcome, conditions::READY), "ServiceUnhealthy");
+    assert_eq!(outcome.status.phase, Some(Phase::Running));
+}
+
+#[test]
+fn an_unhealthy_vm_is_replaced_even_where_the_policy_is_restart() {
+    let mut record = Recoveries::default();
+    let recovery = restart_policy(RecoveryPolicy::Restart);
+    let decision = decide(
+        Trouble::Unhealthy,
+        &recovery,
+        &ProxyStatus::default(),
+        &mut record,
+    );
+    assert_eq!(
+        decision,
+        RecoveryDecision::Recover {
+            act: Act::Replace,
+            attempt: 1
+        }
+    );
 }
