@@ -8,14 +8,14 @@
 //!
 //! | request | answer (`{"data": …}`) |
 //! |---|---|
-//! | `GET /_sim/info` | `{"simulator": "pvesim", "version", "node"}`, and `"servicePort"` when VMs have services |
+//! | `GET /_sim/info` | `{"simulator": "pvesim", "version", "node", "nodes"}` (`node` the first of `nodes`, where the templates live), and `"servicePort"` when VMs have services |
 //! | `POST /_sim/faults`, body: rules, one per line, in the `--fault` syntax | `{"added": n}`; 400 and nothing added if one line does not parse |
 //! | `DELETE /_sim/faults` | every rule and the abort budget removed |
 //! | `GET /_sim/requests` | `{"total", "unanswered"}`: requests logged, and those reset without an answer |
-//! | `GET /_sim/vms` | `[{"vmid", "name", "template", "lock"}]`, every QEMU guest |
+//! | `GET /_sim/vms` | `[{"vmid", "node", "name", "template", "lock"}]`, every QEMU guest on every node |
 //! | `POST /_sim/vms/{vmid}/stop` | `null`: the VM stopped, as by `qm stop <vmid>` on the node (see below) |
 //! | `POST /_sim/vms/{vmid}/qmpstatus`, body `{"qmpstatus": "…"}` | `null`: a running VM put in a QMP state only its guest or QEMU reaches: `suspended` (the guest slept, ACPI S3), `io-error`, `guest-panicked`, `internal-error`, `watchdog`, or back to `running`; 400 for another word, 500 for a stopped VM |
-//! | `POST /_sim/nodes/{node}/reboot`, body: empty or `{"startOnboot": false}` | `{"stopped": [vmid…], "startall": UPID or null}` (see below) |
+//! | `POST /_sim/nodes/{node}/reboot`, body: empty or `{"startOnboot": false}` | `{"stopped": [vmid…], "startall": UPID or null}`: that node's guests only (see below) |
 //! | `POST /_sim/vms/{vmid}/service`, body `{"service": "ok" \| "refuse" \| "hang" \| "error"}` | `null`: the VM's proxy service, with `--service-port`, from now on answers `CONNECT` with 200 (`ok`, the default), refuses connections (`refuse`), accepts and never answers (`hang`) or answers 503 (`error`); it serves only while the VM runs. 400 without `--service-port` or for another word, F2's 500 for an unknown VM |
 //!
 //! **Stop** (`qm stop`): when the answer comes the VM is stopped (`status` and `qmpstatus`
@@ -23,7 +23,9 @@
 //! are untouched. A locked VM is refused with `VM is locked (<lock>)` and an unknown one with
 //! F2's text, both 500 as `qm` would fail; a stopped VM stays stopped.
 //!
-//! **Node reboot**: every guest on the node stops at once (`stopped` lists those that ran). Then,
+//! The VM routes take a VMID alone: VMIDs are the cluster's, so they reach a VM on any node.
+//!
+//! **Node reboot**: every guest on the node stops at once, the other nodes' run on (`stopped` lists those that ran). Then,
 //! as Proxmox VE does at boot, a `startall` task owned by `root@pam` starts every guest with
 //! `onboot=1` (not templates, not locked ones, not those someone started meanwhile) once the task
 //! latency has passed; each then starts as after any start, its agent answering after the agent
@@ -152,12 +154,14 @@ fn dispatch_route(
 ) -> Result<Value, ApiError> {
     match (method.as_str(), route) {
         ("GET", "info") => {
+            let inner = server.state.lock();
             let mut info = json!({
                 "simulator": "pvesim",
                 "version": env!("CARGO_PKG_VERSION"),
-                "node": server.node,
+                "node": inner.first_node(),
+                "nodes": inner.nodes,
             });
-            if let Some(services) = &server.state.lock().services {
+            if let Some(services) = &inner.services {
                 info["servicePort"] = json!(services.port());
             }
             Ok(info)
@@ -207,6 +211,7 @@ fn vms(server: &Server) -> Value {
         .map(|guest| {
             json!({
                 "vmid": guest.vmid,
+                "node": guest.node,
                 "name": guest.config.get("name"),
                 "template": guest.config.get("template").is_some_and(|t| t == "1"),
                 "lock": guest.lock,

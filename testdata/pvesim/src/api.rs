@@ -1,5 +1,6 @@
-//! Request handling: faults, auth, routing and the endpoint handlers, each answering with the
-//! texts recorded from PVE 9.2.20 (F1–F23).
+//! Request handling: faults, auth, routing and the VM endpoints, each answering with the texts
+//! recorded from PVE 9.2.20 (F1–F23). The cluster-wide endpoints live in `cluster.rs`, clone in
+//! `clone.rs`, the storage endpoints in `storage.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,11 +13,14 @@ use serde_json::{Value, json};
 
 use crate::access::{self, Acl, require, require_any};
 use crate::admin;
+use crate::clone::clone_vm;
+use crate::cluster::{self, boot_disk_bytes, check_node, numeric, uptime};
 use crate::faults::{Decision, FaultAction, Faults};
 use crate::model;
 use crate::params::{Params, is_dns_name, parse_vmid};
-use crate::reply::{self, ApiError, MISSING};
+use crate::reply::{self, ApiError};
 use crate::state::{Guest, GuestKind, Inner, RequestRecord, RunState, SimState, Task, unix_now};
+use crate::storage;
 use crate::tasks::{self, Work};
 
 /// Largest request body accepted (uploads are seed ISOs of a few KiB to MiB).
@@ -41,7 +45,6 @@ impl Token {
 
 /// Everything a request handler needs.
 pub(crate) struct Server {
-    pub node: String,
     pub state: SimState,
     pub faults: Arc<Faults>,
     pub tokens: Vec<Token>,
@@ -68,9 +71,10 @@ pub(crate) enum TaskOverride {
     Warnings(u32),
 }
 
-struct Ctx {
-    token: Token,
-    task_override: Option<TaskOverride>,
+/// Who asks, and how a fault changes the task the request starts.
+pub(crate) struct Ctx {
+    pub token: Token,
+    pub task_override: Option<TaskOverride>,
 }
 
 type HttpResponse = Response<Full<Bytes>>;
@@ -212,16 +216,18 @@ fn authenticate<B>(server: &Server, request: &Request<B>) -> Result<Token, ApiEr
         .ok_or_else(failed)
 }
 
-struct ApiRequest {
-    method: Method,
-    api_path: String,
-    query: Option<String>,
-    content_type: String,
-    body: Bytes,
+/// One authenticated API request, its body read.
+pub(crate) struct ApiRequest {
+    pub method: Method,
+    pub api_path: String,
+    pub query: Option<String>,
+    pub content_type: String,
+    pub body: Bytes,
 }
 
 impl ApiRequest {
-    fn params(&self) -> Params {
+    /// The form (or query) parameters; none from a multipart body.
+    pub fn params(&self) -> Params {
         let form = if self.content_type.starts_with("multipart/") {
             &[][..]
         } else {
@@ -264,9 +270,11 @@ async fn dispatch(
             params.allow(&[])?;
             Ok(json!({"release": "9.2", "version": "9.2.20", "repoid": "49318c671b82f31e"}))
         }
-        ["cluster", "resources"] if m == Method::GET => cluster_resources(server, ctx, &params),
-        ["cluster", "nextid"] if m == Method::GET => next_id(server, &params),
-        ["nodes"] if m == Method::GET => list_nodes(server, &params),
+        ["cluster", "resources"] if m == Method::GET => {
+            cluster::cluster_resources(server, ctx, &params)
+        }
+        ["cluster", "nextid"] if m == Method::GET => cluster::next_id(server, &params),
+        ["nodes"] if m == Method::GET => cluster::list_nodes(server, &params),
         ["access", "permissions"] if m == Method::GET => {
             params.allow(&["path"])?;
             Ok(access::permissions(&ctx.token, params.get("path")))
@@ -277,7 +285,7 @@ async fn dispatch(
                 return Err(not_implemented(request));
             }
             check_node(server, node)?;
-            node_dispatch(server, ctx, request, &params, rest).await
+            node_dispatch(server, ctx, request, &params, node, rest).await
         }
         _ => Err(not_implemented(request)),
     }
@@ -304,59 +312,56 @@ fn node_route_known(m: &Method, rest: &[&str]) -> bool {
     )
 }
 
+/// A `/nodes/{node}/…` request, `node` one of the cluster's: it runs there, so a VM it names must
+/// live there and a task it starts is that node's.
 async fn node_dispatch(
     server: &Arc<Server>,
     ctx: &Ctx,
     request: &ApiRequest,
     params: &Params,
+    node: &str,
     rest: &[&str],
 ) -> Result<Value, ApiError> {
+    let vm_here = |vmid: &str| parse_vmid("vmid", vmid).map(|vmid| (node, vmid));
     match (request.method.as_str(), rest) {
         ("POST", ["qemu", vmid, "clone"]) => {
-            clone_vm(server, ctx, parse_vmid("vmid", vmid)?, params)
+            clone_vm(server, ctx, node, parse_vmid("vmid", vmid)?, params)
         }
-        ("GET", ["qemu", vmid, "config"]) => {
-            get_config(server, ctx, parse_vmid("vmid", vmid)?, params)
+        ("GET", ["qemu", vmid, "config"]) => get_config(server, ctx, vm_here(vmid)?, params),
+        (method @ ("PUT" | "POST"), ["qemu", vmid, "config"]) => {
+            set_config(server, ctx, vm_here(vmid)?, params, method == "POST")
         }
-        (method @ ("PUT" | "POST"), ["qemu", vmid, "config"]) => set_config(
-            server,
-            ctx,
-            parse_vmid("vmid", vmid)?,
-            params,
-            method == "POST",
-        ),
         ("GET", ["qemu", vmid, "status", "current"]) => {
-            status_current(server, ctx, parse_vmid("vmid", vmid)?, params)
+            status_current(server, ctx, vm_here(vmid)?, params)
         }
         ("POST", ["qemu", vmid, "status", action]) => {
-            status_action(server, ctx, parse_vmid("vmid", vmid)?, action, params)
+            status_action(server, ctx, vm_here(vmid)?, action, params)
         }
-        ("PUT", ["qemu", vmid, "resize"]) => resize(server, ctx, parse_vmid("vmid", vmid)?, params),
-        ("DELETE", ["qemu", vmid]) => destroy(server, ctx, parse_vmid("vmid", vmid)?, params),
+        ("PUT", ["qemu", vmid, "resize"]) => resize(server, ctx, vm_here(vmid)?, params),
+        ("DELETE", ["qemu", vmid]) => destroy(server, ctx, vm_here(vmid)?, params),
         ("GET", ["qemu", vmid, "agent", "network-get-interfaces"]) => {
-            agent_interfaces(server, ctx, parse_vmid("vmid", vmid)?, params)
+            agent_interfaces(server, ctx, vm_here(vmid)?, params)
         }
-        ("POST", ["storage", storage, "upload"]) => upload(server, ctx, storage, request).await,
-        ("GET", ["storage", storage, "content"]) => list_content(server, ctx, storage, params),
-        ("GET", ["storage", storage, "status"]) => storage_status(server, ctx, storage, params),
-        ("DELETE", ["storage", storage, "content", volid]) => {
-            delete_volume(server, ctx, storage, volid, params)
+        ("POST", ["storage", id, "upload"]) => {
+            storage::upload(server, ctx, node, id, request).await
         }
-        ("GET", ["tasks", upid, "status"]) => task_status(server, upid, params),
+        ("GET", ["storage", id, "content"]) => storage::list_content(server, ctx, node, id, params),
+        ("GET", ["storage", id, "status"]) => {
+            storage::storage_status(server, ctx, node, id, params)
+        }
+        ("DELETE", ["storage", id, "content", volid]) => {
+            storage::delete_volume(server, ctx, node, id, volid, params)
+        }
+        ("GET", ["tasks", upid, "status"]) => task_status(server, node, upid, params),
         _ => Err(not_implemented(request)),
     }
 }
 
-fn check_node(server: &Server, node: &str) -> Result<(), ApiError> {
-    if node == server.node {
-        return Ok(());
-    }
-    Err(ApiError::internal(format!(
-        "hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not known"
-    )))
-}
+/// A VM as a `/nodes/{node}/qemu/{vmid}/…` path names it.
+type VmAt<'a> = (&'a str, u32);
 
-/// F2: the same text for config, status and destroy of a missing VM.
+/// F2: the same text for config, status and destroy of a missing VM; a VM on another node is
+/// missing here too (its conf is not in this node's directory).
 fn missing_vm(node: &str, vmid: u32) -> ApiError {
     ApiError::internal(format!(
         "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
@@ -367,21 +372,33 @@ pub(crate) fn lock_timeout(vmid: impl std::fmt::Display) -> String {
     format!("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout")
 }
 
-fn qemu(inner: &Inner, vmid: u32) -> Result<&Guest, ApiError> {
+/// QEMU VM `vmid` on `node`, else F2's error naming `node`.
+pub(crate) fn qemu<'a>(inner: &'a Inner, node: &str, vmid: u32) -> Result<&'a Guest, ApiError> {
     inner
         .guests
         .get(&vmid)
-        .filter(|g| g.kind == GuestKind::Qemu)
-        .ok_or_else(|| missing_vm(&inner.node, vmid))
+        .filter(|g| g.kind == GuestKind::Qemu && g.node == node)
+        .ok_or_else(|| missing_vm(node, vmid))
 }
 
-pub(crate) fn qemu_mut(inner: &mut Inner, vmid: u32) -> Result<&mut Guest, ApiError> {
-    let node = inner.node.clone();
+/// [`qemu`], to change it.
+fn qemu_mut<'a>(inner: &'a mut Inner, node: &str, vmid: u32) -> Result<&'a mut Guest, ApiError> {
+    inner
+        .guests
+        .get_mut(&vmid)
+        .filter(|g| g.kind == GuestKind::Qemu && g.node == node)
+        .ok_or_else(|| missing_vm(node, vmid))
+}
+
+/// QEMU VM `vmid` on whichever node holds it, for what happens outside the API (`qm` on its
+/// node, the admin API); else F2's error naming the first node.
+pub(crate) fn qemu_on_any_node_mut(inner: &mut Inner, vmid: u32) -> Result<&mut Guest, ApiError> {
+    let first = inner.first_node().to_string();
     inner
         .guests
         .get_mut(&vmid)
         .filter(|g| g.kind == GuestKind::Qemu)
-        .ok_or_else(|| missing_vm(&node, vmid))
+        .ok_or_else(|| missing_vm(&first, vmid))
 }
 
 pub(crate) fn check_unlocked(guest: &Guest) -> Result<(), ApiError> {
@@ -422,17 +439,20 @@ impl TaskOwner {
     }
 }
 
-/// Registers a running task for the request's token and starts its worker; returns the UPID.
-fn start_task(
+/// Registers a task running on `node` for the request's token and starts its worker; returns
+/// the UPID.
+pub(crate) fn start_task(
     server: &Arc<Server>,
     ctx: &Ctx,
     inner: &mut Inner,
+    node: &str,
     task_type: &str,
     id: &str,
     work: Work,
 ) -> String {
     let owner = TaskOwner::of_token(&ctx.token);
     let task = NewTask {
+        node,
         task_type,
         id,
         task_override: ctx.task_override.clone(),
@@ -443,6 +463,8 @@ fn start_task(
 
 /// A task about to be registered.
 pub(crate) struct NewTask<'a> {
+    /// The node that runs it: its UPID names it, and only it serves its status.
+    pub node: &'a str,
     /// Task type, e.g. `qmstart`.
     pub task_type: &'a str,
     /// Task id (a VMID, a storage, or empty).
@@ -464,7 +486,7 @@ pub(crate) fn spawn_task(
     let pid = inner.next_pid;
     let starttime = unix_now();
     let upid = model::format_upid(
-        &inner.node,
+        task.node,
         pid,
         inner.pstart,
         starttime,
@@ -475,6 +497,7 @@ pub(crate) fn spawn_task(
     inner.tasks.insert(
         upid.clone(),
         Task {
+            node: task.node.to_string(),
             upid: upid.clone(),
             task_type: task.task_type.to_string(),
             id: task.id.to_string(),
@@ -494,343 +517,6 @@ pub(crate) fn spawn_task(
         task.work,
     ));
     upid
-}
-
-// ---------------------------------------------------------------- cluster
-
-fn numeric(config: &BTreeMap<String, String>, key: &str, default: u64) -> u64 {
-    config
-        .get(key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The size of the first disk in boot order, else of scsi0, for `maxdisk`.
-fn boot_disk_bytes(config: &BTreeMap<String, String>) -> u64 {
-    let from_order = config
-        .get("boot")
-        .and_then(|b| b.strip_prefix("order="))
-        .into_iter()
-        .flat_map(|order| order.split(';'))
-        .filter_map(|dev| config.get(dev))
-        .find(|drive| model::drive_option(drive, "media") != Some("cdrom"));
-    from_order
-        .or_else(|| config.get("scsi0"))
-        .and_then(|drive| model::drive_option(drive, "size"))
-        .and_then(model::parse_size)
-        .unwrap_or(0)
-}
-
-fn uptime(guest: &Guest) -> u64 {
-    guest.started.map_or(0, |(at, _)| at.elapsed().as_secs())
-}
-
-/// One `/cluster/resources` VM entry (F8, F14).
-fn resource_entry(node: &str, vmid: u32, guest: &Guest) -> Value {
-    let kind = match guest.kind {
-        GuestKind::Qemu => "qemu",
-        GuestKind::Lxc => "lxc",
-    };
-    let id = format!("{kind}/{vmid}");
-    if guest.placeholder {
-        // F8: mid-clone the entry has no name and an unknown status.
-        let mut entry =
-            json!({"id": id, "type": kind, "vmid": vmid, "node": node, "status": "unknown"});
-        if let Some(lock) = guest.lock() {
-            entry["lock"] = json!(lock);
-        }
-        return entry;
-    }
-    let config = &guest.config;
-    let running = guest.run != RunState::Stopped;
-    let name = config
-        .get("name")
-        .or_else(|| config.get("hostname"))
-        .cloned();
-    let mut entry = json!({
-        "id": id,
-        "type": kind,
-        "vmid": vmid,
-        "node": node,
-        // F14: a paused VM is plain "running" here.
-        "status": if running { "running" } else { "stopped" },
-        "template": numeric(config, "template", 0),
-        "maxcpu": numeric(config, "cores", 1) * numeric(config, "sockets", 1),
-        "maxmem": numeric(config, "memory", 512) << 20,
-        "maxdisk": boot_disk_bytes(config),
-        "mem": if running { (numeric(config, "memory", 512) << 20) / 4 } else { 0 },
-        "cpu": if running { 0.01 } else { 0.0 },
-        "disk": 0, "diskread": 0, "diskwrite": 0, "netin": 0, "netout": 0,
-        "uptime": uptime(guest),
-    });
-    if let Some(name) = name {
-        entry["name"] = json!(name);
-    }
-    if let Some(tags) = config.get("tags") {
-        entry["tags"] = json!(tags);
-    }
-    // F8: lock appears only when set.
-    if let Some(lock) = guest.lock() {
-        entry["lock"] = json!(lock);
-    }
-    entry
-}
-
-/// Guests are listed only where the token holds `VM.Audit` on `/vms/<vmid>`, as pve-manager's
-/// handler filters them.
-fn cluster_resources(server: &Server, ctx: &Ctx, params: &Params) -> Result<Value, ApiError> {
-    params.allow(&["type"])?;
-    let kind = params.get("type");
-    if let Some(kind) = kind.filter(|k| !["vm", "storage", "node", "sdn"].contains(k)) {
-        return Err(ApiError::param(
-            "type",
-            format!(
-                "value '{kind}' does not have a value in the enumeration 'vm, storage, node, sdn'"
-            ),
-        ));
-    }
-    let inner = server.state.lock();
-    let node = &inner.node;
-    let mut entries = Vec::new();
-    if kind.is_none() || kind == Some("node") {
-        entries.push(
-            json!({"id": format!("node/{node}"), "type": "node", "node": node, "status": "online",
-            "maxcpu": 8, "maxmem": 34_359_738_368u64, "uptime": 86_400, "level": ""}),
-        );
-    }
-    if kind.is_none() || kind == Some("vm") {
-        entries.extend(
-            inner
-                .guests
-                .iter()
-                .filter(|(vmid, _)| {
-                    require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit").is_ok()
-                })
-                .map(|(vmid, guest)| resource_entry(node, *vmid, guest)),
-        );
-    }
-    if kind.is_none() || kind == Some("storage") {
-        entries.extend(inner.storages.iter().map(|s| {
-            json!({"id": format!("storage/{node}/{}", s.id), "type": "storage", "storage": s.id,
-                "node": node, "status": "available", "plugintype": s.plugin, "shared": 0,
-                "content": s.content.join(","), "disk": 0, "maxdisk": 107_374_182_400u64})
-        }));
-    }
-    Ok(Value::Array(entries))
-}
-
-/// `GET /nodes`: the one node, online (the fields of `pvesh get /nodes` on a single node).
-fn list_nodes(server: &Server, params: &Params) -> Result<Value, ApiError> {
-    params.allow(&[])?;
-    let node = &server.node;
-    Ok(
-        json!([{"node": node, "id": format!("node/{node}"), "type": "node", "status": "online",
-        "level": "", "cpu": 0.01, "maxcpu": 8, "mem": 4_294_967_296u64,
-        "maxmem": 34_359_738_368u64, "uptime": 86_400}]),
-    )
-}
-
-fn next_id(server: &Server, params: &Params) -> Result<Value, ApiError> {
-    params.allow(&["vmid"])?;
-    let inner = server.state.lock();
-    if let Some(text) = params.get("vmid") {
-        let vmid = parse_vmid("vmid", text)?;
-        if inner.guests.contains_key(&vmid) {
-            return Err(ApiError::param("vmid", format!("VM {vmid} already exists")));
-        }
-        return Ok(json!(vmid.to_string()));
-    }
-    // The schema says integer, but clients see a JSON string.
-    match inner.next_free_vmid() {
-        Some(vmid) => Ok(json!(vmid.to_string())),
-        None => Err(ApiError::internal(
-            "unable to get any free VMID in range [100, 1000000]",
-        )),
-    }
-}
-
-// ---------------------------------------------------------------- clone
-
-const CLONE_PARAMS: &[&str] = &[
-    "newid",
-    "name",
-    "description",
-    "full",
-    "storage",
-    "target",
-    "pool",
-    "snapname",
-    "format",
-    "bwlimit",
-];
-
-fn clone_vm(
-    server: &Arc<Server>,
-    ctx: &Ctx,
-    source: u32,
-    params: &Params,
-) -> Result<Value, ApiError> {
-    require(&ctx.token, &format!("/vms/{source}"), "VM.Clone")?;
-    // `VM.Allocate` on the new VMID or on a pool (not modelled): an `or` of two checks, whose
-    // refusal names neither.
-    if let Some(newid) = params
-        .get("newid")
-        .and_then(|newid| newid.parse::<u32>().ok())
-        && require(&ctx.token, &format!("/vms/{newid}"), "VM.Allocate").is_err()
-    {
-        return Err(ApiError::forbidden(""));
-    }
-    params.allow(CLONE_PARAMS)?;
-    let newid = parse_vmid("newid", params.required("newid")?)?;
-    if params.get("name").is_some_and(|n| !is_dns_name(n)) {
-        return Err(ApiError::format(
-            "name",
-            "value does not look like a valid DNS name",
-        ));
-    }
-    let full_param = params.boolean("full")?;
-    let mut inner = server.state.lock();
-    if let Some(storage) = params.get("storage") {
-        let Some(scfg) = inner.storage(storage) else {
-            return Err(ApiError::internal(format!(
-                "storage '{storage}' does not exist"
-            )));
-        };
-        // F15: refused up front, leaving no VM.
-        if !scfg.content.contains(&"images") {
-            return Err(ApiError::param(
-                "storage",
-                format!("storage '{storage}' does not support vm images"),
-            ));
-        }
-    }
-    if let Some(target) = params.get("target").filter(|t| *t != inner.node) {
-        return Err(ApiError::internal(format!(
-            "no such cluster node '{target}'"
-        )));
-    }
-    let source_guest = qemu(&inner, source)?;
-    access::clone_source(&ctx.token, &source_guest.config, params.get("storage"))?;
-    // F4: a taken VMID fails synchronously.
-    if inner.guests.contains_key(&newid) {
-        return Err(ApiError::internal(format!(
-            "unable to create VM {newid}: config file already exists"
-        )));
-    }
-    check_unlocked(source_guest)?;
-    let is_template = source_guest
-        .config
-        .get("template")
-        .is_some_and(|t| t == "1");
-    let full = full_param.unwrap_or(!is_template);
-    let target_config = cloned_config(&source_guest.config, source, newid, full, params);
-
-    let work = Work::Clone {
-        newid,
-        config: target_config,
-    };
-    let upid = start_task(
-        server,
-        ctx,
-        &mut inner,
-        "qmclone",
-        &source.to_string(),
-        work,
-    );
-    // The target conf starts as qemu-server's temporary file: `lock: clone`, nothing else (F8).
-    let guest_ip = inner.address_of(newid);
-    inner.guests.insert(
-        newid,
-        Guest {
-            kind: GuestKind::Qemu,
-            config: BTreeMap::from([("lock".to_string(), "clone".to_string())]),
-            run: RunState::Stopped,
-            started: None,
-            placeholder: true,
-            busy: Some(upid.clone()),
-            guest_ip,
-        },
-    );
-    Ok(json!(upid))
-}
-
-/// The clone's final config: new MACs, uuid and vmgenid, no `template`, description only when
-/// given and then verbatim (F10), everything else — `meta` included (F11) — copied.
-fn cloned_config(
-    source: &BTreeMap<String, String>,
-    source_id: u32,
-    newid: u32,
-    full: bool,
-    params: &Params,
-) -> BTreeMap<String, String> {
-    let mut config = BTreeMap::new();
-    let mut disk_index = 0;
-    for (key, value) in source {
-        let skipped = [
-            "template",
-            "lock",
-            "description",
-            "parent",
-            "vmstate",
-            "runningcpu",
-            "digest",
-        ];
-        if skipped.contains(&key.as_str()) || key.starts_with("unused") {
-            continue;
-        }
-        let new_value = if key.starts_with("net") && key[3..].parse::<u32>().is_ok() {
-            match model::net_mac(value) {
-                Some(mac) => value.replacen(mac, &model::random_mac(), 1),
-                None => value.clone(),
-            }
-        } else if model::is_drive_key(key) && value.contains(":") {
-            let (volume, options) = value.split_once(',').unwrap_or((value, ""));
-            let (storage, volname) = volume.split_once(':').unwrap_or(("", volume));
-            let new_volume = if volname.ends_with("-cloudinit") {
-                format!("{storage}:vm-{newid}-cloudinit")
-            } else if model::drive_option(value, "media") == Some("cdrom") {
-                volume.to_string()
-            } else {
-                let disk = format!("vm-{newid}-disk-{disk_index}");
-                disk_index += 1;
-                if full {
-                    format!("{}:{disk}", params.get("storage").unwrap_or(storage))
-                } else {
-                    format!("{storage}:{volname}/{disk}")
-                }
-            };
-            if options.is_empty() {
-                new_volume
-            } else {
-                format!("{new_volume},{options}")
-            }
-        } else if key == "smbios1" {
-            model::set_drive_option(
-                &format!("x,{value}"),
-                "uuid",
-                &uuid::Uuid::new_v4().to_string(),
-            )
-            .trim_start_matches("x,")
-            .to_string()
-        } else if key == "vmgenid" {
-            uuid::Uuid::new_v4().to_string()
-        } else {
-            value.clone()
-        };
-        config.insert(key.clone(), new_value);
-    }
-    let default_name = format!(
-        "Copy-of-VM-{}",
-        source.get("name").cloned().unwrap_or(source_id.to_string())
-    );
-    config.insert(
-        "name".into(),
-        params.get("name").map_or(default_name, str::to_string),
-    );
-    if let Some(description) = params.get("description") {
-        config.insert("description".into(), description.to_string());
-    }
-    config
 }
 
 // ---------------------------------------------------------------- config
@@ -862,11 +548,16 @@ fn render_config(config: &BTreeMap<String, String>) -> serde_json::Map<String, V
         .collect()
 }
 
-fn get_config(server: &Server, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn get_config(
+    server: &Server,
+    ctx: &Ctx,
+    (node, vmid): VmAt<'_>,
+    params: &Params,
+) -> Result<Value, ApiError> {
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit")?;
     params.allow(&["current", "snapshot"])?;
     let inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     let mut object = render_config(&guest.config);
     object.insert("digest".into(), json!(model::digest(&guest.config)));
     Ok(Value::Object(object))
@@ -1059,7 +750,7 @@ fn written_access(
 fn set_config(
     server: &Arc<Server>,
     ctx: &Ctx,
-    vmid: u32,
+    (node, vmid): VmAt<'_>,
     params: &Params,
     is_post: bool,
 ) -> Result<Value, ApiError> {
@@ -1082,7 +773,7 @@ fn set_config(
         }
     }
     let mut inner = server.state.lock();
-    let guest = qemu_mut(&mut inner, vmid)?;
+    let guest = qemu_mut(&mut inner, node, vmid)?;
     // F7: a config write while clone-locked fails synchronously.
     check_unlocked(guest)?;
     if params
@@ -1101,6 +792,7 @@ fn set_config(
             return Err(refused);
         }
         let task = NewTask {
+            node,
             task_type: "qmconfig",
             id: &vmid.to_string(),
             task_override: Some(TaskOverride::Fail(refused.message)),
@@ -1118,6 +810,7 @@ fn set_config(
         server,
         ctx,
         &mut inner,
+        node,
         "qmconfig",
         &vmid.to_string(),
         work
@@ -1141,13 +834,13 @@ fn agent_enabled(config: &BTreeMap<String, String>) -> bool {
 fn status_current(
     server: &Server,
     ctx: &Ctx,
-    vmid: u32,
+    (node, vmid): VmAt<'_>,
     params: &Params,
 ) -> Result<Value, ApiError> {
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.Audit")?;
     params.allow(&[])?;
     let inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     let config = &guest.config;
     // F14: paused (and the other QMP states but stopped) is status running.
     let (status, qmpstatus) = guest.run.words();
@@ -1184,13 +877,13 @@ fn status_current(
 fn status_action(
     server: &Arc<Server>,
     ctx: &Ctx,
-    vmid: u32,
+    (node, vmid): VmAt<'_>,
     action: &str,
     params: &Params,
 ) -> Result<Value, ApiError> {
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.PowerMgmt")?;
     let mut inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     let run = guest.run;
     let (task_type, work) = match action {
         "start" => {
@@ -1248,6 +941,7 @@ fn status_action(
         server,
         ctx,
         &mut inner,
+        node,
         task_type,
         &vmid.to_string(),
         work
@@ -1256,7 +950,12 @@ fn status_action(
 
 // ---------------------------------------------------------------- resize, destroy
 
-fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn resize(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    (node, vmid): VmAt<'_>,
+    params: &Params,
+) -> Result<Value, ApiError> {
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.Config.Disk")?;
     params.allow(&["disk", "size", "digest", "skiplock"])?;
     let disk = params.required("disk")?.to_string();
@@ -1276,7 +975,7 @@ fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result
         ));
     }
     let mut inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     check_unlocked(guest)?;
     // The task checks Datastore.AllocateSpace on the disk's storage before it grows the disk.
     let refused = guest
@@ -1293,6 +992,7 @@ fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result
         });
     // F20: resize is a task; its errors show in the exitstatus.
     let task = NewTask {
+        node,
         task_type: "resize",
         id: &vmid.to_string(),
         task_override: refused
@@ -1304,13 +1004,18 @@ fn resize(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result
     Ok(json!(spawn_task(server, &mut inner, &owner, task)))
 }
 
-fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Result<Value, ApiError> {
+fn destroy(
+    server: &Arc<Server>,
+    ctx: &Ctx,
+    (node, vmid): VmAt<'_>,
+    params: &Params,
+) -> Result<Value, ApiError> {
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.Allocate")?;
     params.allow(&["purge", "destroy-unreferenced-disks", "skiplock"])?;
     params.boolean("purge")?;
     params.boolean("destroy-unreferenced-disks")?;
     let mut inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     if guest.run != RunState::Stopped {
         return Err(ApiError::internal(format!(
             "VM {vmid} is running - destroy failed"
@@ -1326,11 +1031,12 @@ fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Resul
         server,
         ctx,
         &mut inner,
+        node,
         "qmdestroy",
         &vmid.to_string(),
         Work::Destroy { vmid },
     );
-    let guest = qemu_mut(&mut inner, vmid)?;
+    let guest = qemu_mut(&mut inner, node, vmid)?;
     guest.config.insert("lock".into(), "destroyed".into());
     guest.busy = Some(upid.clone());
     Ok(json!(upid))
@@ -1342,14 +1048,14 @@ fn destroy(server: &Arc<Server>, ctx: &Ctx, vmid: u32, params: &Params) -> Resul
 fn agent_interfaces(
     server: &Server,
     ctx: &Ctx,
-    vmid: u32,
+    (node, vmid): VmAt<'_>,
     params: &Params,
 ) -> Result<Value, ApiError> {
     // PVE 9's agent read privilege (VM.Monitor before).
     require(&ctx.token, &format!("/vms/{vmid}"), "VM.GuestAgent.Audit")?;
     params.allow(&[])?;
     let inner = server.state.lock();
-    let guest = qemu(&inner, vmid)?;
+    let guest = qemu(&inner, node, vmid)?;
     if !agent_enabled(&guest.config) {
         return Err(ApiError::internal("No QEMU guest agent configured"));
     }
@@ -1379,282 +1085,27 @@ fn agent_interfaces(
     ]}))
 }
 
-// ---------------------------------------------------------------- storage
-
-fn content_dir(content: &str) -> &'static str {
-    match content {
-        "vztmpl" => "vztmpl",
-        "import" => "import",
-        _ => "iso",
-    }
-}
-
-fn extension_ok(content: &str, filename: &str) -> bool {
-    let lower = filename.to_ascii_lowercase();
-    let endings: &[&str] = match content {
-        "iso" => &[".iso", ".img"],
-        "vztmpl" => &[".tar.gz", ".tar.xz", ".tar.zst"],
-        _ => &[".raw", ".qcow2", ".vmdk", ".ova"],
-    };
-    endings
-        .iter()
-        .any(|e| lower.len() > e.len() && lower.ends_with(e))
-}
-
-/// F12, F23: multipart with `content` and a `filename` file part; overwrite is silent.
-async fn upload(
-    server: &Arc<Server>,
-    ctx: &Ctx,
-    storage: &str,
-    request: &ApiRequest,
-) -> Result<Value, ApiError> {
-    require(
-        &ctx.token,
-        &format!("/storage/{storage}"),
-        "Datastore.AllocateTemplate",
-    )?;
-    let mut fields: BTreeMap<String, String> = BTreeMap::new();
-    let mut file: Option<(String, Bytes)> = None;
-    if let Ok(boundary) = multer::parse_boundary(&request.content_type) {
-        let body = request.body.clone();
-        let stream = futures_util::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
-        let mut multipart = multer::Multipart::new(stream, boundary);
-        loop {
-            let field = match multipart.next_field().await {
-                Ok(Some(field)) => field,
-                Ok(None) => break,
-                Err(err) => {
-                    return Err(ApiError::new(
-                        400,
-                        format!("malformed multipart body: {err}"),
-                    ));
-                }
-            };
-            let name = field.name().unwrap_or_default().to_string();
-            let file_name = field.file_name().map(str::to_string);
-            let bytes = field
-                .bytes()
-                .await
-                .map_err(|err| ApiError::new(400, format!("malformed multipart body: {err}")))?;
-            match file_name {
-                Some(file_name) if name == "filename" => file = Some((file_name, bytes)),
-                _ => {
-                    fields.insert(name, String::from_utf8_lossy(&bytes).into_owned());
-                }
-            }
-        }
-    } else {
-        fields.extend(request.params().0);
-    }
-    let params = Params(fields);
-    params.allow(&[
-        "content",
-        "filename",
-        "checksum",
-        "checksum-algorithm",
-        "tmpfilename",
-    ])?;
-    let content = params.required("content")?.to_string();
-    if !["iso", "vztmpl", "import"].contains(&content.as_str()) {
-        return Err(ApiError::param(
-            "content",
-            format!(
-                "value '{content}' does not have a value in the enumeration 'iso, vztmpl, import'"
-            ),
-        ));
-    }
-    let Some((raw_name, bytes)) = file else {
-        return Err(ApiError::param("filename", MISSING));
-    };
-    let filename: String = raw_name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let mut inner = server.state.lock();
-    let Some(scfg) = inner.storage(storage) else {
-        return Err(ApiError::internal(format!(
-            "storage '{storage}' does not exist"
-        )));
-    };
-    if !scfg.content.contains(&content.as_str()) {
-        return Err(ApiError::internal(format!(
-            "storage '{storage}' does not support '{content}' content"
-        )));
-    }
-    if !extension_ok(&content, &filename) {
-        return Err(ApiError::param("filename", "wrong file extension"));
-    }
-    let volid = format!("{storage}:{}/{filename}", content_dir(&content));
-    let work = Work::Upload {
-        volid,
-        filename,
-        bytes,
-    };
-    // The imgcopy task has an empty id.
-    Ok(json!(start_task(
-        server, ctx, &mut inner, "imgcopy", "", work
-    )))
-}
-
-fn list_content(
-    server: &Server,
-    ctx: &Ctx,
-    storage: &str,
-    params: &Params,
-) -> Result<Value, ApiError> {
-    require_any(&ctx.token, &format!("/storage/{storage}"), STORAGE_READ)?;
-    params.allow(&["content", "vmid"])?;
-    let inner = server.state.lock();
-    let Some(scfg) = inner.storage(storage) else {
-        return Err(ApiError::internal(format!(
-            "storage '{storage}' does not exist"
-        )));
-    };
-    let wanted = params.get("content");
-    let prefix = format!("{storage}:");
-    let mut entries: Vec<Value> = inner
-        .volumes
-        .iter()
-        .filter(|(volid, _)| volid.starts_with(&prefix))
-        .map(|(volid, volume)| {
-            let content = volid[prefix.len()..].split('/').next().unwrap_or("iso");
-            json!({"volid": volid, "content": content, "format": content, "size": volume.bytes.len(), "ctime": volume.ctime})
-        })
-        .collect();
-    if scfg.content.contains(&"images") {
-        for (vmid, guest) in inner.guests.iter().filter(|(_, g)| !g.placeholder) {
-            for drive in guest
-                .config
-                .iter()
-                .filter(|(k, _)| model::is_drive_key(k))
-                .map(|(_, d)| d)
-            {
-                let volume = drive.split(',').next().unwrap_or_default();
-                if volume.starts_with(&prefix)
-                    && model::drive_option(drive, "media") != Some("cdrom")
-                {
-                    let size = model::drive_option(drive, "size")
-                        .and_then(model::parse_size)
-                        .unwrap_or(0);
-                    entries.push(json!({"volid": volume, "content": "images", "format": "raw", "size": size, "vmid": vmid}));
-                }
-            }
-        }
-    }
-    if let Some(wanted) = wanted {
-        entries.retain(|e| e["content"] == wanted);
-    }
-    Ok(Value::Array(entries))
-}
-
-/// Either lets a token read a storage's status and content (pve-storage).
-const STORAGE_READ: &[&str] = &["Datastore.Audit", "Datastore.AllocateSpace"];
-
-/// Capacity the simulated storages report, in bytes (made up: no capture has them).
-fn storage_total(storage: &str) -> u64 {
-    match storage {
-        "local-lvm" => 375_809_638_400,
-        "proxy-seeds" => 21_474_836_480,
-        _ => 107_374_182_400,
-    }
-}
-
-/// `GET /nodes/{node}/storage/{storage}/status`: type, content, active, enabled, shared and
-/// total/used/avail, where used counts the stored volumes and the disks of guests on it. The
-/// unknown-storage text is the one `PVE::Storage::storage_config` dies with (from the upstream
-/// source, not a capture), which the other storage endpoints here already give.
-fn storage_status(
-    server: &Server,
-    ctx: &Ctx,
-    storage: &str,
-    params: &Params,
-) -> Result<Value, ApiError> {
-    require_any(&ctx.token, &format!("/storage/{storage}"), STORAGE_READ)?;
-    params.allow(&[])?;
-    let inner = server.state.lock();
-    let Some(scfg) = inner.storage(storage) else {
-        return Err(ApiError::internal(format!(
-            "storage '{storage}' does not exist"
-        )));
-    };
-    let prefix = format!("{storage}:");
-    let volumes: u64 = inner
-        .volumes
-        .iter()
-        .filter(|(volid, _)| volid.starts_with(&prefix))
-        .map(|(_, volume)| volume.bytes.len() as u64)
-        .sum();
-    let disks: u64 = inner
-        .guests
-        .values()
-        .flat_map(|guest| guest.config.iter())
-        .filter(|(key, drive)| {
-            model::is_drive_key(key)
-                && drive.starts_with(&prefix)
-                && model::drive_option(drive, "media") != Some("cdrom")
-        })
-        .filter_map(|(_, drive)| model::drive_option(drive, "size").and_then(model::parse_size))
-        .sum();
-    let total = storage_total(storage);
-    let used = (volumes + disks).min(total);
-    Ok(json!({
-        "type": scfg.plugin, "content": scfg.content.join(","), "active": 1, "enabled": 1,
-        "shared": 0, "total": total, "used": used, "avail": total - used,
-    }))
-}
-
-/// F13: needs Datastore.Allocate on the volume's storage; a missing volume still ends OK.
-fn delete_volume(
-    server: &Arc<Server>,
-    ctx: &Ctx,
-    storage: &str,
-    volume: &str,
-    params: &Params,
-) -> Result<Value, ApiError> {
-    params.allow(&["delay"])?;
-    let volid = if volume.contains(':') {
-        volume.to_string()
-    } else {
-        format!("{storage}:{volume}")
-    };
-    let storeid = volid.split(':').next().unwrap_or(storage).to_string();
-    let mut inner = server.state.lock();
-    if inner.storage(&storeid).is_none() {
-        return Err(ApiError::internal(format!(
-            "storage '{storeid}' does not exist"
-        )));
-    }
-    require(
-        &ctx.token,
-        &format!("/storage/{storeid}"),
-        "Datastore.Allocate",
-    )?;
-    let work = Work::DeleteVolume { volid };
-    Ok(json!(start_task(
-        server, ctx, &mut inner, "imgdel", &storeid, work
-    )))
-}
-
 // ---------------------------------------------------------------- tasks
 
-/// F16: the task status fields, `exitstatus` only once stopped.
-fn task_status(server: &Server, upid: &str, params: &Params) -> Result<Value, ApiError> {
+/// F16: the task status fields, `exitstatus` only once stopped. A task's log is kept by the node
+/// that ran it (`/var/log/pve/tasks` is not in the cluster filesystem), so another node answers
+/// as for a task it never had (pve-manager's `read_task_status`).
+fn task_status(
+    server: &Server,
+    node: &str,
+    upid: &str,
+    params: &Params,
+) -> Result<Value, ApiError> {
     params.allow(&[])?;
     if !model::is_upid(upid) {
         return Err(ApiError::param("upid", "unable to parse worker upid"));
     }
     let inner = server.state.lock();
-    let Some(task) = inner.tasks.get(upid) else {
+    let Some(task) = inner.tasks.get(upid).filter(|task| task.node == node) else {
         return Err(ApiError::param("upid", "no such task"));
     };
     let mut object = json!({
-        "upid": task.upid, "node": inner.node, "pid": task.pid, "pstart": task.pstart,
+        "upid": task.upid, "node": task.node, "pid": task.pid, "pstart": task.pstart,
         "starttime": task.starttime, "type": task.task_type, "id": task.id, "user": task.user,
         "status": if task.exitstatus.is_some() { "stopped" } else { "running" },
     });
@@ -1716,13 +1167,5 @@ mod tests {
         assert!(agent_enabled(&with("enabled=1,fstrim_cloned_disks=1")));
         assert!(!agent_enabled(&with("0")));
         assert!(!agent_enabled(&BTreeMap::new()));
-    }
-
-    #[test]
-    fn extensions_per_content() {
-        assert!(extension_ok("iso", "seed.ISO"));
-        assert!(!extension_ok("iso", "seed.txt"));
-        assert!(!extension_ok("iso", ".iso"));
-        assert!(extension_ok("vztmpl", "debian.tar.zst"));
     }
 }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::api::{NewTask, Server, TaskOwner, check_unlocked, qemu_mut, spawn_task};
+use crate::api::{NewTask, Server, TaskOwner, check_unlocked, qemu_on_any_node_mut, spawn_task};
 use crate::reply::ApiError;
 use crate::state::RunState;
 use crate::tasks::Work;
@@ -23,12 +23,12 @@ pub struct NodeReboot {
     pub startall: Option<String>,
 }
 
-/// `qm stop <vmid>` on the node: the VM is stopped when this returns, its config and disks stay,
+/// `qm stop <vmid>` on the VM's node: the VM is stopped when this returns, its config and disks stay,
 /// and its guest agent answers as a stopped VM's does. Like `qm stop` without `--skiplock`, a
 /// locked VM (mid-clone, backup, hibernated) is refused; a stopped VM stays stopped.
 pub(crate) fn stop_vm(server: &Server, vmid: u32) -> Result<(), ApiError> {
     let mut inner = server.state.lock();
-    let guest = qemu_mut(&mut inner, vmid)?;
+    let guest = qemu_on_any_node_mut(&mut inner, vmid)?;
     check_unlocked(guest)?;
     guest.power_off();
     Ok(())
@@ -42,7 +42,7 @@ pub(crate) fn set_qmpstatus(server: &Server, vmid: u32, qmpstatus: &str) -> Resu
         .filter(|run| !matches!(run, RunState::Stopped | RunState::Paused))
         .ok_or_else(|| ApiError::new(400, format!("no QMP state {qmpstatus:?} to put a VM in")))?;
     let mut inner = server.state.lock();
-    let guest = qemu_mut(&mut inner, vmid)?;
+    let guest = qemu_on_any_node_mut(&mut inner, vmid)?;
     if guest.run == RunState::Stopped {
         return Err(ApiError::internal(format!("VM {vmid} not running")));
     }
@@ -50,24 +50,28 @@ pub(crate) fn set_qmpstatus(server: &Server, vmid: u32, qmpstatus: &str) -> Resu
     Ok(())
 }
 
-/// Reboots `node`: every guest on it stops at once. With `start_onboot`, a `startall` task then
-/// starts those with `onboot=1`, as `pve-guests.service` does at boot; each starts as after any
-/// start, so its agent answers after the agent delay. Without it the guests stay stopped, as on
-/// a host whose boot did not start them.
+/// Reboots `node`: every guest on it stops at once, those of the other nodes run on. With
+/// `start_onboot`, a `startall` task of `node` then starts its guests with `onboot=1`, as
+/// `pve-guests.service` does at boot; each starts as after any start, so its agent answers after
+/// the agent delay. Without it the guests stay stopped, as on a host whose boot did not start
+/// them.
 pub(crate) fn reboot_node(
     server: &Arc<Server>,
     node: &str,
     start_onboot: bool,
 ) -> Result<NodeReboot, ApiError> {
-    if node != server.node {
+    let mut inner = server.state.lock();
+    if !inner.is_node(node) {
         return Err(ApiError::new(
             400,
-            format!("no node {node:?}: the simulator is node {:?}", server.node),
+            format!(
+                "no node {node:?}: the simulator's nodes are {}",
+                inner.nodes.join(", ")
+            ),
         ));
     }
-    let mut inner = server.state.lock();
     let mut stopped = Vec::new();
-    for (vmid, guest) in inner.guests.iter_mut() {
+    for (vmid, guest) in inner.guests.iter_mut().filter(|(_, g)| g.node == node) {
         if guest.run != RunState::Stopped {
             stopped.push(*vmid);
         }
@@ -75,6 +79,7 @@ pub(crate) fn reboot_node(
     }
     let startall = start_onboot.then(|| {
         let task = NewTask {
+            node,
             task_type: "startall",
             id: "",
             task_override: None,

@@ -49,8 +49,29 @@
 //! # Ok(()) }
 //! ```
 //!
+//! One node by default, `pv1-1`, the recorded host. [`SimConfig::nodes`] makes a cluster: every
+//! `/nodes/{node}/…` path answers for each node, a VM is reached only through the node it lives
+//! on (elsewhere F2's `does not exist`), each task is its node's, and each node has its own
+//! `local`, `local-lvm` and `proxy-seeds` (a seed uploaded through one node is that node's).
+//! The nodes also share [`SHARED_STORAGE`], where the templates' disks live unless
+//! [`SimConfig::template_storage`] says otherwise, so a clone with `target` works; one of a
+//! template on `local-lvm` is refused as Proxmox refuses it:
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use pvesim::{SimConfig, Simulator};
+//!
+//! let sim = Simulator::start(SimConfig {
+//!     nodes: vec!["pv1-1".into(), "pv1-2".into()],
+//!     ..SimConfig::default()
+//! })
+//! .await?;
+//! // POST /nodes/pv1-1/qemu/9001/clone newid=100 target=pv1-2: VM 100 then lives on pv1-2.
+//! # Ok(()) }
+//! ```
+//!
 //! Beside the Proxmox API, an admin API under `/_sim/` (same tokens) recognises the simulator,
-//! sets and clears faults, counts requests, lists VMs, and stops a VM or reboots the node as
+//! sets and clears faults, counts requests, lists VMs, and stops a VM or reboots a node as
 //! happens on a real host outside the API, for tools that only hold its URL and token, such as
 //! `egress-operator conformance` (see `admin.rs`). Tests in-process call the last two directly:
 //! [`Simulator::stop_vm`] and [`Simulator::reboot_node`].
@@ -67,6 +88,8 @@
 mod access;
 mod admin;
 mod api;
+mod clone;
+mod cluster;
 mod faults;
 mod host_events;
 mod model;
@@ -74,6 +97,7 @@ mod params;
 mod reply;
 mod services;
 mod state;
+mod storage;
 mod tasks;
 mod tls;
 
@@ -95,7 +119,8 @@ pub use faults::{FaultAction, FaultId, FaultRule, Faults, Trigger};
 pub use host_events::NodeReboot;
 pub use services::ServiceMode;
 pub use state::{
-    GuestKind, GuestView, RequestRecord, RunState, SimState, TaskView, guest_ip, service_ip,
+    GuestKind, GuestView, LOCAL_DISK_STORAGE, RequestRecord, RunState, SHARED_STORAGE, SimState,
+    TaskView, guest_ip, service_ip,
 };
 
 /// The user the simulator's tokens belong to.
@@ -108,8 +133,16 @@ pub const LIMITED_TOKEN_ID: &str = "limited";
 /// How to run a simulator.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
-    /// Node name in paths, UPIDs and resources (default `pv1-1`, the recorded host).
-    pub node: String,
+    /// The cluster's nodes, in order (default one, `pv1-1`, the recorded host): each answers
+    /// under `/nodes/{node}/…` and names itself in the UPIDs of its tasks. The first holds the
+    /// templates (and the guests added through [`SimState`]). With more than one, the cluster
+    /// also has [`SHARED_STORAGE`].
+    pub nodes: Vec<String>,
+    /// The storage holding the templates' disks: by default [`LOCAL_DISK_STORAGE`] on one node
+    /// (F19) and [`SHARED_STORAGE`] on several, so clones to another node work.
+    /// `Some(LOCAL_DISK_STORAGE)` on several nodes gives a cluster whose cross-node clones are
+    /// refused (`can't clone VM to node '<target>' (VM uses local storage)`).
+    pub template_storage: Option<String>,
     /// How long every task runs before it ends (default 50 ms).
     pub task_latency: Duration,
     /// How long after start the agent answers `QEMU guest agent is not running` (F5).
@@ -133,7 +166,8 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
-            node: "pv1-1".to_string(),
+            nodes: vec!["pv1-1".to_string()],
+            template_storage: None,
             task_latency: Duration::from_millis(50),
             agent_delay: Duration::from_millis(200),
             state_dir: None,
@@ -168,6 +202,28 @@ impl std::fmt::Debug for Simulator {
     }
 }
 
+/// At least one node, each named as `pve-node` allows (the UPID's node field), none twice.
+fn check_nodes(nodes: &[String]) -> anyhow::Result<()> {
+    anyhow::ensure!(!nodes.is_empty(), "a cluster needs at least one node");
+    for (index, node) in nodes.iter().enumerate() {
+        let bytes = node.as_bytes();
+        let valid = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-');
+        anyhow::ensure!(
+            valid,
+            "node name {node:?}: letters, digits and inner hyphens only"
+        );
+        anyhow::ensure!(
+            !nodes[..index].contains(node),
+            "node {node:?} is named twice"
+        );
+    }
+    Ok(())
+}
+
 fn new_token(tokenid: &str, acls: Vec<Acl>) -> api::Token {
     api::Token {
         user: TOKEN_USER.to_string(),
@@ -195,7 +251,21 @@ impl Simulator {
             config.service_port != Some(0),
             "the service port must be a port number, not 0: a VM's agent reports no port"
         );
-        let tls = tls::generate(&config.node)?;
+        check_nodes(&config.nodes)?;
+        let template_storage = config.template_storage.clone().unwrap_or_else(|| {
+            match config.nodes.len() {
+                1 => LOCAL_DISK_STORAGE,
+                _ => SHARED_STORAGE,
+            }
+            .to_string()
+        });
+        let state = SimState::new(
+            &config.nodes,
+            &template_storage,
+            config.service_port.map(services::Services::new),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let tls = tls::generate(&config.nodes)?;
         let (state_dir, temp_dir) = match &config.state_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)
@@ -222,11 +292,7 @@ impl Simulator {
             .with_context(|| format!("binding {}", config.listen))?;
         let address = listener.local_addr()?;
         let server = Arc::new(api::Server {
-            node: config.node.clone(),
-            state: SimState::new(
-                &config.node,
-                config.service_port.map(services::Services::new),
-            ),
+            state,
             faults: Arc::new(Faults::new(config.fault_seed)),
             tokens: vec![main_token, limited],
             task_latency: config.task_latency,
@@ -297,6 +363,11 @@ impl Simulator {
         &self.server.state
     }
 
+    /// The cluster's nodes, in order (the first holds the templates).
+    pub fn nodes(&self) -> Vec<String> {
+        self.server.state.lock().nodes.clone()
+    }
+
     /// Stops VM `vmid` at once, as `qm stop <vmid>` on the node would: `status` and `qmpstatus`
     /// become `stopped`, the guest agent answers as on a stopped VM, the config and disks stay.
     /// Fails, as `qm stop` does, for a VM that does not exist or holds a lock.
@@ -304,11 +375,11 @@ impl Simulator {
         host_events::stop_vm(&self.server, vmid).map_err(|error| anyhow::anyhow!(error.message))
     }
 
-    /// Reboots `node` (the simulator's own): every guest on it stops at once. With
-    /// `start_onboot`, the node's `startall` task then starts the guests with `onboot=1` after
-    /// the task latency, and their agents answer after the agent delay, as after any start.
-    /// Without it they stay stopped (a host whose boot did not start them). Fails for another
-    /// node.
+    /// Reboots `node` (one of the simulator's): every guest on it stops at once, those on other
+    /// nodes run on. With `start_onboot`, the node's `startall` task then starts its guests with
+    /// `onboot=1` after the task latency, and their agents answer after the agent delay, as after
+    /// any start. Without it they stay stopped (a host whose boot did not start them). Fails for
+    /// a node the simulator does not have.
     pub fn reboot_node(&self, node: &str, start_onboot: bool) -> anyhow::Result<NodeReboot> {
         host_events::reboot_node(&self.server, node, start_onboot)
             .map_err(|error| anyhow::anyhow!(error.message))

@@ -1,4 +1,5 @@
-//! `pvesim`: runs the Proxmox VE 9.2 simulator until killed, printing its URL, CA file and token.
+//! `pvesim`: runs the Proxmox VE 9.2 simulator until killed, printing its URL, CA file, token
+//! and nodes.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,9 +18,20 @@ struct Args {
     /// Directory receiving ca.pem, token and limited-token.
     #[arg(long)]
     state_dir: PathBuf,
-    /// Node name.
-    #[arg(long, default_value = "pv1-1")]
-    node: String,
+    /// The cluster's nodes, in order; the first holds the templates. Repeat the flag or separate
+    /// names with commas: `--node pv1-1 --node pv1-2`, `--nodes pv1-1,pv1-2`. With several, the
+    /// nodes share the storage `ceph-vms`.
+    #[arg(
+        long = "node",
+        visible_alias = "nodes",
+        value_delimiter = ',',
+        default_value = "pv1-1"
+    )]
+    nodes: Vec<String>,
+    /// The storage holding the templates' disks: `local-lvm` (the default on one node) or
+    /// `ceph-vms` (the default on several: a clone to another node needs it).
+    #[arg(long)]
+    template_storage: Option<String>,
     /// How long each task runs, in milliseconds.
     #[arg(long, default_value_t = 50)]
     task_latency_ms: u64,
@@ -48,7 +60,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = SimConfig {
-        node: args.node,
+        nodes: args.nodes,
+        template_storage: args.template_storage,
         task_latency: Duration::from_millis(args.task_latency_ms),
         agent_delay: Duration::from_millis(args.agent_delay_ms),
         state_dir: Some(args.state_dir),
@@ -68,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
     println!("url: {}", sim.url());
     println!("ca-file: {}", sim.ca_file().display());
     println!("token: {}", sim.token());
+    println!("nodes: {}", sim.nodes().join(","));
     tokio::signal::ctrl_c().await?;
     sim.shutdown();
     Ok(())

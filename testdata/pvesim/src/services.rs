@@ -1,9 +1,9 @@
 //! Each VM's proxy service (`--service-port`, [`SimConfig::service_port`](crate::SimConfig)):
 //! what an operator's health probe reaches at the address the VM's guest agent reports.
 //!
-//! With the option, every VM's agent reports an address of its own on loopback
-//! ([`service_ip`](crate::service_ip), in 127.77.0.0/16: Linux routes all of 127/8 to `lo`, so
-//! binding needs no setup), and while the VM runs (`qmpstatus: running`) the simulator listens
+//! With the option, every VM's agent, on whichever node the VM lives, reports an address of its
+//! own on loopback ([`service_ip`](crate::service_ip), in 127.77.0.0/16: Linux routes all of
+//! 127/8 to `lo`, so binding needs no setup), and while the VM runs (`qmpstatus: running`) the simulator listens
 //! there at the port: it accepts TCP and answers `CONNECT <target> HTTP/1.1` with
 //! `HTTP/1.1 200 Connection established`, then closes (no tunnel is made). A VM that is stopped,
 //! paused, suspended or otherwise stuck, or deleted, does not listen: a connection is refused.
@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::api::{Server, qemu_mut};
+use crate::api::{Server, qemu_on_any_node_mut};
 use crate::reply::ApiError;
 use crate::state::{Guest, GuestKind, RunState};
 
@@ -157,10 +157,11 @@ impl Services {
     }
 }
 
-/// Sets VM `vmid`'s service mode; its listener follows when the state's lock is released.
+/// Sets VM `vmid`'s service mode, whichever node it lives on; its listener follows when the
+/// state's lock is released.
 pub(crate) fn set_mode(server: &Server, vmid: u32, mode: ServiceMode) -> Result<(), ApiError> {
     let mut inner = server.state.lock();
-    qemu_mut(&mut inner, vmid)?;
+    qemu_on_any_node_mut(&mut inner, vmid)?;
     let services = inner.services.as_mut().ok_or_else(|| {
         ApiError::new(
             400,

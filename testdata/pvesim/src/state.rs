@@ -72,16 +72,29 @@ impl RunState {
     }
 }
 
-/// The storage a guest or volume lives on.
+/// The storage a guest or volume lives on. Every node has each storage; a `shared` one is the
+/// same storage seen from every node (its volumes and disks are the cluster's), any other is a
+/// storage of each node's own (its volumes are that node's).
 #[derive(Debug, Clone)]
 pub(crate) struct Storage {
     pub id: String,
     pub plugin: &'static str,
     pub content: Vec<&'static str>,
+    /// `shared: 1` in `storage.cfg`: what a clone with `target` needs (qemu-server's clone).
+    pub shared: bool,
 }
+
+/// The storage every node shares when the simulator runs several nodes (an RBD pool, `shared`
+/// by nature): the templates' disks live there by default then, so clones to another node work.
+pub const SHARED_STORAGE: &str = "ceph-vms";
+
+/// The storage of each node's own that holds the templates' disks on a single node (F19).
+pub const LOCAL_DISK_STORAGE: &str = "local-lvm";
 
 #[derive(Debug, Clone)]
 pub(crate) struct Guest {
+    /// The node whose `qemu-server` (or `lxc`) directory holds its config.
+    pub node: String,
     pub kind: GuestKind,
     pub config: BTreeMap<String, String>,
     pub run: RunState,
@@ -138,6 +151,8 @@ pub fn service_ip(vmid: u32) -> String {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Task {
+    /// The node that runs it (the URL's node), named in its UPID; only it serves its status.
+    pub node: String,
     pub upid: String,
     pub task_type: String,
     pub id: String,
@@ -173,10 +188,13 @@ pub struct RequestRecord {
 }
 
 pub(crate) struct Inner {
-    pub node: String,
+    /// The cluster's nodes, in order; the first holds the templates.
+    pub nodes: Vec<String>,
     pub guests: BTreeMap<u32, Guest>,
     pub storages: Vec<Storage>,
-    pub volumes: BTreeMap<String, Volume>,
+    /// Stored volumes (ISO images) by node and volid: they live on a storage of each node's own
+    /// (the only kind here that holds ISO images), so each node has its own.
+    pub volumes: BTreeMap<(String, String), Volume>,
     pub tasks: BTreeMap<String, Task>,
     pub next_pid: u32,
     pub pstart: u32,
@@ -194,6 +212,16 @@ pub(crate) fn unix_now() -> u64 {
 impl Inner {
     pub fn storage(&self, id: &str) -> Option<&Storage> {
         self.storages.iter().find(|s| s.id == id)
+    }
+
+    /// The node holding the templates, where guests added without a node go.
+    pub fn first_node(&self) -> &str {
+        &self.nodes[0]
+    }
+
+    /// Whether `node` is one of the cluster's.
+    pub fn is_node(&self, node: &str) -> bool {
+        self.nodes.iter().any(|known| known == node)
     }
 
     /// The address a new guest's agent reports: [`service_ip`] with services, else [`guest_ip`].
@@ -248,6 +276,8 @@ pub struct SimState {
 pub struct GuestView {
     /// The VMID.
     pub vmid: u32,
+    /// The node it lives on: the one whose `/nodes/{node}/qemu/{vmid}/…` paths reach it.
+    pub node: String,
     /// QEMU or LXC.
     pub kind: GuestKind,
     /// The config keys as `GET …/config` returns them (without `digest`).
@@ -276,27 +306,50 @@ pub struct TaskView {
 }
 
 impl SimState {
-    pub(crate) fn new(node: &str, services: Option<Services>) -> Self {
+    /// A host of `nodes` (at least one), its templates' disks on `template_storage`; `Err` when
+    /// that storage does not hold VM disks.
+    pub(crate) fn new(
+        nodes: &[String],
+        template_storage: &str,
+        services: Option<Services>,
+    ) -> Result<Self, String> {
+        let storage = |id: &str, plugin, content: &[&'static str], shared| Storage {
+            id: id.to_string(),
+            plugin,
+            content: content.to_vec(),
+            shared,
+        };
+        let mut storages = vec![
+            storage(
+                "local",
+                "dir",
+                &["iso", "vztmpl", "backup", "import"],
+                false,
+            ),
+            storage(LOCAL_DISK_STORAGE, "lvmthin", &["images", "rootdir"], false),
+            storage("proxy-seeds", "dir", &["iso"], false),
+        ];
+        if nodes.len() > 1 {
+            storages.push(storage(SHARED_STORAGE, "rbd", &["images", "rootdir"], true));
+        }
+        if !storages
+            .iter()
+            .any(|s| s.id == template_storage && s.content.contains(&"images"))
+        {
+            let holding: Vec<&str> = storages
+                .iter()
+                .filter(|s| s.content.contains(&"images"))
+                .map(|s| s.id.as_str())
+                .collect();
+            return Err(format!(
+                "the templates' storage {template_storage:?} holds no VM disks here (these do: {})",
+                holding.join(", ")
+            ));
+        }
         let inner = Inner {
-            node: node.to_string(),
+            nodes: nodes.to_vec(),
             guests: BTreeMap::new(),
-            storages: vec![
-                Storage {
-                    id: "local".into(),
-                    plugin: "dir",
-                    content: vec!["iso", "vztmpl", "backup", "import"],
-                },
-                Storage {
-                    id: "local-lvm".into(),
-                    plugin: "lvmthin",
-                    content: vec!["images", "rootdir"],
-                },
-                Storage {
-                    id: "proxy-seeds".into(),
-                    plugin: "dir",
-                    content: vec!["iso"],
-                },
-            ],
+            storages,
             volumes: BTreeMap::new(),
             tasks: BTreeMap::new(),
             next_pid: 0x0017_C594,
@@ -307,8 +360,8 @@ impl SimState {
         let state = SimState {
             inner: Arc::new(Mutex::new(inner)),
         };
-        state.preload_templates();
-        state
+        state.preload_templates(template_storage);
+        Ok(state)
     }
 
     pub(crate) fn lock(&self) -> StateGuard<'_> {
@@ -320,25 +373,35 @@ impl SimState {
     }
 
     /// F19: 9001 is the suitable Debian template; 9000 (Ubuntu) carries a cloud-init drive on
-    /// ide2 and VLAN tag 4 on net0. The meta line is the one F11 saw copied into clones.
-    fn preload_templates(&self) {
+    /// ide2 and VLAN tag 4 on net0. The meta line is the one F11 saw copied into clones. Their
+    /// disks live on `storage` (F19 recorded `local-lvm`), on the first node.
+    fn preload_templates(&self, storage: &str) {
+        let disk = |volume: &str, options: &str| format!("{storage}:{volume}{options}");
+        let (efidisk, scsi0) = (
+            disk(
+                "base-9001-disk-0",
+                ",efitype=4m,pre-enrolled-keys=1,size=4M",
+            ),
+            disk("base-9001-disk-1", ",iothread=1,size=3G"),
+        );
+        let (cloudinit, ubuntu_disk) = (
+            disk("vm-9000-cloudinit", ",media=cdrom"),
+            disk("base-9000-disk-0", ",size=3584M"),
+        );
         let debian = [
             ("agent", "1"),
             ("bios", "ovmf"),
             ("boot", "order=scsi0"),
             ("cores", "2"),
             ("cpu", "x86-64-v2-AES"),
-            (
-                "efidisk0",
-                "local-lvm:base-9001-disk-0,efitype=4m,pre-enrolled-keys=1,size=4M",
-            ),
+            ("efidisk0", &efidisk),
             ("machine", "q35"),
             ("memory", "2048"),
             ("meta", "creation-qemu=11.0.3,ctime=1790145676"),
             ("name", "debian-13-template"),
             ("net0", "virtio=BC:24:11:5A:3C:01,bridge=vmbr0"),
             ("ostype", "l26"),
-            ("scsi0", "local-lvm:base-9001-disk-1,iothread=1,size=3G"),
+            ("scsi0", &scsi0),
             ("scsihw", "virtio-scsi-single"),
             ("serial0", "socket"),
             ("smbios1", "uuid=6f1c2b1e-5d0e-4a53-9c7b-3f1b8f0a9001"),
@@ -350,13 +413,13 @@ impl SimState {
             ("agent", "1"),
             ("boot", "order=scsi0"),
             ("cores", "2"),
-            ("ide2", "local-lvm:vm-9000-cloudinit,media=cdrom"),
+            ("ide2", &cloudinit),
             ("memory", "2048"),
             ("meta", "creation-qemu=9.0.2,ctime=1751230000"),
             ("name", "ubuntu-24.04-template"),
             ("net0", "virtio=BC:24:11:7E:21:90,bridge=vmbr0,tag=4"),
             ("ostype", "l26"),
-            ("scsi0", "local-lvm:base-9000-disk-0,size=3584M"),
+            ("scsi0", &ubuntu_disk),
             ("scsihw", "virtio-scsi-pci"),
             ("smbios1", "uuid=0c7d9a51-3e2b-4f0a-b1d4-8e6f2a7c9000"),
             ("template", "1"),
@@ -365,7 +428,7 @@ impl SimState {
         self.add_qemu_vm(9000, &ubuntu);
     }
 
-    /// Adds (or replaces) a stopped QEMU VM with this config.
+    /// Adds (or replaces) a stopped QEMU VM with this config, on the first node.
     pub fn add_qemu_vm(&self, vmid: u32, config: &[(&str, &str)]) {
         let config = config
             .iter()
@@ -373,9 +436,11 @@ impl SimState {
             .collect();
         let mut inner = self.lock();
         let guest_ip = inner.address_of(vmid);
+        let node = inner.first_node().to_string();
         inner.guests.insert(
             vmid,
             Guest {
+                node,
                 kind: GuestKind::Qemu,
                 config,
                 run: RunState::Stopped,
@@ -388,10 +453,12 @@ impl SimState {
     }
 
     /// Adds `count` stopped QEMU VMs that belong to someone else (named `other-<vmid>`, no
-    /// ownership mark), at the lowest free VMIDs from 1000: a cluster of a given size, for
-    /// measuring what an operation costs as the cluster grows. Returns their VMIDs.
+    /// ownership mark), at the lowest free VMIDs from 1000, on the first node: a cluster of a
+    /// given size, for measuring what an operation costs as the cluster grows. Returns their
+    /// VMIDs.
     pub fn add_other_vms(&self, count: usize) -> Vec<u32> {
         let mut inner = self.lock();
+        let node = inner.first_node().to_string();
         let mut added = Vec::with_capacity(count);
         let mut vmid = 1000;
         while added.len() < count {
@@ -413,6 +480,7 @@ impl SimState {
                     ("tags".to_string(), "other".to_string()),
                 ];
                 free.insert(Guest {
+                    node: node.clone(),
                     kind: GuestKind::Qemu,
                     config: config.into_iter().collect(),
                     run: RunState::Stopped,
@@ -428,7 +496,7 @@ impl SimState {
         added
     }
 
-    /// Adds a stopped LXC container named `hostname`.
+    /// Adds a stopped LXC container named `hostname`, on the first node.
     pub fn add_lxc(&self, vmid: u32, hostname: &str) {
         let config = BTreeMap::from([
             ("hostname".to_string(), hostname.to_string()),
@@ -437,9 +505,11 @@ impl SimState {
         ]);
         let mut inner = self.lock();
         let guest_ip = inner.address_of(vmid);
+        let node = inner.first_node().to_string();
         inner.guests.insert(
             vmid,
             Guest {
+                node,
                 kind: GuestKind::Lxc,
                 config,
                 run: RunState::Stopped,
@@ -508,6 +578,7 @@ impl SimState {
         let guest = inner.guests.get(&vmid)?;
         Some(GuestView {
             vmid,
+            node: guest.node.clone(),
             kind: guest.kind,
             config: guest.config.clone(),
             run_state: guest.run,
@@ -521,26 +592,36 @@ impl SimState {
         self.lock().guests.keys().copied().collect()
     }
 
-    /// Stores a volume directly (e.g. a stale seed ISO). `volid` is `<storage>:iso/<file>`.
+    /// Stores a volume directly (e.g. a stale seed ISO) on the first node. `volid` is
+    /// `<storage>:iso/<file>`.
     pub fn add_volume(&self, volid: &str, bytes: &[u8]) {
         let volume = Volume {
             bytes: bytes::Bytes::copy_from_slice(bytes),
             ctime: unix_now(),
         };
-        self.lock().volumes.insert(volid.to_string(), volume);
+        let mut inner = self.lock();
+        let node = inner.first_node().to_string();
+        inner.volumes.insert((node, volid.to_string()), volume);
     }
 
-    /// The bytes of a stored volume, such as an uploaded seed ISO.
+    /// The bytes of a stored volume, such as an uploaded seed ISO, on the first node (by name)
+    /// that holds one with this volid.
     pub fn volume(&self, volid: &str) -> Option<Vec<u8>> {
-        self.lock().volumes.get(volid).map(|v| v.bytes.to_vec())
+        self.lock()
+            .volumes
+            .iter()
+            .find(|((_, stored), _)| stored == volid)
+            .map(|(_, v)| v.bytes.to_vec())
     }
 
-    /// The volids stored on one storage.
+    /// The volids stored on one storage, on every node: a volid stored on two nodes (each has
+    /// its own `proxy-seeds`) is listed twice.
     pub fn volumes(&self, storage: &str) -> Vec<String> {
         let prefix = format!("{storage}:");
         self.lock()
             .volumes
             .keys()
+            .map(|(_, volid)| volid)
             .filter(|v| v.starts_with(&prefix))
             .cloned()
             .collect()

@@ -15,11 +15,14 @@ pub(crate) enum Work {
     Clone {
         newid: u32,
         config: BTreeMap<String, String>,
+        /// Where the clone lives once done: the node that ran it, or its `target`.
+        node: String,
     },
     Start {
         vmid: u32,
     },
-    /// What a node runs at boot: start every guest with `onboot=1` that is not running yet.
+    /// What a node runs at boot: start every guest of its own with `onboot=1` that is not
+    /// running yet.
     StartAll,
     Stop {
         vmid: u32,
@@ -79,13 +82,17 @@ pub(crate) async fn run(
     };
     tokio::time::sleep(server.task_latency).await;
     let mut inner = server.state.lock();
+    let node = inner
+        .tasks
+        .get(&upid)
+        .map_or_else(|| inner.first_node().to_string(), |task| task.node.clone());
     let result = match (flock, &task_override) {
         (Err(timeout), _) => Err(timeout),
         (Ok(()), Some(TaskOverride::Fail(text))) => {
             roll_back(&mut inner, &work);
             Err(text.clone())
         }
-        (Ok(()), _) => apply(&mut inner, work, &mut log),
+        (Ok(()), _) => apply(&mut inner, &node, work, &mut log),
     };
     let exitstatus = match (result, task_override) {
         (Ok(()), Some(TaskOverride::Warnings(n))) => {
@@ -104,18 +111,30 @@ pub(crate) async fn run(
     }
 }
 
-fn missing(inner: &Inner, vmid: u32) -> String {
-    format!(
-        "Configuration file 'nodes/{}/qemu-server/{vmid}.conf' does not exist",
-        inner.node
-    )
+/// F2's text, from the node running the task.
+fn missing(node: &str, vmid: u32) -> String {
+    format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist")
 }
 
-/// The effect of a task that ended well.
-fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), String> {
+/// QEMU VM `vmid` as the task's node loads its conf once it holds the lock: gone, or moved to
+/// another node (a clone with `target` that ended meanwhile), it fails with F2's text.
+fn qemu_here<'a>(inner: &'a mut Inner, node: &str, vmid: u32) -> Result<&'a mut Guest, String> {
+    inner
+        .guests
+        .get_mut(&vmid)
+        .filter(|g| g.kind == GuestKind::Qemu && g.node == node)
+        .ok_or_else(|| missing(node, vmid))
+}
+
+/// The effect of a task that ended well, run by `node`.
+fn apply(inner: &mut Inner, node: &str, work: Work, log: &mut Vec<String>) -> Result<(), String> {
     match work {
-        Work::Clone { newid, config } => {
-            let err = missing(inner, newid);
+        Work::Clone {
+            newid,
+            config,
+            node: home,
+        } => {
+            let err = missing(node, newid);
             let guest = inner.guests.get_mut(&newid).ok_or(err)?;
             for (key, drive) in config.iter().filter(|(k, _)| model::is_drive_key(k)) {
                 log.push(format!(
@@ -126,15 +145,12 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             guest.config = config;
             guest.placeholder = false;
             guest.busy = None;
+            // A clone with `target` renames its conf into the target's directory last.
+            guest.node = home;
             Ok(())
         }
         Work::Start { vmid } => {
-            let err = missing(inner, vmid);
-            let guest = inner
-                .guests
-                .get_mut(&vmid)
-                .filter(|g| g.kind == GuestKind::Qemu)
-                .ok_or(err)?;
+            let guest = qemu_here(inner, node, vmid)?;
             start_guest(vmid, guest)
         }
         Work::StartAll => {
@@ -142,7 +158,10 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             // running (someone may have started them since the boot); a failure is logged and
             // the next guest is tried.
             for (vmid, guest) in inner.guests.iter_mut().filter(|(_, guest)| {
-                guest.starts_on_boot() && !guest.is_template() && guest.run == RunState::Stopped
+                guest.node == node
+                    && guest.starts_on_boot()
+                    && !guest.is_template()
+                    && guest.run == RunState::Stopped
             }) {
                 let kind = match guest.kind {
                     GuestKind::Qemu => "VM",
@@ -156,12 +175,7 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             Ok(())
         }
         Work::Stop { vmid } => {
-            let err = missing(inner, vmid);
-            let guest = inner
-                .guests
-                .get_mut(&vmid)
-                .filter(|g| g.kind == GuestKind::Qemu)
-                .ok_or(err)?;
+            let guest = qemu_here(inner, node, vmid)?;
             if let Some(lock) = guest.lock() {
                 return Err(format!("VM is locked ({lock})"));
             }
@@ -171,8 +185,7 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
         }
         Work::Pause { vmid } | Work::Resume { vmid } => {
             let pausing = matches!(work, Work::Pause { .. });
-            let err = missing(inner, vmid);
-            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            let guest = qemu_here(inner, node, vmid)?;
             if !pausing && guest.lock() == Some("suspended") {
                 // Resuming a hibernated VM starts it from its saved state.
                 guest.config.remove("lock");
@@ -189,16 +202,14 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             Ok(())
         }
         Work::Hibernate { vmid } => {
-            let err = missing(inner, vmid);
-            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            let guest = qemu_here(inner, node, vmid)?;
             guest.power_off();
             guest.config.insert("lock".into(), "suspended".into());
             Ok(())
         }
         Work::Config { .. } => Ok(()),
         Work::Resize { vmid, disk, size } => {
-            let err = missing(inner, vmid);
-            let guest = inner.guests.get_mut(&vmid).ok_or(err)?;
+            let guest = qemu_here(inner, node, vmid)?;
             let drive = guest
                 .config
                 .get(&disk)
@@ -222,10 +233,11 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             Ok(())
         }
         Work::Destroy { vmid } => {
+            qemu_here(inner, node, vmid)?;
             let guest = inner
                 .guests
                 .remove(&vmid)
-                .ok_or_else(|| missing(inner, vmid))?;
+                .ok_or_else(|| missing(node, vmid))?;
             for drive in guest
                 .config
                 .iter()
@@ -249,14 +261,14 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
             // F23: staged under /var/tmp, then copied into the storage's iso directory.
             let staged = format!("/var/tmp/pveupload-{}", uuid::Uuid::new_v4().simple());
             log.push(format!("starting file import from: {staged}"));
-            log.push(format!("target node: {}", inner.node));
+            log.push(format!("target node: {node}"));
             log.push(format!("target file: {volid} ({filename})"));
             log.push(format!("file size is: {}", bytes.len()));
             log.push(format!("command: cp -- {staged} {volid}"));
             log.push("finished file import successfully".to_string());
             // F12: an existing name is silently overwritten.
             inner.volumes.insert(
-                volid,
+                (node.to_string(), volid),
                 Volume {
                     bytes,
                     ctime: unix_now(),
@@ -266,7 +278,11 @@ fn apply(inner: &mut Inner, work: Work, log: &mut Vec<String>) -> Result<(), Str
         }
         Work::DeleteVolume { volid } => {
             // F13: a missing volume is logged, and the task still ends OK.
-            if inner.volumes.remove(&volid).is_none() {
+            if inner
+                .volumes
+                .remove(&(node.to_string(), volid.clone()))
+                .is_none()
+            {
                 log.push(format!("disk image '{volid}' does not exist"));
             }
             log.push(format!("Removed volume '{volid}'"));

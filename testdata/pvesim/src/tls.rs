@@ -18,9 +18,9 @@ pub(crate) struct TlsMaterial {
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
-/// Builds a CA and a leaf certificate whose SANs cover the loopback names, plus the node name as
-/// Proxmox's own leaf does.
-pub(crate) fn generate(node: &str) -> anyhow::Result<TlsMaterial> {
+/// Builds a CA and a leaf certificate whose SANs cover the loopback names, plus the node names as
+/// Proxmox's own leaf does (one listener answers for every node, so its leaf names them all).
+pub(crate) fn generate(nodes: &[String]) -> anyhow::Result<TlsMaterial> {
     let ca_key = KeyPair::generate().context("generating the CA key")?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -37,7 +37,8 @@ pub(crate) fn generate(node: &str) -> anyhow::Result<TlsMaterial> {
         .context("self-signing the CA")?;
 
     let leaf_key = KeyPair::generate().context("generating the leaf key")?;
-    let mut leaf_params = CertificateParams::new(vec!["localhost".to_string(), node.to_string()])?;
+    let names = std::iter::once("localhost".to_string()).chain(nodes.iter().cloned());
+    let mut leaf_params = CertificateParams::new(names.collect::<Vec<_>>())?;
     leaf_params
         .subject_alt_names
         .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
@@ -45,9 +46,10 @@ pub(crate) fn generate(node: &str) -> anyhow::Result<TlsMaterial> {
         .subject_alt_names
         .push(SanType::IpAddress(IpAddr::V6(Ipv6Addr::LOCALHOST)));
     leaf_params.distinguished_name = DistinguishedName::new();
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, node);
+    leaf_params.distinguished_name.push(
+        DnType::CommonName,
+        nodes.first().map_or("localhost", String::as_str),
+    );
     leaf_params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
@@ -83,7 +85,7 @@ mod tests {
 
     #[test]
     fn alpn_offers_only_http1() {
-        let material = generate("pv1-1").unwrap();
+        let material = generate(&["pv1-1".to_string()]).unwrap();
         assert_eq!(
             material.server_config.alpn_protocols,
             vec![b"http/1.1".to_vec()]

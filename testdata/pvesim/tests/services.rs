@@ -183,6 +183,44 @@ async fn a_mode_set_while_the_vm_is_stopped_holds_when_it_starts() {
 }
 
 #[tokio::test]
+async fn a_vm_on_the_second_node_serves_as_one_on_the_first() {
+    let port = free_port();
+    let api = Api::start_with(SimConfig {
+        nodes: vec!["pv1-1".into(), "pv1-2".into()],
+        task_latency: LATENCY,
+        agent_delay: Duration::ZERO,
+        service_port: Some(port),
+        ..SimConfig::default()
+    })
+    .await;
+    let vmid = 320;
+    let clone = api
+        .post(
+            "/nodes/pv1-1/qemu/9001/clone",
+            &[("newid", "320"), ("full", "1"), ("target", "pv1-2")],
+        )
+        .await
+        .upid();
+    assert_eq!(api.wait_task(&clone).await["exitstatus"], "OK");
+    let on_b = |rest: &str| format!("/nodes/pv1-2/qemu/{vmid}/{rest}");
+    let start = api.post(&on_b("status/start"), &[]).await.upid();
+    assert_eq!(api.wait_task(&start).await["exitstatus"], "OK");
+    let agent = api.get(&on_b("agent/network-get-interfaces")).await;
+    assert_eq!(
+        agent.data()["result"][1]["ip-addresses"][0]["ip-address"],
+        service_ip(vmid)
+    );
+    let service: SocketAddr = format!("{}:{port}", service_ip(vmid)).parse().unwrap();
+    assert_eq!(ask(service).await.unwrap(), ESTABLISHED);
+    // The admin API names VMs by VMID alone: it reaches this one on pv1-2.
+    set_service(&api, vmid, "error").await;
+    assert!(ask(service).await.unwrap().starts_with("HTTP/1.1 503 "));
+    let stop = api.admin("POST", &format!("vms/{vmid}/stop"), "").await;
+    assert_eq!(stop.status, 200, "{stop:?}");
+    assert!(refused(ask(service).await), "qm stop on pv1-2");
+}
+
+#[tokio::test]
 async fn bad_service_requests_are_refused_with_reasons() {
     let (api, _port) = with_services().await;
     let vmid = 314;

@@ -54,6 +54,11 @@ pub fn client_for(sim: &Simulator) -> reqwest::Client {
         .unwrap()
 }
 
+/// The node a UPID names: the one that ran the task.
+pub fn upid_node(upid: &str) -> &str {
+    upid.split(':').nth(1).expect("a UPID names its node")
+}
+
 pub fn encode(segment: &str) -> String {
     percent_encoding::utf8_percent_encode(segment, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
@@ -110,8 +115,14 @@ impl Api {
         self.send("DELETE", path, &[]).await
     }
 
+    /// The task's status from the node that ran it, as its UPID names it.
     pub async fn task_status(&self, upid: &str) -> Answer {
-        self.get(&format!("/nodes/pv1-1/tasks/{}/status", encode(upid)))
+        self.task_status_on(upid_node(upid), upid).await
+    }
+
+    /// The task's status as `node` answers it.
+    pub async fn task_status_on(&self, node: &str, upid: &str) -> Answer {
+        self.get(&format!("/nodes/{node}/tasks/{}/status", encode(upid)))
             .await
     }
 
@@ -163,8 +174,19 @@ impl Api {
         }
     }
 
-    /// Uploads `bytes` as `filename` with content=iso.
+    /// Uploads `bytes` as `filename` with content=iso, through pv1-1.
     pub async fn upload(&self, storage: &str, filename: &str, bytes: &[u8]) -> Answer {
+        self.upload_on("pv1-1", storage, filename, bytes).await
+    }
+
+    /// Uploads `bytes` as `filename` with content=iso, through `node`.
+    pub async fn upload_on(
+        &self,
+        node: &str,
+        storage: &str,
+        filename: &str,
+        bytes: &[u8],
+    ) -> Answer {
         let part = reqwest::multipart::Part::bytes(bytes.to_vec())
             .file_name(filename.to_string())
             .mime_str("application/octet-stream")
@@ -173,7 +195,7 @@ impl Api {
             .text("content", "iso")
             .part("filename", part);
         let url = format!(
-            "{}/api2/json/nodes/pv1-1/storage/{storage}/upload",
+            "{}/api2/json/nodes/{node}/storage/{storage}/upload",
             self.sim.url()
         );
         let mut request = self.client.post(url).multipart(form);
