@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod health;
+mod manifests;
 mod pool;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use health::*;
+pub use manifests::manifests;
 pub use pool::*;
 
 /// The API group of both resources.

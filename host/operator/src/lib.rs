@@ -25,9 +25,9 @@
 //! service and its tracker; the reconcilers do not call it yet.
 //!
 //! The command line is in [`cli`], the options of `run` in [`run_args`]; `egress-operator crdgen`
-//! prints the CRDs of [`crd`] (the `egress-crd` crate); `provider conformance` runs
-//! [`egress_conformance`]; `provider push`/`pull` use [`egress_distribution`], and so does
-//! [`images`], a ProviderConfig's image pinned, kept in the distribution's store and verified.
+//! prints the CRDs of [`crd`] (the `egress-crd` crate's `manifests`); the provider author's
+//! commands (`provider …`, `conformance`) are [`egress_provider_cli`]. [`images`] loads a
+//! ProviderConfig's image: pinned, kept in [`egress_distribution`]'s store and verified.
 
 pub mod bindings;
 pub mod cli;
