@@ -44,6 +44,7 @@ pub mod marks;
 pub use egress_telemetry::metrics;
 pub mod operator;
 pub use egress_pool as pool;
+pub mod pool_members;
 pub mod provider_calls;
 pub mod provider_config_reconciler;
 pub mod proxy_reconciler;

@@ -534,4 +534,3 @@ fn build_request(
 fn response_json(response: &Response) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::to_value(response)?)
 }
-

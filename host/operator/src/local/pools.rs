@@ -11,15 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 
 use crate::conditions;
-use crate::crd::{ProxyPool, ProxyStatus};
-use crate::pool::{self, Health, Member, Plan};
+use crate::crd::ProxyPool;
+use crate::pool::{self, Member, Plan};
+use crate::pool_members::{self, placement};
 
 use super::Local;
 use super::manifests::PoolManifest;
 use super::store::{Membership, PoolRecord, ProxyRecord};
-
-/// The Ready reason of a Proxy whose provider found no room where it was asked to put its VM.
-const NO_ROOM: &str = "QuotaExceeded";
 
 impl Local {
     /// Plan every pool and carry its plan out; pools whose manifest is gone are wound down.
@@ -191,51 +189,21 @@ fn pool_object(record: &PoolRecord) -> ProxyPool {
 
 /// What the planner needs to know of a pool's Proxy.
 fn member(proxy: &ProxyRecord) -> Member {
-    let status = &proxy.status;
-    let ready = conditions::condition(&status.conditions, conditions::READY);
-    let ready_since = ready
-        .filter(|ready| ready.status == "True")
-        .map(|ready| ready.last_transition_time.clone());
     let membership = proxy.membership.clone().unwrap_or_default();
+    let created = proxy
+        .created
+        .parse()
+        .map(Time)
+        .unwrap_or_else(|_| crate::now());
     let required = membership.placement.as_ref().is_some_and(|p| p.required);
-    let pending = ready
-        .filter(|ready| required && ready.status == "False" && ready.reason == NO_ROOM)
-        .map(|ready| ready.message.clone());
-    Member {
-        name: proxy.name.clone(),
-        template_hash: membership.template_hash,
-        created: proxy
-            .created
-            .parse()
-            .map(Time)
-            .unwrap_or_else(|_| crate::now()),
-        ready_since,
-        deleting: proxy.deleting,
-        health: health(status),
-        host: status.host.clone(),
-        pending,
-    }
-}
-
-/// A member's health, from the `HealthCheckSucceeded` condition its reconcile writes: failing
-/// since that condition last turned false.
-fn health(status: &ProxyStatus) -> Health {
-    match conditions::condition(&status.conditions, conditions::HEALTH_CHECK_SUCCEEDED) {
-        None => Health::Unknown,
-        Some(check) if check.status == "True" => Health::Healthy,
-        Some(check) if check.reason == "Failing" => Health::Unhealthy {
-            since: check.last_transition_time.clone(),
-        },
-        Some(_) => Health::Starting,
-    }
-}
-
-/// The contract's placement request for the planner's.
-fn placement(request: &pool::PlacementRequest) -> egress_runtime::types::Placement {
-    egress_runtime::types::Placement {
-        avoid_hosts: request.avoid_hosts.clone(),
-        required: request.required,
-    }
+    pool_members::member(
+        &proxy.name,
+        membership.template_hash,
+        created,
+        proxy.deleting,
+        &proxy.status,
+        required,
+    )
 }
 
 /// `egress-operator get pools --local DIR`: what local mode knows of its ProxyPools.
