@@ -175,3 +175,245 @@ async fn a_required_spread_over_one_node_places_one_vm_and_leaves_the_other_pend
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// A free TCP port on the loopback, for the simulator's per-VM proxy services.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A simulator whose VMs each run a proxy service at `port` on an address of their own, and a
+/// folder of the tests' ProviderConfig.
+async fn with_services(port: u16) -> Local {
+    let local = Local::with_sim(pvesim::SimConfig {
+        task_latency: Duration::from_millis(5),
+        agent_delay: Duration::from_millis(50),
+        service_port: Some(port),
+        ..pvesim::SimConfig::default()
+    })
+    .await;
+    // A resync longer than the tests' bound: only the probes' verdicts reconcile a running VM.
+    let config = crate::local_support::provider_config(&local.sim, "Delete")
+        .replace("  orphanSweep:", "  resyncSeconds: 3600\n  orphanSweep:");
+    local.write("providerconfig.yaml", &config);
+    local
+}
+
+/// A health check of `probe` (`tcp: {port: P}` or `httpConnect: {…}`): every 2 s, one failure
+/// is enough, no startup grace.
+fn health_check(probe: &str) -> String {
+    format!(
+        "healthCheck: {{{probe}, periodSeconds: 2, timeoutSeconds: 1, failureThreshold: 1, \
+         startupSeconds: 0}}"
+    )
+}
+
+/// A pool of `replicas` whose Proxies are health-checked at `port`, remediating at most
+/// `max_unhealthy` at once.
+fn checked_pool(replicas: u32, port: u16, max_unhealthy: u32) -> String {
+    format!(
+        "apiVersion: egress-operator.io/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: team-a}}\n\
+         spec:\n  replicas: {replicas}\n  remediation: {{maxUnhealthy: {max_unhealthy}}}\n  template:\n    spec:\n      \
+         providerConfigRef: proxmox-lab\n      {}\n",
+        health_check(&format!("tcp: {{port: {port}}}"))
+    )
+}
+
+/// Ready, and its service passing the health check.
+fn passing(proxy: &ProxyRecord) -> bool {
+    running(proxy)
+        && condition(&proxy.status.conditions, "HealthCheckSucceeded")
+            .is_some_and(|check| check.status == "True")
+}
+
+/// The simulator's VM id of `proxy`'s VM.
+fn vmid(local: &Local, proxy: &ProxyRecord) -> u32 {
+    let name = egress_operator::marks::vm_name(&proxy.uid);
+    local
+        .vms()
+        .into_iter()
+        .find(|(_, vm)| *vm == name)
+        .map(|(vmid, _)| vmid)
+        .unwrap_or_else(|| panic!("no VM named {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_whose_service_stops_answering_is_replaced_and_a_storm_past_max_unhealthy_halts() {
+    let port = free_port();
+    let mut local = with_services(port).await;
+    local.write("pool.yaml", &checked_pool(3, port, 1));
+    local.start();
+    local.wait_until("three members passing", LIMIT, |proxies| {
+        let members = members(proxies);
+        members.len() == 3 && members.iter().all(|proxy| passing(proxy))
+    });
+    let first = members(&local.proxies())[0].clone();
+    let broken = vmid(&local, &first);
+    local
+        .sim
+        .set_service(broken, pvesim::ServiceMode::Refuse)
+        .unwrap();
+    local.wait_until("the broken member replaced", LIMIT, |proxies| {
+        let members = members(proxies);
+        members.len() == 3
+            && !members.iter().any(|proxy| proxy.uid == first.uid)
+            && members.iter().all(|proxy| passing(proxy))
+    });
+    assert!(
+        local.vms().iter().all(|(vmid, _)| *vmid != broken),
+        "the unhealthy VM is gone"
+    );
+    assert_eq!(local.vms().len(), 3);
+
+    // Two of three fail at once, more than maxUnhealthy (1): the pool halts and replaces none.
+    // Their probes fall up to a period apart, so the first may be seen alone and its
+    // remediation begin: a VM's destruction held for 10 s keeps it counted (a member being
+    // deleted counts until gone) when the second is seen.
+    local.sim.faults().add(pvesim::FaultRule::new(
+        "DELETE",
+        "/nodes/*/qemu/*",
+        pvesim::Trigger::Always,
+        pvesim::FaultAction::Delay(Duration::from_secs(10)),
+    ));
+    let proxies = local.proxies();
+    let two: Vec<ProxyRecord> = members(&proxies).into_iter().take(2).cloned().collect();
+    for proxy in &two {
+        let vmid = vmid(&local, proxy);
+        local
+            .sim
+            .set_service(vmid, pvesim::ServiceMode::Refuse)
+            .unwrap();
+    }
+    let started = Instant::now();
+    loop {
+        let pools = local.pools();
+        let halted = pools.first().and_then(|pool| {
+            condition(
+                &pool.status.conditions,
+                egress_operator::pool::REMEDIATION_HALTED,
+            )
+            .cloned()
+        });
+        if halted.is_some_and(|c| c.status == "True" && c.reason == reasons::TOO_MANY_UNHEALTHY) {
+            break;
+        }
+        assert!(started.elapsed() < LIMIT, "no halt: {pools:#?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    // At most one of the two is being remediated: never both at once.
+    let proxies = local.proxies();
+    let remediated = two
+        .iter()
+        .filter(|proxy| !proxies.iter().any(|p| p.uid == proxy.uid && !p.deleting))
+        .count();
+    assert!(remediated <= 1, "both were remediated: {proxies:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_whose_service_stops_answering_is_replaced_by_its_recovery() {
+    let port = free_port();
+    let mut local = with_services(port).await;
+    local.write(
+        "proxy.yaml",
+        &format!(
+            "apiVersion: egress-operator.io/v1alpha1\nkind: Proxy\nmetadata: {{name: solo, namespace: default}}\n\
+             spec:\n  providerConfigRef: proxmox-lab\n  {}\n",
+            health_check(&format!(
+                "httpConnect: {{port: {port}, target: \"example.com:443\"}}"
+            ))
+        ),
+    );
+    local.start();
+    local.wait_until("the Proxy passing", LIMIT, |proxies| {
+        proxies.iter().any(|proxy| passing(proxy))
+    });
+    let solo = local.proxy("default/solo").unwrap();
+    let broken = vmid(&local, &solo);
+    local
+        .sim
+        .set_service(broken, pvesim::ServiceMode::Hang)
+        .unwrap();
+    // Replaced: the new VM's service passes (a VM of the same name may reuse the VM id).
+    local.wait_until("a new VM passing", LIMIT, |proxies| {
+        proxies.iter().any(|proxy| {
+            passing(proxy)
+                && proxy.status.restarts == 1
+                && proxy
+                    .status
+                    .last_recovery
+                    .as_ref()
+                    .is_some_and(|last| last.reason == "unhealthy")
+        })
+    });
+    assert!(local.log().contains("was unhealthy; replacing it"));
+    assert_eq!(local.vms().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scaled_three_to_five_to_two_a_pool_ends_with_exactly_that_many_vms() {
+    let mut local = Local::new().await;
+    for replicas in [3, 5, 2] {
+        local.write("pool.yaml", &pool(replicas, "v1", ""));
+        if replicas == 3 {
+            local.start();
+        }
+        let want = replicas as usize;
+        local.wait_until(&format!("{want} members running"), LIMIT, |proxies| {
+            let members = members(proxies);
+            members.len() == want && members.iter().all(|proxy| running(proxy))
+        });
+        assert_eq!(local.vms().len(), want);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_killed_mid_rollout_and_restarted_ends_with_the_right_vms_and_none_twice() {
+    let mut local = Local::new().await;
+    local.write("pool.yaml", &pool(3, "v1", ""));
+    local.start();
+    local.wait_until("three members running", LIMIT, |proxies| {
+        let members = members(proxies);
+        members.len() == 3 && members.iter().all(|proxy| running(proxy))
+    });
+    let first = local.pools()[0].status.template_hash.clone().unwrap();
+    local.write("pool.yaml", &pool(3, "v2", ""));
+    // Killed once the rollout has made a member of the new template.
+    local.wait_until("a member of the new template", LIMIT, |proxies| {
+        members(proxies).iter().any(|proxy| hash(proxy) != first)
+    });
+    local.kill();
+    local.start();
+    local.wait_until(
+        "three members of the new template running",
+        LIMIT,
+        |proxies| {
+            let members = members(proxies);
+            members.len() == 3
+                && members
+                    .iter()
+                    .all(|proxy| hash(proxy) != first && running(proxy) && !proxy.deleting)
+        },
+    );
+    let started = Instant::now();
+    while local.vms().len() != 3 {
+        assert!(
+            started.elapsed() < LIMIT,
+            "VMs left over: {:?}",
+            local.vms()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    // One VM per member, none made twice.
+    let mut names: Vec<String> = local.vms().into_iter().map(|(_, name)| name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 3);
+    let expected: Vec<String> = members(&local.proxies())
+        .iter()
+        .map(|proxy| egress_operator::marks::vm_name(&proxy.uid))
+        .collect();
+    assert!(expected.iter().all(|name| names.contains(name)));
+}
