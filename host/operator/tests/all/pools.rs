@@ -328,7 +328,7 @@ async fn a_proxy_whose_service_stops_answering_is_replaced_by_its_recovery() {
     );
     local.start();
     local.wait_until("the Proxy passing", LIMIT, |proxies| {
-        proxies.iter().any(|proxy| passing(proxy))
+        proxies.iter().any(passing)
     });
     let solo = local.proxy("default/solo").unwrap();
     let broken = vmid(&local, &solo);
