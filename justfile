@@ -70,21 +70,24 @@ test: setup-test build-components build-components-plain
     cargo test --workspace
 
 # The main job: the operator in local mode over deploy/examples/local/ (a ProviderConfig for the
-# sandboxed Proxmox provider, its Secret, three Proxies) against the Proxmox VE simulator, and,
+# sandboxed Proxmox provider, its Secret, three Proxies, a ProxyPool of three spread across the
+# simulator's two nodes) against the Proxmox VE simulator, and,
 # where this machine can run libvirtd, deploy/examples/local-kvm/ (the libvirt provider, one Proxy)
-# on a KVM lab of the machine's own; until every Proxy runs with an address. Then one manifest is
-# deleted and its VM and seed go.
+# on a KVM lab of the machine's own; until every Proxy runs with an address. Then the pool's
+# user-data changes and is rolled through one VM at a time, and one manifest is deleted and its VM
+# and seed go.
 demo: build-demo
     #!/usr/bin/env bash
     set -euo pipefail
     bin=target/quick-release/egress-operator
     state=target/demo && rm -rf "$state" && mkdir -p "$state/sim" "$state/local/components"
-    target/quick-release/pvesim --listen 127.0.0.1:0 --state-dir "$state/sim" --agent-delay-ms 3000 > "$state/pvesim.out" &
+    # Two nodes, and a proxy service of its own on port 3128 at each VM's address (on the loopback).
+    target/quick-release/pvesim --listen 127.0.0.1:0 --state-dir "$state/sim" --agent-delay-ms 3000 --nodes pv1-1,pv1-2 --service-port 3128 > "$state/pvesim.out" &
     sim=$!; lab=
     trap 'kill $sim $lab 2>/dev/null; [ -z "$lab" ] || wait $lab 2>/dev/null' EXIT
     for _ in $(seq 50); do grep -q '^url:' "$state/pvesim.out" 2>/dev/null && break; sleep 0.1; done
     url=$(sed -n 's/^url: //p' "$state/pvesim.out")
-    echo "== the Proxmox VE simulator runs at $url"
+    echo "== the Proxmox VE simulator runs at $url, nodes $(sed -n 's/^nodes: //p' "$state/pvesim.out")"
     # The example folder, pointed at this simulator, with its token and CA.
     for file in deploy/examples/local/*.yaml; do sed "s|https://127.0.0.1:8006|$url|g" "$file" > "$state/local/$(basename "$file")"; done
     python3 - "$state" <<'PY'
@@ -137,19 +140,26 @@ demo: build-demo
         || echo "== not every proxy is Ready: \`$bin get proxies --local $state/local -o yaml\` says why"
     echo "== egress-operator get proxies --local $state/local"
     "$bin" get proxies --local "$state/local"
-    vms() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/cluster/resources?type=vm" | jq -c '[.data[] | select(.template != 1) | {vmid, name, status}]'; }
-    seeds() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/nodes/pv1-1/storage/proxy-seeds/content" | jq -c '[.data[].volid]'; }
+    vms() { curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/cluster/resources?type=vm" | jq -c '[.data[] | select(.template != 1) | {vmid, name, node, status}]'; }
+    seeds() { for node in pv1-1 pv1-2; do curl -s --cacert "$state/sim/ca.pem" -H "Authorization: PVEAPIToken=$(cat "$state/sim/token")" "$url/api2/json/nodes/$node/storage/proxy-seeds/content" | jq -c --arg node "$node" '{($node): [.data[].volid]}'; done; }
     echo "== the simulator's VMs and seeds"; vms; seeds
     if [ -n "$kvm" ]; then
         echo "== the KVM lab's guests (dnsmasq's leases: the hostname is the VM's, from its seed) and volumes"
         virsh -q -c qemu:///system net-dhcp-leases "$(sed -n 's/^network: //p' "$state/kvmlab.out")" || true
         ls "$(sed -n 's/^pool-dir: //p' "$state/kvmlab.out")"
     fi
+    echo "== egress-operator get pools --local $state/local: the pool's members run on both nodes"
+    "$bin" get pools --local "$state/local"
+    [ "$(vms | jq '[.[].node] | unique | length')" = 2 ] || { echo "expected VMs on both nodes" >&2; exit 1; }
+    echo "== the pool's user-data changes (v1 -> v2): rolled through one VM at a time, never fewer than three Ready (the table shows each step)"
+    sed -i 's/# proxy image v1/# proxy image v2/' "$state/local/pool-edge.yaml"
+    "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache"
+    "$bin" get pools --local "$state/local"
     echo "== rm proxy-ci.yaml: the operator deletes its VM and seed"
     rm "$state/local/proxy-ci.yaml"
     "$bin" run --local "$state/local" --exit-when-settled --cache-dir "$state/cache"
     echo "== the simulator's VMs and seeds now"; vms; seeds
-    [ "$(vms | jq length)" = 2 ] || { echo "expected two VMs left" >&2; exit 1; }
+    [ "$(vms | jq length)" = 5 ] || { echo "expected five VMs left: two Proxies and the pool's three" >&2; exit 1; }
 
 # Benchmarks (criterion, and the budgets table); figures land in target/criterion.
 bench: build-components

@@ -236,6 +236,16 @@ impl VmHealth {
         }
     }
 
+    /// A VM whose service passed before this tracker existed (the operator restarted, its
+    /// status says so): healthy until a probe says otherwise, and probed at once.
+    pub fn resumed(now: Timestamp) -> VmHealth {
+        VmHealth {
+            passed_once: true,
+            verdict: Verdict::Healthy,
+            ..VmHealth::new(now)
+        }
+    }
+
     /// The verdict after the probes recorded so far.
     pub fn verdict(&self) -> &Verdict {
         &self.verdict

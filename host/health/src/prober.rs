@@ -39,7 +39,9 @@ pub struct Prober {
 impl Prober {
     /// Probe VM `vm` of Proxy `key` at `address` as `check` says, from `now` on, and return its
     /// verdict so far. Another VM, address or check than the one watched starts afresh (not
-    /// probed yet, its startup grace from `now`).
+    /// probed yet, its startup grace from `now`). `passed` says the Proxy's status records this
+    /// VM passing: one not watched yet (the operator restarted) is then healthy until its first
+    /// probe, so a restart does not take every proxy out of service.
     pub fn watch(
         &self,
         key: &str,
@@ -47,16 +49,23 @@ impl Prober {
         address: IpAddr,
         check: &HealthCheck,
         now: Timestamp,
+        passed: bool,
     ) -> Verdict {
         let mut targets = self.lock();
         let target = targets
             .entry(key.to_owned())
             .and_modify(|target| {
                 if target.vm != vm || target.address != address || target.check != *check {
-                    *target = Target::new(vm, address, check, now);
+                    *target = Target::new(vm, address, check, VmHealth::new(now));
                 }
             })
-            .or_insert_with(|| Target::new(vm, address, check, now));
+            .or_insert_with(|| {
+                let health = match passed {
+                    true => VmHealth::resumed(now),
+                    false => VmHealth::new(now),
+                };
+                Target::new(vm, address, check, health)
+            });
         target.health.verdict().clone()
     }
 
@@ -121,12 +130,12 @@ impl Prober {
 }
 
 impl Target {
-    fn new(vm: &str, address: IpAddr, check: &HealthCheck, now: Timestamp) -> Target {
+    fn new(vm: &str, address: IpAddr, check: &HealthCheck, health: VmHealth) -> Target {
         Target {
             vm: vm.to_owned(),
             address,
             check: check.clone(),
-            health: VmHealth::new(now),
+            health,
         }
     }
 }

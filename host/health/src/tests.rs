@@ -310,25 +310,25 @@ async fn the_prober_reports_each_change_of_verdict_once_and_only_when_due() {
     let check = strict_tcp(address.port());
     let prober = Prober::default();
     assert_eq!(
-        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0)),
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0), false),
         Verdict::Starting
     );
     // The service listens: healthy, a change.
     assert_eq!(prober.probe_due(at(0)).await, ["ns/a"]);
     assert_eq!(
-        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1)),
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1), false),
         Verdict::Healthy
     );
     // Not due before periodSeconds: no probe, so a service that stopped is not seen yet.
     drop(listener);
     assert!(prober.probe_due(at(5)).await.is_empty());
     assert_eq!(
-        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(5)),
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(5), false),
         Verdict::Healthy
     );
     // Due: refused, and one failure is the threshold.
     assert_eq!(prober.probe_due(at(10)).await, ["ns/a"]);
-    let verdict = prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(10));
+    let verdict = prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(10), false);
     assert!(
         matches!(&verdict, Verdict::Unhealthy { since, reason } if *since == at(10) && reason.contains("connection refused")),
         "{verdict:?}"
@@ -342,26 +342,47 @@ async fn another_vm_starts_afresh_and_a_forgotten_proxy_is_not_probed() {
     let port = closed_port().await.port();
     let check = strict_tcp(port);
     let prober = Prober::default();
-    prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0));
+    prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0), false);
     assert_eq!(prober.probe_due(at(0)).await, ["ns/a"]);
     assert!(matches!(
-        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1)),
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1), false),
         Verdict::Unhealthy { .. }
     ));
     // The VM was replaced: its record starts again.
     assert_eq!(
-        prober.watch("ns/a", "vm-2", LOOPBACK, &check, at(2)),
+        prober.watch("ns/a", "vm-2", LOOPBACK, &check, at(2), false),
         Verdict::Starting
     );
     assert_eq!(prober.probe_due(at(2)).await, ["ns/a"]);
     // So does a changed check.
     let other = strict_tcp(port.wrapping_add(1).max(1));
     assert_eq!(
-        prober.watch("ns/a", "vm-2", LOOPBACK, &other, at(3)),
+        prober.watch("ns/a", "vm-2", LOOPBACK, &other, at(3), false),
         Verdict::Starting
     );
     assert_eq!(prober.len(), 1);
     prober.forget("ns/a");
     assert!(prober.is_empty());
     assert!(prober.probe_due(at(100)).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_vm_that_passed_before_a_restart_stays_healthy_until_its_first_probe_fails() {
+    let check = strict_tcp(closed_port().await.port());
+    let prober = Prober::default();
+    assert_eq!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(0), true),
+        Verdict::Healthy
+    );
+    // Probed at once: refused, unhealthy.
+    assert_eq!(prober.probe_due(at(0)).await, ["ns/a"]);
+    assert!(matches!(
+        prober.watch("ns/a", "vm-1", LOOPBACK, &check, at(1), true),
+        Verdict::Unhealthy { .. }
+    ));
+    // A new VM never inherits it.
+    assert_eq!(
+        prober.watch("ns/a", "vm-2", LOOPBACK, &check, at(2), true),
+        Verdict::Starting
+    );
 }

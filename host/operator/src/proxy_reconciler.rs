@@ -727,10 +727,11 @@ impl ProxyReconciler {
         };
         let now = step.stamp.now.0;
         let port = check.port();
-        match self
-            .prober
-            .watch(&key, &vm.provider_id, address, check, now)
-        {
+        let written = &pass.proxy.status;
+        let passed = written.provider_id.as_deref() == Some(vm.provider_id.as_str())
+            && conditions::is_true(&written.conditions, conditions::HEALTH_CHECK_SUCCEEDED);
+        let verdict = (self.prober).watch(&key, &vm.provider_id, address, check, now, passed);
+        match verdict {
             Verdict::Starting => {
                 let why = format!(
                     "waiting for the service at {address} port {port} to pass its health check"

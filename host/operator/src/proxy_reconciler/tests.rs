@@ -1241,3 +1241,34 @@ fn an_unhealthy_vm_is_replaced_even_where_the_policy_is_restart() {
         }
     );
 }
+
+#[tokio::test]
+async fn after_a_restart_a_vm_whose_status_says_passing_stays_ready_until_a_probe_fails() {
+    let core = reconciler();
+    let bound = binding(running_on_loopback(), None);
+    let mut proxy = checked(closed_port().await);
+    let mut passing = with_vm("vm-7");
+    for kind in [conditions::READY, conditions::HEALTH_CHECK_SUCCEEDED] {
+        set_condition(
+            &mut passing.conditions,
+            kind,
+            true,
+            "…",
+            "…",
+            Some(1),
+            &at(0),
+        );
+    }
+    proxy.status = passing;
+    let first = core.reconcile(&proxy, resolved(&bound)).await;
+    assert!(conditions::is_true(
+        &first.status.conditions,
+        conditions::READY
+    ));
+    // Its first probe, at once, is refused: out of service.
+    assert_eq!(probe(&core).await, ["default/p"]);
+    proxy.pooled = true;
+    proxy.status = first.status;
+    let second = core.reconcile(&proxy, resolved(&bound)).await;
+    assert_eq!(reason(&second, conditions::READY), "ServiceUnhealthy");
+}
