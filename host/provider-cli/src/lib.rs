@@ -54,6 +54,29 @@ pub struct ConformanceArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Where the compiled component is cached.
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// `--cache-dir`: where a command that compiles the component keeps the compiled code.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Where compiled components are cached (`none`: compile every time, write nothing).
+    /// Default `$XDG_CACHE_HOME/egress-operator`, else `~/.cache/egress-operator`.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+impl CacheArgs {
+    /// The folder to cache in, if any.
+    fn dir(&self) -> Option<PathBuf> {
+        match &self.cache_dir {
+            Some(dir) if dir.as_os_str() == "none" => None,
+            Some(dir) => Some(dir.clone()),
+            None => egress_runtime::default_cache_dir(),
+        }
+    }
 }
 
 /// `egress-operator provider …`.
@@ -74,6 +97,9 @@ pub enum ProviderCommand {
         /// The largest component layer to download, in bytes.
         #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LAYER_BYTES)]
         max_layer_bytes: u64,
+        /// Where the compiled component is cached.
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Push a provider component to a registry as a wasm OCI artifact (config
     /// `application/vnd.wasm.config.v0+json`, one `application/wasm` layer); print `REF@sha256:…`.
@@ -91,6 +117,9 @@ pub enum ProviderCommand {
         /// How to reach the registry.
         #[command(flatten)]
         registry: RegistryArgs,
+        /// Where the compiled component is cached (push compiles it to check it).
+        #[command(flatten)]
+        cache: CacheArgs,
     },
     /// Pull a provider component from a registry, checking its media types, size and digests;
     /// print the reference pinned by digest.
@@ -131,6 +160,9 @@ pub enum ProviderCommand {
         /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
         #[arg(long)]
         input: Option<String>,
+        /// Where the compiled component is cached.
+        #[command(flatten)]
+        cache: CacheArgs,
     },
 }
 
@@ -142,13 +174,15 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<ExitCode> {
             json,
             registry,
             max_layer_bytes,
-        } => inspect(&target, json, &registry, max_layer_bytes).await,
+            cache,
+        } => inspect(&target, json, &registry, max_layer_bytes, &cache).await,
         ProviderCommand::Push {
             file,
             reference,
             sign,
             registry,
-        } => push(&file, &reference, sign.as_deref(), &registry).await,
+            cache,
+        } => push(&file, &reference, sign.as_deref(), &registry, &cache).await,
         ProviderCommand::Pull {
             reference,
             output,
@@ -162,6 +196,7 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<ExitCode> {
             grants,
             identity,
             input,
+            cache,
         } => {
             call(
                 &file,
@@ -170,6 +205,7 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<ExitCode> {
                 grants.as_deref(),
                 identity.as_deref(),
                 input.as_deref(),
+                &cache,
             )
             .await
         }
@@ -177,10 +213,13 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// The runtime of a `provider` command.
-fn provider_runtime(capabilities: &Capabilities) -> anyhow::Result<Runtime> {
+fn provider_runtime(capabilities: &Capabilities, cache: &CacheArgs) -> anyhow::Result<Runtime> {
     // One call and exit: tiering would only start a background compile the exit throws away.
     // Cranelift's code is cached, so the next run loads it.
-    let config = capabilities.serve(RuntimeConfig::default().compilation(Compilation::Optimized));
+    let config = RuntimeConfig::default()
+        .compilation(Compilation::Optimized)
+        .cache_dir(cache.dir());
+    let config = capabilities.serve(config);
     Ok(Runtime::new(config)?)
 }
 
@@ -188,8 +227,9 @@ async fn load(
     file: &Path,
     identity: Option<&str>,
     capabilities: &Capabilities,
+    cache: &CacheArgs,
 ) -> anyhow::Result<Arc<Provider>> {
-    let runtime = provider_runtime(capabilities)?;
+    let runtime = provider_runtime(capabilities, cache)?;
     Ok(match identity {
         None => runtime.load_file(file).await?,
         Some(identity) => {
@@ -242,6 +282,7 @@ async fn push(
     reference: &str,
     sign: Option<&Path>,
     registry: &RegistryArgs,
+    cache: &CacheArgs,
 ) -> anyhow::Result<ExitCode> {
     // A bad key is found before anything is pushed.
     let key = match sign {
@@ -251,7 +292,7 @@ async fn push(
         }
         None => None,
     };
-    let runtime = provider_runtime(&Capabilities::new())?;
+    let runtime = provider_runtime(&Capabilities::new(), cache)?;
     let bytes = runtime.read_component(file).await?;
     // Pushing what the operator would refuse helps no one: load it first, under the identity
     // `inspect REF` gives it.
@@ -307,11 +348,12 @@ async fn inspect(
     json: bool,
     registry: &RegistryArgs,
     max_layer_bytes: u64,
+    cache: &CacheArgs,
 ) -> anyhow::Result<ExitCode> {
     // No grants: a provider importing a capability loads and is described, and every use of it
     // is denied.
     let provider = if names_a_file(target) {
-        load(Path::new(target), None, &Capabilities::new()).await?
+        load(Path::new(target), None, &Capabilities::new(), cache).await?
     } else {
         let pulled = registry
             .client(target, max_layer_bytes)?
@@ -319,7 +361,7 @@ async fn inspect(
             .await?;
         // The identity a file named after the repository would have (`…/proxmox:1` → `proxmox`).
         let identity = egress_distribution::oci::repository_name(target)?;
-        provider_runtime(&Capabilities::new())?
+        provider_runtime(&Capabilities::new(), cache)?
             .load_bytes(&identity, &pulled.bytes, Path::new(target))
             .await?
     };
@@ -404,6 +446,7 @@ async fn call(
     grants: Option<&Path>,
     identity: Option<&str>,
     input: Option<&str>,
+    cache: &CacheArgs,
 ) -> anyhow::Result<ExitCode> {
     let operation: Operation = operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     let config = match config {
@@ -417,7 +460,7 @@ async fn call(
             .grant(&capabilities)
             .with_context(|| format!("grants {}", path.display()))?;
     }
-    let provider = load(file, identity, &capabilities).await?;
+    let provider = load(file, identity, &capabilities, cache).await?;
     let context = CallContext { subject: None };
     match provider.call(request, &context).await {
         Ok(response) => {
@@ -446,7 +489,9 @@ pub async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
         identity: args.identity.clone(),
         only: args.only.clone(),
         // A run of a few dozen calls: the same reasoning as `load`.
-        runtime: RuntimeConfig::default().compilation(Compilation::Optimized),
+        runtime: RuntimeConfig::default()
+            .compilation(Compilation::Optimized)
+            .cache_dir(args.cache.dir()),
     };
     let report = egress_conformance::run(&options).await?;
     print!("{}", report.text());

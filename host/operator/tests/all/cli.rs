@@ -397,3 +397,76 @@ fn run_refuses_a_key_dir_that_is_not_memory_backed() {
         "{error}"
     );
 }
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn commands_that_compile_cache_where_cache_dir_says_and_none_writes_nothing() {
+    let reference = component("reference");
+    let reference = reference.to_str().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let chosen = tempfile::tempdir().unwrap();
+    let run_in_home = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+            .args(args)
+            .env("XDG_CACHE_HOME", home.path())
+            // A `none` taken for a folder would land here.
+            .current_dir(home.path())
+            .output()
+            .expect("the binary runs")
+    };
+    let chosen_dir = chosen.path().to_str().unwrap();
+    for args in [
+        vec!["provider", "inspect", reference, "--cache-dir", chosen_dir],
+        vec![
+            "provider",
+            "call",
+            reference,
+            "describe",
+            "--cache-dir",
+            chosen_dir,
+        ],
+    ] {
+        let output = run_in_home(&args);
+        assert!(output.status.success(), "{args:?}: {}", stderr(&output));
+    }
+    assert!(
+        !files_under(chosen.path()).is_empty(),
+        "nothing cached in --cache-dir"
+    );
+    assert!(
+        files_under(home.path()).is_empty(),
+        "the default cache was written"
+    );
+
+    let output = run_in_home(&["provider", "inspect", reference, "--cache-dir", "none"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        files_under(home.path()).is_empty(),
+        "--cache-dir none wrote a cache"
+    );
+    // Without the flag: the documented default, under $XDG_CACHE_HOME.
+    let output = run_in_home(&["provider", "inspect", reference]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        files_under(&home.path().join("egress-operator"))
+            .iter()
+            .any(|file| file.is_file()),
+        "the default cache is $XDG_CACHE_HOME/egress-operator"
+    );
+}
