@@ -6,7 +6,8 @@ use crate::endpoint::Scheme;
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/http-broker",
+        // A link to `wit/http-broker` in this repository: `cp -rL` copies the crate whole.
+        path: "http-broker-wit",
         world: "egress:http-broker/imports",
         // The `wasi:http` types are wasip2's, so a failure's code is the one `wasi:http` gives.
         with: {

@@ -372,3 +372,82 @@ async fn check_against_a_hung_endpoint_answers_unreachable_within_its_deadline()
         other => panic!("expected a check reason, got {other:?}"),
     }
 }
+
+/// `src` copied to `dst` as `cp -rL` copies it (links followed), but without build output.
+fn copy_dereferenced(src: &std::path::Path, dst: &std::path::Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap().flatten() {
+        let (from, to) = (entry.path(), dst.join(entry.file_name()));
+        if entry.file_name() == "target" {
+            continue;
+        }
+        // `metadata` follows links, as `-L` does.
+        if std::fs::metadata(&from).unwrap().is_dir() {
+            copy_dereferenced(&from, &to);
+        } else {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+}
+
+/// The authoring guide's §2 recipe, run from a folder outside this repository: copy the guest
+/// library and the example, rename it, build it with plain cargo, and inspect what was built.
+#[test]
+fn the_guides_copy_recipe_builds_a_provider_outside_the_repository() {
+    let guide = std::fs::read_to_string(repository().join("docs/providers/authoring.md")).unwrap();
+    assert!(
+        guide.contains(r#"cp -rL "$EGRESS/components/guest" guest"#)
+            && guide.contains(r#"cp -rL "$EGRESS/components/example-inventory" my-provider"#),
+        "the guide's recipe changed: change this test with it"
+    );
+    let folder = tempfile::tempdir().unwrap();
+    copy_dereferenced(
+        &repository().join("components/guest"),
+        &folder.path().join("guest"),
+    );
+    let provider = folder.path().join("my-provider");
+    copy_dereferenced(
+        &repository().join("components/example-inventory"),
+        &provider,
+    );
+    let manifest = provider.join("Cargo.toml");
+    let renamed = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace(r#"name = "example-inventory""#, r#"name = "my-provider""#);
+    std::fs::write(&manifest, renamed).unwrap();
+
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("guide-recipe");
+    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .current_dir(&provider)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // `cp target/wasm32-wasip2/release/my_provider.wasm my-provider.wasm`: the file's stem is
+    // the identity grants name, and `-` is allowed where `_` is not.
+    let wasm = provider.join("my-provider.wasm");
+    std::fs::copy(target.join("wasm32-wasip2/release/my_provider.wasm"), &wasm).unwrap();
+    let inspected = Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+        .args([
+            "provider",
+            "inspect",
+            wasm.to_str().unwrap(),
+            "--cache-dir",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&inspected.stdout);
+    assert!(
+        inspected.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&inspected.stderr)
+    );
+    assert!(text.contains("my-provider"), "{text}");
+    assert!(text.contains("contract version: 0.1.0"), "{text}");
+}
