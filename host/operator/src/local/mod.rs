@@ -539,11 +539,14 @@ impl Local {
         Ok(())
     }
 
-    /// With `--exit-when-settled`: the exit status once every Proxy is Ready or failed and no
-    /// deletion is pending; `None` while any is still on its way.
+    /// With `--exit-when-settled`: the exit status once every Proxy is Ready or waits on a
+    /// person (each printed on stderr, with its reason) and no deletion is pending; `None` while
+    /// any is still on its way.
     async fn settled(&self) -> Option<ExitCode> {
         let records = self.store.run(|store| store.proxies()).await.ok()?;
         let pools = self.store.run(|store| store.pools()).await.ok()?;
+        let configs = self.store.run(|store| store.configs()).await.ok()?;
+        let mut waiting = Vec::new();
         let mut failed = false;
         for pool in &pools {
             let status = &pool.status;
@@ -561,20 +564,60 @@ impl Local {
             if record.deleting {
                 return None;
             }
-            let ready = conditions::is_true(&record.status.conditions, conditions::READY);
-            match (ready, record.status.phase) {
-                (true, _) => {}
-                // Waiting on a person: refused, or paused by one. Neither ends by itself.
-                (false, Some(Phase::Failed | Phase::Paused)) => failed = true,
-                _ => return None,
+            if conditions::is_true(&record.status.conditions, conditions::READY) {
+                continue;
+            }
+            match waits_on_a_person(record, &configs) {
+                Some(why) => waiting.push(format!("Proxy {}: {why}", record.key())),
+                None => return None,
             }
         }
-        Some(if failed {
+        for why in &waiting {
+            eprintln!("{why}");
+        }
+        Some(if failed || !waiting.is_empty() {
             ExitCode::from(1)
         } else {
             ExitCode::SUCCESS
         })
     }
+}
+
+/// The Proxy's own reasons not to be Ready that no retry ends: a person must change an object.
+const REFUSED: &[&str] = &[
+    "InvalidGrant",
+    "CapabilityNotGranted",
+    "ProviderConfigNotFound",
+    "UserDataNotFound",
+    "InvalidUserData",
+    "QuotaExceeded",
+];
+
+/// A ProviderConfig's reasons not to be Ready that end by themselves (retried, or loading).
+const PASSING: &[&str] = &["ProviderNotReady", "Unreachable", "RegistryUnavailable"];
+
+/// Why a Proxy that is not Ready waits on a person, if it does: a refusal, a pause or a failure
+/// of its own, or its ProviderConfig refused (`reason: message`).
+fn waits_on_a_person(record: &ProxyRecord, configs: &[store::ConfigRecord]) -> Option<String> {
+    let ready = condition(&record.status.conditions, conditions::READY)?;
+    let own = matches!(
+        record.status.phase,
+        Some(Phase::Failed | Phase::Paused | Phase::Degraded)
+    ) || REFUSED.contains(&ready.reason.as_str());
+    if own {
+        return Some(format!("{}: {}", ready.reason, ready.message));
+    }
+    if ready.reason != "ProviderNotReady" {
+        return None;
+    }
+    let name = &record.spec.provider_config_ref;
+    let config = configs.iter().find(|config| &config.name == name)?;
+    let refused = condition(&config.status.conditions, conditions::READY)
+        .filter(|ready| ready.status == "False" && !PASSING.contains(&ready.reason.as_str()))?;
+    Some(format!(
+        "ProviderConfig {name} is not Ready: {}: {}",
+        refused.reason, refused.message
+    ))
 }
 
 /// Whether two folder views hold the same Secrets and ConfigMaps (the objects references

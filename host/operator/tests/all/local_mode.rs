@@ -996,3 +996,43 @@ async fn by_default_outcomes_are_logged_and_a_provider_config_can_turn_its_provi
         }
     }
 }
+
+/// The exit status of `command`, waited for at most [`LIMIT`] (then killed: a failure).
+fn exit_within_limit(command: &mut Command) -> std::process::ExitStatus {
+    let mut child = command.spawn().expect("the operator starts");
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("--exit-when-settled did not exit within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_when_settled_ends_when_a_proxy_waits_on_a_refused_grant_and_says_why() {
+    let local = Local::new().await;
+    let refused = provider_config(&local.sim, "Delete").replace(
+        &format!("origins: [\"{}\"]", local.sim.url()),
+        "origins: [\"ftp://pve.example\"]",
+    );
+    assert_ne!(refused, provider_config(&local.sim, "Delete"));
+    local.write("providerconfig.yaml", &refused);
+    local.write("proxy.yaml", &proxy("default", "web"));
+    let log = local.dir.path().join("settle.log");
+    let status = exit_within_limit(
+        local
+            .command(&["--exit-when-settled"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap()),
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(said.contains("Proxy default/web: InvalidGrant"), "{said}");
+    assert!(local.vms().is_empty());
+}
