@@ -26,12 +26,7 @@ pub(crate) async fn classified_no_secret(session: &Session) -> Outcome {
                 call.operation
             ));
         }
-        if call.ending == Ending::Answered
-            && message
-                .trim_start_matches("provider error:")
-                .trim()
-                .is_empty()
-        {
+        if call.ending == Ending::Answered && message.trim().is_empty() {
             return Outcome::Fail(format!(
                 "{} answered {} with no message",
                 call.operation,

@@ -165,8 +165,9 @@ impl LoadError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
-    /// The provider ran and reported a failure.
-    #[error("provider error: {0}")]
+    /// The provider ran and reported a failure: its own message (its class is
+    /// [`CallError::class`], said once wherever the error is shown).
+    #[error("{}", .0.message())]
     Provider(#[from] ProviderError),
     /// The operation did not finish within its deadline and was stopped.
     #[error("{operation} did not finish within its deadline of {after:?} and was stopped")]

@@ -11,7 +11,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use sync_wrapper::SyncWrapper;
 use tokio::time::{Instant, Sleep};
 
-use crate::client::classify;
+use crate::client::{classify, describe};
 use crate::redact::{Redactor, StreamRedactor};
 
 /// The guest's request body as reqwest wants it (`Sync`; the guest's body is only `Send`, and
@@ -163,7 +163,7 @@ impl ResponseBody {
 /// incomplete response, since the headers had arrived.
 fn read_failed(error: &reqwest::Error) -> EgressError {
     let (code, kind) = classify(error);
-    tracing::warn!(error.type = kind, "response body failed");
+    tracing::warn!(error.type = kind, cause = %describe(error), "response body failed");
     match code {
         EgressError::InternalError(_) => EgressError::HttpResponseIncomplete,
         other => other,

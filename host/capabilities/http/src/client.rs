@@ -371,6 +371,45 @@ pub fn classify(error: &reqwest::Error) -> (EgressError, &'static str) {
     (EgressError::InternalError(None), "other")
 }
 
+/// What went wrong with an exchange, in words for the host's log: a refused certificate named by
+/// its fault (`unknown CA`, `name mismatch`, `expired`, …, with rustls's detail), else every
+/// cause in the chain (reqwest's own words stop at `error sending request`).
+pub fn describe(error: &reqwest::Error) -> String {
+    let refused = causes(error).find_map(|cause| match cause.downcast_ref::<rustls::Error>() {
+        Some(rustls::Error::InvalidCertificate(certificate)) => Some(certificate),
+        _ => None,
+    });
+    if let Some(certificate) = refused {
+        return format!(
+            "TLS: the server's certificate is refused ({}): {certificate}",
+            certificate_fault(certificate)
+        );
+    }
+    let mut words: Vec<String> = Vec::new();
+    for cause in causes(error) {
+        let text = cause.to_string();
+        // An io::Error shows the error it wraps: say it once.
+        if !words.iter().any(|said| said.contains(&text)) {
+            words.push(text);
+        }
+    }
+    words.join(": ")
+}
+
+/// A certificate's fault in two or three words.
+fn certificate_fault(error: &rustls::CertificateError) -> &'static str {
+    use rustls::CertificateError as Fault;
+    match error {
+        Fault::UnknownIssuer => "unknown CA",
+        Fault::NotValidForName | Fault::NotValidForNameContext { .. } => "name mismatch",
+        Fault::Expired | Fault::ExpiredContext { .. } => "expired",
+        Fault::NotValidYet | Fault::NotValidYetContext { .. } => "not yet valid",
+        Fault::Revoked => "revoked",
+        Fault::BadSignature => "bad signature",
+        _ => "invalid",
+    }
+}
+
 /// Every error in the chain, looking inside `io::Error`s too (whose `source()` skips the error
 /// they wrap, where rustls puts its own).
 fn causes<'a>(

@@ -17,7 +17,7 @@ use hyper::body::Body as _;
 use tokio::time::Instant;
 
 use crate::body::{RequestBody, ResponseBody};
-use crate::client::{ClientError, classify};
+use crate::client::{ClientError, classify, describe};
 use crate::grant::{ActiveGrant, Grants, Route};
 use crate::metrics::{Metrics, Outcome};
 use crate::policy::{Denied, Origin, refused_method, screen_headers};
@@ -280,7 +280,7 @@ impl RequestSender<'_> {
             Ok(Err(error)) => {
                 let (code, kind) = classify(&error);
                 let error = error.without_url();
-                tracing::warn!(provider = &*self.site.provider, origin = %self.route().label, error.type = kind, %error, "outgoing HTTP failed");
+                tracing::warn!(provider = &*self.site.provider, origin = %self.route().label, error.type = kind, cause = %describe(&error), "outgoing HTTP failed");
                 Err(self.fail(code, kind))
             }
             Ok(Ok(response)) => Ok(response),

@@ -216,6 +216,13 @@ fn call_with_a_classified_error_prints_it_and_exits_1() {
     assert_eq!(output.status.code(), Some(1));
     let response: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(response["error"]["class"], "not-found");
+    // The class is said once, in its field: the message is the provider's own.
+    let message = response["error"]["message"].as_str().unwrap();
+    assert!(!message.is_empty());
+    assert!(
+        !message.contains("not-found") && !message.contains("provider error"),
+        "{message}"
+    );
 }
 
 #[test]

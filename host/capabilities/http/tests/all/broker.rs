@@ -715,3 +715,46 @@ async fn a_request_never_polled_again_does_not_hold_up_the_others_of_its_grant()
     assert_eq!(second.unwrap().status, 200);
     drop(abandoned);
 }
+
+#[tokio::test]
+async fn a_refused_certificate_is_named_in_the_log_by_its_fault() {
+    let logs = captured_logs();
+    let unknown = Setup::new(ok_json()).await;
+    unknown
+        .files
+        .write("ca.pem", &Ca::new("unrelated CA").pem());
+    let mismatch = Setup::with(&["pv1-1.home.lab"], Protocol::Http1, ok_json()).await;
+    let expired = {
+        let ca = Ca::new("egress test CA");
+        let files = Files::new();
+        files.write("token", &format!("{SECRET}\n"));
+        files.write("ca.pem", &ca.pem());
+        let (chain, key) = ca.expired_leaf(&["127.0.0.1"]);
+        let server = Server::presenting(chain, key, Protocol::Http1, ok_json()).await;
+        Setup { files, server }
+    };
+    for setup in [&unknown, &mismatch, &expired] {
+        let result = send(&setup.broker(), "proxmox", get(&setup.url("/"), &[])).await;
+        assert!(
+            matches!(result, Err(EgressError::TlsCertificateError)),
+            "{result:?}"
+        );
+    }
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let failure = |setup: &Setup| {
+        let origin = setup.server.origin();
+        text.lines()
+            .find(|line| line.contains("outgoing HTTP failed") && line.contains(&origin))
+            .unwrap_or_else(|| panic!("no failure logged for {origin}"))
+            .to_owned()
+    };
+    for (setup, fault) in [
+        (&unknown, "unknown CA"),
+        (&mismatch, "name mismatch"),
+        (&expired, "expired"),
+    ] {
+        let line = failure(setup);
+        assert!(line.contains(&format!("refused ({fault})")), "{line}");
+        assert!(!line.contains(SECRET), "{line}");
+    }
+}

@@ -48,9 +48,29 @@ impl Ca {
 
     /// A leaf for these subject alternative names (IPs or DNS names).
     pub fn leaf(&self, names: &[&str]) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
-        let params =
+        self.leaf_with(names, |_| {})
+    }
+
+    /// A leaf for `names` that expired in 2020.
+    pub fn expired_leaf(
+        &self,
+        names: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        self.leaf_with(names, |params| {
+            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        })
+    }
+
+    fn leaf_with(
+        &self,
+        names: &[&str],
+        adjust: impl FnOnce(&mut CertificateParams),
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
+        adjust(&mut params);
         let key = KeyPair::generate().unwrap();
         let leaf = params
             .signed_by(&key, &self.certificate, &self.key)
@@ -129,6 +149,16 @@ impl Server {
     /// A TLS server presenting a leaf of `ca` for `names`.
     pub async fn start(ca: &Ca, names: &[&str], protocol: Protocol, handler: Handler) -> Self {
         let (chain, key) = ca.leaf(names);
+        Self::presenting(chain, key, protocol, handler).await
+    }
+
+    /// A TLS server presenting `chain`.
+    pub async fn presenting(
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        protocol: Protocol,
+        handler: Handler,
+    ) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
