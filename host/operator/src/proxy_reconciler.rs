@@ -15,7 +15,7 @@
 //! | answer | what the reconciler does |
 //! |---|---|
 //! | `transient` | `Synced=False`, retry with exponential backoff and jitter |
-//! | `permanent` | `Ready=False` with the message; the refused call is not repeated until the Proxy, its ProviderConfig or the component changes; a VM it was about is read again at the resync |
+//! | `permanent` | `Ready=False` with the message; the refused call is not repeated until the Proxy, its ProviderConfig or the component changes (one latched by an earlier run is asked once more); a VM it was about is read again at the resync |
 //! | `not-found` from `get` | the VM is gone: create again |
 //! | `quota-exceeded` | condition, retry slowly |
 //! | state `paused` | reported and read again at the resync: a person paused it, the operator does not undo it |
@@ -490,7 +490,11 @@ impl ProxyReconciler {
         };
         let handled = &binding.handled_by;
         let latched = if blocked(&proxy.status, proxy.generation, Some(handled)) {
-            Some(proxy.status.clone())
+            // Latched by this process; one written by an earlier run is asked once more, since
+            // what it references may have changed while no operator watched (a Secret fixed
+            // while the operator was stopped).
+            let known = lock(&self.permanent).contains_key(&proxy.uid);
+            known.then(|| proxy.status.clone())
         } else {
             // The same, though the status given has not caught up with the one written.
             self.failed_permanently(proxy, handled)

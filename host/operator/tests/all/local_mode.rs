@@ -1036,3 +1036,31 @@ async fn exit_when_settled_ends_when_a_proxy_waits_on_a_refused_grant_and_says_w
     assert!(said.contains("Proxy default/web: InvalidGrant"), "{said}");
     assert!(local.vms().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_refused_with_401_is_retried_after_its_secret_was_fixed_while_stopped() {
+    let mut local = Local::new().await;
+    let wrong = local
+        .sim
+        .token()
+        .replace(|c: char| c.is_ascii_hexdigit() && c != '0', "0");
+    assert_ne!(wrong, local.sim.token());
+    local.write("credentials.yaml", &credentials(&local.sim, &wrong));
+    local.write("proxy.yaml", &proxy("default", "web"));
+    local.start();
+    local.wait_until("the Proxy refused with a 401", LIMIT, |proxies| {
+        proxies
+            .iter()
+            .any(|proxy| reason(proxy, "Ready") == "PermanentError")
+    });
+    local.stop_with(libc::SIGTERM);
+    // Fixed while no operator watched.
+    local.write(
+        "credentials.yaml",
+        &credentials(&local.sim, local.sim.token()),
+    );
+    local.start();
+    local.wait_until("the Proxy running", LIMIT, |proxies| {
+        proxies.iter().any(running)
+    });
+}
