@@ -2,8 +2,8 @@
 //!
 //! - `egress-operator run --local DIR`: the operator over a folder of manifests (local mode).
 //! - `egress-operator run`: the operator in a Kubernetes cluster (in-cluster config or kubeconfig).
-//! - `egress-operator get proxies|pools --local DIR`: what local mode knows of its Proxies and
-//!   ProxyPools.
+//! - `egress-operator get proxies|pools|providerconfigs --local DIR`: what local mode knows of
+//!   its Proxies, ProxyPools and ProviderConfigs.
 //! - `egress-operator crdgen [--out-dir DIR]`: the CRDs as YAML.
 //! - `egress-operator provider inspect|call|push|pull …` and `egress-operator conformance …`: one
 //!   provider component, alone ([`egress_provider_cli`]).
@@ -75,6 +75,17 @@ enum GetCommand {
         #[arg(short = 'o', long, default_value = "table")]
         output: String,
     },
+    /// The ProviderConfigs of a local-mode folder: what serves, why one is not Ready, its
+    /// orphans.
+    #[command(name = "providerconfigs", alias = "providerconfig")]
+    ProviderConfigs {
+        /// The folder `run --local` reconciles.
+        #[arg(long, value_name = "DIR")]
+        local: PathBuf,
+        /// `table`, `yaml` or `json`.
+        #[arg(short = 'o', long, default_value = "table")]
+        output: String,
+    },
     /// The ProxyPools of a local-mode folder.
     Pools {
         /// The folder `run --local` reconciles.
@@ -129,6 +140,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Get(GetCommand::Proxies { local, output }) => {
             crate::local::get_proxies(&local, &output)
+        }
+        Command::Get(GetCommand::ProviderConfigs { local, output }) => {
+            crate::local::get_provider_configs(&local, &output)
         }
         Command::Crdgen { out_dir } => crdgen(out_dir.as_deref()),
         Command::Provider(command) => egress_provider_cli::run(command).await,

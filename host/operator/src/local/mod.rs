@@ -751,6 +751,46 @@ pub fn get_proxies(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `egress-operator get providerconfigs --local DIR`: each ProviderConfig's state as local mode
+/// last wrote it: what serves, its conditions (why it is not Ready), its orphans.
+pub fn get_provider_configs(dir: &Path, output: &str) -> anyhow::Result<ExitCode> {
+    let records = open_state(dir)?.configs()?;
+    let objects: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            serde_json::json!({
+                "apiVersion": "egress-operator.io/v1alpha1",
+                "kind": "ProviderConfig",
+                "metadata": {"name": record.name, "generation": record.generation},
+                "spec": record.spec,
+                "status": record.status,
+            })
+        })
+        .collect();
+    print_objects(output, objects, || {
+        let line = |[name, ready, reason, version, orphans]: [&str; 5]| {
+            println!("{name:<20} {ready:<6} {reason:<24} {version:<10} {orphans}");
+        };
+        line(["NAME", "READY", "REASON", "VERSION", "ORPHANS"]);
+        for record in &records {
+            let status = &record.status;
+            let ready = condition(&status.conditions, conditions::READY);
+            let loaded = status.loaded.as_ref();
+            let orphans = status
+                .orphans
+                .as_ref()
+                .map(|found| found.found.len().to_string());
+            line([
+                &record.name,
+                ready.map_or("-", |ready| ready.status.as_str()),
+                ready.map_or("-", |ready| ready.reason.as_str()),
+                loaded.map_or("-", |loaded| loaded.version.as_str()),
+                orphans.as_deref().unwrap_or("-"),
+            ]);
+        }
+    })
+}
+
 /// A stored object as `get -o yaml|json` prints it: `[namespace, name, uid, created]`,
 /// its generation, and `(spec, status)`.
 fn listed(

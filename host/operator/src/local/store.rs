@@ -18,7 +18,7 @@ use egress_runtime::types::Placement;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use crate::crd::{ProviderConfigStatus, ProxySpec, ProxyStatus};
+use crate::crd::{ProviderConfigSpec, ProviderConfigStatus, ProxySpec, ProxyStatus};
 use crate::installation::Installation;
 use crate::proxy_reconciler::ProxyState;
 
@@ -64,6 +64,8 @@ pub struct ConfigRecord {
     pub name: String,
     /// Its spec generation.
     pub generation: i64,
+    /// Its spec, as the folder declares it.
+    pub spec: ProviderConfigSpec,
     /// Its status.
     pub status: ProviderConfigStatus,
 }
@@ -428,17 +430,18 @@ fn transaction_free_config(
     connection: &Connection,
     name: &str,
 ) -> Result<Option<ConfigRecord>, StoreError> {
-    let row: Option<(i64, String)> = connection
+    let row: Option<(i64, String, String)> = connection
         .query_row(
-            "SELECT generation, status FROM provider_configs WHERE name = ?1",
+            "SELECT generation, spec, status FROM provider_configs WHERE name = ?1",
             params![name],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
         .optional()?;
-    row.map(|(generation, status)| {
+    row.map(|(generation, spec, status)| {
         Ok(ConfigRecord {
             name: name.to_owned(),
             generation,
+            spec: serde_json::from_str(&spec)?,
             status: serde_json::from_str(&status)?,
         })
     })

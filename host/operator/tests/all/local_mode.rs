@@ -1035,6 +1035,39 @@ async fn exit_when_settled_ends_when_a_proxy_waits_on_a_refused_grant_and_says_w
     assert_eq!(status.code(), Some(1), "{said}");
     assert!(said.contains("Proxy default/web: InvalidGrant"), "{said}");
     assert!(local.vms().is_empty());
+
+    // `get providerconfigs` shows why, in a table and as objects.
+    let get = |output: &str| {
+        let printed = Command::new(env!("CARGO_BIN_EXE_egress-operator"))
+            .args(["get", "providerconfigs", "--local"])
+            .arg(local.dir.path())
+            .args(["-o", output])
+            .output()
+            .unwrap();
+        assert!(printed.status.success(), "{printed:?}");
+        String::from_utf8(printed.stdout).unwrap()
+    };
+    let table = get("table");
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("proxmox-lab"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.contains("False") && row.contains("InvalidGrant"),
+        "{table}"
+    );
+    let list: serde_json::Value = serde_json::from_str(&get("json")).unwrap();
+    let config = &list["items"][0];
+    assert_eq!(config["kind"], "ProviderConfig");
+    assert_eq!(config["metadata"]["name"], "proxmox-lab");
+    let ready = config["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|condition| condition["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["reason"], "InvalidGrant");
+    assert!(get("yaml").contains("kind: ProviderConfig"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
