@@ -24,12 +24,14 @@
 
 #![warn(missing_docs)]
 
+mod adapter;
 mod plan;
 #[cfg(test)]
 mod tests;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+pub use adapter::{creates_now, endpoint_address};
 use egress_crd::ProxyPoolStatus;
 pub use plan::plan;
 
