@@ -471,9 +471,20 @@ fn rbac_grants_only_what_the_operator_uses() {
     assert_eq!(verbs_for(rules, "configmaps"), ["get", "list", "watch"]);
     assert_eq!(
         verbs_for(rules, "proxies"),
-        ["get", "list", "watch", "patch"]
+        ["get", "list", "watch", "patch", "create", "delete"]
     );
     assert_eq!(verbs_for(rules, "proxies/status"), ["patch"]);
+    assert_eq!(
+        verbs_for(rules, "proxypools"),
+        ["get", "list", "watch", "patch"]
+    );
+    assert_eq!(verbs_for(rules, "proxypools/status"), ["patch"]);
+    assert_eq!(verbs_for(rules, "proxypools/finalizers"), ["update"]);
+    assert_eq!(verbs_for(rules, "services"), ["get", "patch", "delete"]);
+    assert_eq!(
+        verbs_for(rules, "endpointslices"),
+        ["get", "patch", "delete"]
+    );
     assert!(verbs_for(rules, "proxies/finalizers").is_empty());
     assert_eq!(verbs_for(rules, "events"), ["create", "patch"]);
     assert_eq!(verbs_for(rules, "namespaces"), ["get"]);
