@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 /// The pool condition saying whether its Service publishes its Ready members.
 pub const SERVING: &str = "Serving";
-/// The EndpointSlice's `endpointslice.kubernetes.io/managed-by`.
-pub const MANAGED_BY: &str = "egress-operator.io/pool-controller";
+/// The EndpointSlice's `endpointslice.kubernetes.io/managed-by` (a label value: no slash), as
+/// `endpointslice-controller.k8s.io` names the EndpointSlice controller.
+pub const MANAGED_BY: &str = "pool-controller.egress-operator.io";
 /// The name of the Service's one port.
 pub const PORT_NAME: &str = "proxy";
 

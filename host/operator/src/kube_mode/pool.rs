@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -134,8 +134,15 @@ impl Pass<'_> {
         for create in plan.create.iter().take(creates) {
             self.create(pool, create).await?;
         }
-        let serving = service::publish(self.context, pool, &proxies).await?;
+        // A Service that cannot be published still leaves the pool's status written.
+        let (serving, failed) = match service::publish(self.context, pool, &proxies).await {
+            Ok(serving) => (serving, None),
+            Err(error) => (service::Serving::failed(&error), Some(error)),
+        };
         self.write_status(pool, plan.status, serving).await?;
+        if let Some(error) = failed {
+            return Err(error);
+        }
         let resync = self.context.operator.reconciler.timing().resync;
         Ok(Action::requeue(resync.min(LONGEST_PASS)))
     }
@@ -209,7 +216,7 @@ impl Pass<'_> {
                 namespace: pool.namespace(),
                 labels: Some(member_labels(&name, template)),
                 annotations: Some(annotations).filter(|a| !a.is_empty()),
-                owner_references: pool.controller_owner_ref(&()).map(|owner| vec![owner]),
+                owner_references: owner(pool).map(|owner| vec![owner]),
                 ..ObjectMeta::default()
             },
             spec: template.spec.clone(),
@@ -270,6 +277,14 @@ impl Pass<'_> {
 fn proxies(context: &Context, pool: &ProxyPool) -> Api<Proxy> {
     let namespace = pool.namespace().unwrap_or_default();
     Api::namespaced(context.client.clone(), &namespace)
+}
+
+/// The pool as its objects' controller; `blockOwnerDeletion`: a foreground deletion of the pool
+/// waits for them.
+pub(crate) fn owner(pool: &ProxyPool) -> Option<OwnerReference> {
+    let mut owner = pool.controller_owner_ref(&())?;
+    owner.block_owner_deletion = Some(true);
+    Some(owner)
 }
 
 /// Whether `metadata`'s controller owner reference is the object of `uid`.

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
-use super::controlled_by;
+use super::{controlled_by, owner};
 use crate::conditions;
 use crate::crd::{FIELD_MANAGER, Proxy, ProxyPool};
 use crate::kube_mode::{Context, Error};
@@ -23,6 +23,16 @@ pub struct Serving {
 }
 
 impl Serving {
+    /// The Service or EndpointSlice could not be written: why.
+    pub fn failed(error: &Error) -> Serving {
+        let message = format!("the Service could not be published: {error}");
+        Serving {
+            ok: false,
+            reason: "PublishFailed",
+            message,
+        }
+    }
+
     /// Set it in a pool's `conditions`, keeping its transition time while its status holds.
     pub fn set(&self, conditions: &mut Vec<Condition>, generation: Option<i64>) {
         let now = crate::now();
@@ -56,7 +66,7 @@ pub async fn publish(
             message: format!("Service {name} exists and is not the pool's: nothing published"),
         });
     }
-    let owner = serde_json::to_value(pool.controller_owner_ref(&())).unwrap_or_default();
+    let owner = serde_json::to_value(owner(pool)).unwrap_or_default();
     let published = publish::published(&name, &owner, port, members);
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     (services.patch(&name, &apply, &Patch::Apply(published.service))).await?;
