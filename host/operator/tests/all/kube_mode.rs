@@ -20,7 +20,7 @@ use crate::cluster_support::{Cluster, OPERATOR_NAMESPACE};
 use crate::metrics_support::counter;
 use egress_operator::conditions::{self};
 use egress_operator::crd::{
-    FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
+    FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxyPool, ProxySpec, RecoveryPolicy, UserData,
 };
 use egress_operator::installation::Installation;
 use egress_operator::kube_mode::{self, Options};
@@ -1519,6 +1519,14 @@ async fn every_rule_of_the_role_is_needed_and_without_it_the_operator_says_why_a
         ("ClusterRole", 2, r#"cannot list resource "secrets""#),
         ("ClusterRole", 3, r#"cannot create resource "events""#),
         ("ClusterRole", 4, r#"cannot get resource "namespaces""#),
+        ("ClusterRole", 5, r#"cannot create resource "proxies""#),
+        ("ClusterRole", 6, r#"cannot get resource "services""#),
+        (
+            "ClusterRole",
+            7,
+            r#"cannot patch resource "endpointslices""#,
+        ),
+        ("ClusterRole", 8, "cannot set blockOwnerDeletion"),
         ("Role", 0, r#"cannot get resource "leases""#),
     ];
     let role_rules = |kind: &str| {
@@ -1553,6 +1561,10 @@ async fn every_rule_of_the_role_is_needed_and_without_it_the_operator_says_why_a
         let world = World::start_with_rbac("Delete", &text).await;
         let operator = OperatorProcess::start(&world, "a", 3).await;
         world.create_proxy("web", PC).await;
+        let pool = crate::kube_pools::pool(1, "v1", Some(3128));
+        let pools: Api<ProxyPool> = Api::namespaced(world.client.clone(), NAMESPACE);
+        let pool = serde_json::from_value(pool).unwrap();
+        pools.create(&PostParams::default(), &pool).await.unwrap();
         let deadline = Instant::now() + LIMIT;
         // Seen twice: refused, retried, refused again.
         while operator.log().matches(refused).count() < 2 {

@@ -43,7 +43,7 @@ fn free_port() -> u16 {
 
 /// Pool [`POOL`] of `replicas`, its user-data saying `version`; with a TCP health check of
 /// `port` (probed every 2 s, unhealthy at the first failure once started) if given.
-fn pool(replicas: i32, version: &str, port: Option<u16>) -> Value {
+pub(crate) fn pool(replicas: i32, version: &str, port: Option<u16>) -> Value {
     let mut spec = json!({
         "providerConfigRef": PC,
         "userData": {"inline": format!("#cloud-config\n# {version}\n")},
