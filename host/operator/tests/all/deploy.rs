@@ -86,6 +86,14 @@ fn kustomize_renders_every_part_of_the_installation() {
         one(&examples, "Proxy")["spec"]["providerConfigRef"],
         pc["metadata"]["name"]
     );
+    // The cluster example's pool too, with the example's user-data and a port to publish.
+    let pool = kustomize(&repo().join("deploy/examples/cluster"));
+    let template = &one(&pool, "ProxyPool")["spec"]["template"]["spec"];
+    assert_eq!(template["providerConfigRef"], pc["metadata"]["name"]);
+    let user_data = &template["userData"]["configMapKeyRef"]["name"];
+    let maps = of_kind(&examples, "ConfigMap");
+    assert!(maps.iter().any(|map| map["metadata"]["name"] == *user_data));
+    assert!(template["healthCheck"]["httpConnect"]["port"].is_u64());
 
     // The libvirt example: every Secret and ConfigMap key its grant names is there, and its
     // connections are the ones its configuration uses.
