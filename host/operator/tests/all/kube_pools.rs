@@ -26,9 +26,15 @@ const POOL: &str = "edge";
 
 /// A world whose VMs each answer on a proxy port of their own; returns the port.
 async fn world() -> (World, u16) {
+    world_on(&["pv1-1"]).await
+}
+
+/// [`world`] on a Proxmox cluster of `nodes`.
+async fn world_on(nodes: &[&str]) -> (World, u16) {
     let port = free_port();
     let sim = SimConfig {
         service_port: Some(port),
+        nodes: nodes.iter().map(|node| node.to_string()).collect(),
         ..proxmox_support::quick_sim_config()
     };
     let rbac = std::fs::read_to_string(cluster_support::deploy().join("rbac.yaml")).unwrap();
@@ -394,5 +400,52 @@ async fn a_pool_deleted_mid_rollout_leaves_no_proxy_vm_service_or_endpoint_slice
             && slices.get_opt(POOL).await.unwrap().is_none()
     })
     .await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_required_spread_reaches_the_provider_one_vm_a_node_and_a_third_member_waits() {
+    let (world, _) = world_on(&["pv1-1", "pv1-2"]).await;
+    // Clones to the other node go to the storage both nodes share.
+    let mut config = proxmox_support::provider_config(&world.pve);
+    config["targetStorage"] = json!(pvesim::SHARED_STORAGE);
+    let patch = json!({"spec": {"config": config}});
+    let pcs: Api<egress_operator::crd::ProviderConfig> = Api::all(world.client.clone());
+    pcs.patch(PC, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+    let operator = Replica::leader(&world, "a").await;
+    let mut spread = pool(2, "v1", None);
+    spread["spec"]["spread"] = json!({"across": "Host", "policy": "Required"});
+    apply_pool(&world, spread.clone()).await;
+    settled(&world, 2).await;
+    let placed = members(&world).await;
+    let mut hosts: Vec<String> = placed
+        .iter()
+        .map(|m| m.status.clone().unwrap().host.unwrap())
+        .collect();
+    hosts.sort();
+    assert_eq!(hosts, ["pv1-1", "pv1-2"], "one VM a node");
+    for member in &placed {
+        let request = &member.annotations()["egress-operator.io/placement"];
+        let request: Value = serde_json::from_str(request).unwrap();
+        assert_eq!(request["required"], true, "{request}");
+    }
+
+    // A third member has no node left: it waits, named as pending, and no VM is made.
+    spread["spec"]["replicas"] = json!(3);
+    apply_pool(&world, spread).await;
+    eventually("the pool short of a host", || async {
+        let status = pools(&world).get(POOL).await.unwrap().status.unwrap();
+        condition(&status.conditions, "PlacementShortage")
+            .is_some_and(|c| c.status == "True" && c.reason == "TooFewHosts")
+    })
+    .await;
+    let all = members(&world).await;
+    assert_eq!(all.len(), 3);
+    let pending = all.iter().find(|m| !is_ready(m)).unwrap();
+    let ready = condition(&pending.status.clone().unwrap().conditions, "Ready").cloned();
+    assert_eq!(ready.unwrap().reason, "QuotaExceeded");
+    assert_eq!(vms(&world), 2, "no VM on a node already used");
     operator.stop().await;
 }
