@@ -9,24 +9,28 @@
 //!    `--namespace`, held by `--pod-name`): only the leader runs the controllers. A lease lost
 //!    while leading stops them and the process exits with status 1 (the Deployment restarts it
 //!    as a follower).
-//! 3. **Two controllers** while leading: Proxies ([`proxy`]: the finalizer, the reconciler core,
-//!    status by server-side apply, Events) and ProviderConfigs ([`provider_config`]: the
-//!    ProviderConfig reconciler core: bind and grant, `check` every resync, hot swap, orphan
-//!    sweep). Reconciles of one object never run at once (kube's controller serialises them);
+//! 3. **Three controllers** while leading: Proxies ([`proxy`]: the finalizer, the reconciler
+//!    core, status by server-side apply, Events, and the health checks probed every second),
+//!    ProviderConfigs ([`provider_config`]: the ProviderConfig reconciler core: bind and grant,
+//!    `check` every resync, hot swap, orphan sweep) and ProxyPools ([`pool`]: the planner's
+//!    plan carried out, the pool's Service and EndpointSlice). Reconciles of one object never run at once (kube's controller serialises them);
 //!    a failed one is counted by its [`Error::metric_label`].
 //! 4. **Health** on `--listen` ([`crate::server`]): `/healthz`, `/readyz` (caches synced and the
 //!    election running, leading or standing by) and `/metrics`.
 //! 5. **Graceful shutdown** on SIGTERM or SIGINT: no new reconciles, the ones running finish
 //!    within [`Options::shutdown_grace`], the lease is released, exit 0.
 //!
-//! What triggers a reconcile of a Proxy: a change of its spec, finalizers or deletion (not of its
-//! own status), a change of its ProviderConfig's spec, a rebinding of its ProviderConfig (a hot
+//! What triggers a reconcile of a Proxy: a change of its spec, finalizers, deletion or pool
+//! placement request (not of its own status), a changed verdict of its health check, a change of its ProviderConfig's spec, a rebinding of its ProviderConfig (a hot
 //! swap or a new spec bound), a change of a Secret or ConfigMap its user-data names, and the
 //! time its last [`Outcome`](crate::proxy_reconciler::Outcome) asked for. Of a ProviderConfig: its
 //! spec, a Secret or ConfigMap it references (a rotated credential is in the broker from the
-//! next request on), a registry event for its component file, and every resync.
+//! next request on), a registry event for its component file, and every resync. Of a ProxyPool:
+//! its own changes, any change of a Proxy it controls (its status included), and every resync
+//! (30 s at most: the progress deadline and remediation are clocks).
 
 pub mod caches;
+pub mod pool;
 pub mod provider_config;
 pub mod proxy;
 
@@ -354,27 +358,30 @@ impl Controllers {
         });
         let (proxy_stop, proxy_stopped) = oneshot::channel();
         let (pc_stop, pc_stopped) = oneshot::channel();
+        let (pool_stop, pool_stopped) = oneshot::channel();
         let mut tasks = vec![
             tokio::spawn(proxy::controller(Arc::clone(&context), proxy_stopped)),
             tokio::spawn(provider_config::controller(
                 Arc::clone(&context),
                 pc_stopped,
             )),
+            tokio::spawn(pool::controller(Arc::clone(&context), pool_stopped)),
         ];
         tasks.push(tokio::spawn(provider_config::forget_deleted(context)));
         Controllers {
             tasks,
-            stops: vec![proxy_stop, pc_stop],
+            stops: vec![proxy_stop, pc_stop, pool_stop],
         }
     }
 
     /// Stop starting reconciles; wait up to `grace` for the running ones.
     async fn stop(self, grace: Duration) {
+        // The first tasks are the controllers, one per stop; the rest are helpers.
+        let mut tasks = self.tasks;
+        let helpers = tasks.split_off(self.stops.len());
         for stop in self.stops {
             let _ = stop.send(());
         }
-        let mut tasks = self.tasks;
-        let helpers = tasks.split_off(2);
         for helper in &helpers {
             helper.abort();
         }

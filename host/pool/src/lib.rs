@@ -24,12 +24,15 @@
 
 #![warn(missing_docs)]
 
+mod adapter;
 mod plan;
+pub mod publish;
 #[cfg(test)]
 mod tests;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+pub use adapter::creates_now;
 use egress_crd::ProxyPoolStatus;
 pub use plan::plan;
 

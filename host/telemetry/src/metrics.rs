@@ -11,7 +11,9 @@
 //! provider (the ProviderConfig), operation and outcome (`ok` or an error class) in
 //! `egress_provider_calls_total`, and timed in `egress_provider_call_duration_seconds`. VMs
 //! brought back are counted in `egress_proxy_recoveries_total{provider,action,reason}`, image
-//! fetches in `egress_provider_image_loads_total{provider,source,outcome}`. The egress
+//! fetches in `egress_provider_image_loads_total{provider,source,outcome}`. Each ProxyPool's members
+//! are gauged in `egress_pool_replicas{namespace,pool,state}` (`desired`: its spec; `current`:
+//! members not being deleted; `ready`; `updated`: of its current template). The egress
 //! broker's own series (`egress_http_requests_total`, …) are registered beside them.
 
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -62,6 +65,37 @@ struct ImageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    namespace: String,
+    pool: String,
+    state: String,
+}
+
+/// One ProxyPool's member counts, as [`Metrics::pool_counts`] gauges them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// `spec.replicas`.
+    pub desired: i64,
+    /// Members not being deleted.
+    pub current: i64,
+    /// Of them, Ready.
+    pub ready: i64,
+    /// Of them, of the current template.
+    pub updated: i64,
+}
+
+impl PoolCounts {
+    fn by_state(self) -> [(&'static str, i64); 4] {
+        [
+            ("desired", self.desired),
+            ("current", self.current),
+            ("ready", self.ready),
+            ("updated", self.updated),
+        ]
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     provider: String,
     operation: String,
@@ -78,6 +112,7 @@ pub struct Metrics {
     call_time: Family<LatencyLabels, Histogram>,
     recoveries: Family<RecoveryLabels, Counter>,
     image_loads: Family<ImageLabels, Counter>,
+    pools: Family<PoolLabels, Gauge>,
     registry: Arc<std::sync::Mutex<Registry>>,
 }
 
@@ -96,6 +131,7 @@ impl Default for Metrics {
             }),
             recoveries: Family::default(),
             image_loads: Family::default(),
+            pools: Family::default(),
             registry: Arc::new(std::sync::Mutex::new(Registry::default())),
         };
         metrics.register();
@@ -148,6 +184,11 @@ impl Metrics {
             "ProviderConfig images fetched, by provider, source (loaded, cache, registry, or \
              none when refused before) and outcome (ok or the refusal's reason)",
             self.image_loads.clone(),
+        );
+        registry.register(
+            "egress_pool_replicas",
+            "ProxyPool members by namespace, pool and state (desired, current, ready, updated)",
+            self.pools.clone(),
         );
     }
 
@@ -264,6 +305,22 @@ impl Metrics {
             .get()
     }
 
+    /// Gauge ProxyPool `namespace/pool`'s member counts.
+    pub fn pool_counts(&self, namespace: &str, pool: &str, counts: PoolCounts) {
+        for (state, value) in counts.by_state() {
+            self.pools
+                .get_or_create(&pool_labels(namespace, pool, state))
+                .set(value);
+        }
+    }
+
+    /// Drop the gauges of ProxyPool `namespace/pool`, which is gone.
+    pub fn pool_gone(&self, namespace: &str, pool: &str) {
+        for (state, _) in PoolCounts::default().by_state() {
+            self.pools.remove(&pool_labels(namespace, pool, state));
+        }
+    }
+
     /// The text exposition of every series.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -281,6 +338,14 @@ impl Metrics {
                 outcome: outcome.into(),
             })
             .get()
+    }
+}
+
+fn pool_labels(namespace: &str, pool: &str, state: &str) -> PoolLabels {
+    PoolLabels {
+        namespace: namespace.into(),
+        pool: pool.into(),
+        state: state.into(),
     }
 }
 
@@ -307,5 +372,28 @@ mod tests {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }
         assert_eq!(metrics.calls("proxmox-lab", "get", "ok"), 1);
+    }
+
+    #[test]
+    fn a_pools_gauges_follow_its_counts_and_go_with_it() {
+        let metrics = Metrics::default();
+        let counts = PoolCounts {
+            desired: 3,
+            current: 4,
+            ready: 3,
+            updated: 1,
+        };
+        metrics.pool_counts("team-a", "edge", counts);
+        let text = metrics.encode();
+        for expected in [
+            r#"egress_pool_replicas{namespace="team-a",pool="edge",state="desired"} 3"#,
+            r#"egress_pool_replicas{namespace="team-a",pool="edge",state="current"} 4"#,
+            r#"egress_pool_replicas{namespace="team-a",pool="edge",state="ready"} 3"#,
+            r#"egress_pool_replicas{namespace="team-a",pool="edge",state="updated"} 1"#,
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        metrics.pool_gone("team-a", "edge");
+        assert!(!metrics.encode().contains("pool=\"edge\""));
     }
 }

@@ -283,8 +283,12 @@ impl ControlPlane {
                 path("sa-key.pem")
             ))
             // No Pods run: the ServiceAccount admission plugin would only wait for tokens.
+            // OwnerReferencesPermissionEnforcement, off by default, is on in some clusters: an
+            // owner reference that blocks its owner's deletion needs `update` on the owner's
+            // finalizers, which the tests then prove the operator's role grants.
             .args([
                 "--disable-admission-plugins=ServiceAccount",
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
                 "--profiling=false",
             ]);
         self.apiserver = Some(self.spawn(command, "apiserver.log")?);

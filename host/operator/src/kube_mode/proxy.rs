@@ -23,6 +23,7 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{StoreObjects, Touched};
+use super::pool::PLACEMENT_ANNOTATION;
 use super::{Context, Error, never_ending, write_status};
 use crate::conditions::NotReady;
 use crate::crd::{FINALIZER, Proxy};
@@ -62,6 +63,7 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
                 futures::stream::iter(related_proxies(&caches, &mut generations, related))
             })
     };
+    let related = futures::stream::select(related, probed(Arc::clone(&context)));
     Controller::for_stream(never_ending(own), caches.proxies.clone())
         .reconcile_on(never_ending(related))
         .graceful_shutdown_on(stop.map(|_| ()))
@@ -81,6 +83,29 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
         })
         .await;
 }
+
+/// The health checks due, probed every second: the Proxies whose verdict changed, to reconcile.
+fn probed(context: Arc<Context>) -> impl futures::Stream<Item = ObjectRef<Proxy>> + Send {
+    let mut tick = tokio::time::interval(PROBE_PASS);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    futures::stream::unfold(tick, move |mut tick| {
+        let context = Arc::clone(&context);
+        async move {
+            tick.tick().await;
+            let prober = context.operator.reconciler.prober();
+            Some((prober.probe_due(crate::now().0).await, tick))
+        }
+    })
+    .flat_map(|keys| {
+        futures::stream::iter(keys.into_iter().filter_map(|key| {
+            let (namespace, name) = key.split_once('/')?;
+            Some(ObjectRef::new(name).within(namespace))
+        }))
+    })
+}
+
+/// How often the health checks due are probed.
+const PROBE_PASS: Duration = Duration::from_secs(1);
 
 enum Related {
     Touched(Touched),
@@ -172,9 +197,12 @@ fn rebound_stream(
 }
 
 /// Which Proxies changed in a way a reconcile cares about: their spec (generation), their
-/// finalizers or their deletion. Their own status writes are not news.
+/// finalizers, their deletion or their pool's placement request. Their own status writes are
+/// not news.
 #[derive(Default)]
-pub(crate) struct Seen(HashMap<String, (i64, bool, Vec<String>)>);
+pub(crate) struct Seen(HashMap<String, SeenKey>);
+
+type SeenKey = (i64, bool, Vec<String>, Option<String>);
 
 impl Seen {
     pub(crate) fn changed(&mut self, proxy: &Proxy) -> bool {
@@ -182,6 +210,7 @@ impl Seen {
             proxy.metadata.generation.unwrap_or(0),
             proxy.metadata.deletion_timestamp.is_some(),
             proxy.finalizers().to_vec(),
+            proxy.annotations().get(PLACEMENT_ANNOTATION).cloned(),
         );
         let uid = proxy.uid().unwrap_or_else(|| proxy.name_any());
         if key.1 && key.2.is_empty() {
@@ -279,8 +308,7 @@ pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
         spec: proxy.spec.clone(),
         status: proxy.status.clone().unwrap_or_default(),
         deleting,
-        // Pools are served in local mode only, so far (issue 34).
-        placement: None,
+        placement: super::pool::placement_of(proxy),
         pooled: proxy
             .metadata
             .owner_references

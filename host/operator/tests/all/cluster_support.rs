@@ -62,6 +62,7 @@ impl Cluster {
                 "--timeout=60s",
                 "crd/proxies.egress-operator.io",
                 "crd/providerconfigs.egress-operator.io",
+                "crd/proxypools.egress-operator.io",
             ])
             .await;
         let admin = plane.client();

@@ -86,6 +86,14 @@ fn kustomize_renders_every_part_of_the_installation() {
         one(&examples, "Proxy")["spec"]["providerConfigRef"],
         pc["metadata"]["name"]
     );
+    // The cluster example's pool too, with the example's user-data and a port to publish.
+    let pool = kustomize(&repo().join("deploy/examples/cluster"));
+    let template = &one(&pool, "ProxyPool")["spec"]["template"]["spec"];
+    assert_eq!(template["providerConfigRef"], pc["metadata"]["name"]);
+    let user_data = &template["userData"]["configMapKeyRef"]["name"];
+    let maps = of_kind(&examples, "ConfigMap");
+    assert!(maps.iter().any(|map| map["metadata"]["name"] == *user_data));
+    assert!(template["healthCheck"]["httpConnect"]["port"].is_u64());
 
     // The libvirt example: every Secret and ConfigMap key its grant names is there, and its
     // connections are the ones its configuration uses.
@@ -471,9 +479,21 @@ fn rbac_grants_only_what_the_operator_uses() {
     assert_eq!(verbs_for(rules, "configmaps"), ["get", "list", "watch"]);
     assert_eq!(
         verbs_for(rules, "proxies"),
-        ["get", "list", "watch", "patch"]
+        ["get", "list", "watch", "patch", "create", "delete"]
     );
     assert_eq!(verbs_for(rules, "proxies/status"), ["patch"]);
+    assert_eq!(
+        verbs_for(rules, "proxypools"),
+        ["get", "list", "watch", "patch"]
+    );
+    assert_eq!(verbs_for(rules, "proxypools/status"), ["patch"]);
+    assert_eq!(verbs_for(rules, "proxypools/finalizers"), ["update"]);
+    for published in ["services", "endpointslices"] {
+        assert_eq!(
+            verbs_for(rules, published),
+            ["get", "create", "patch", "delete"]
+        );
+    }
     assert!(verbs_for(rules, "proxies/finalizers").is_empty());
     assert_eq!(verbs_for(rules, "events"), ["create", "patch"]);
     assert_eq!(verbs_for(rules, "namespaces"), ["get"]);

@@ -20,7 +20,7 @@ use crate::cluster_support::{Cluster, OPERATOR_NAMESPACE};
 use crate::metrics_support::counter;
 use egress_operator::conditions::{self};
 use egress_operator::crd::{
-    FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxySpec, RecoveryPolicy, UserData,
+    FINALIZER, KeyRef, Phase, ProviderConfig, Proxy, ProxyPool, ProxySpec, RecoveryPolicy, UserData,
 };
 use egress_operator::installation::Installation;
 use egress_operator::kube_mode::{self, Options};
@@ -41,14 +41,14 @@ use tokio::sync::oneshot;
 
 /// The namespace of the tests' Proxies and their user-data; the operator's own Secrets and
 /// ConfigMaps are in [`OPERATOR_NAMESPACE`], as `deploy/` has them.
-const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 /// The ProviderConfig of the simulator.
-const PC: &str = "pve";
+pub(crate) const PC: &str = "pve";
 /// Waits are bounded by this.
-const LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const LIMIT: Duration = Duration::from_secs(30);
 
 /// Short clocks: resync every second, retries from 100 ms.
-fn timing() -> Timing {
+pub(crate) fn timing() -> Timing {
     Timing {
         resync: Duration::from_secs(1),
         poll_min: Duration::from_millis(100),
@@ -70,13 +70,13 @@ fn no_resync() -> Timing {
 
 /// A cluster with the operator's CRDs and RBAC, pvesim, the token Secret and CA ConfigMap, and
 /// the ProviderConfig.
-struct World {
-    cluster: Cluster,
+pub(crate) struct World {
+    pub(crate) cluster: Cluster,
     /// An admin's client: what the tests act with.
-    client: Client,
+    pub(crate) client: Client,
     /// The operator's: its ServiceAccount's.
     operator_client: Client,
-    pve: Simulator,
+    pub(crate) pve: Simulator,
     files: tempfile::TempDir,
 }
 
@@ -93,6 +93,11 @@ impl World {
 
     /// With `rbac` in place of `deploy/rbac.yaml`.
     async fn start_with_rbac(sweep: &str, rbac: &str) -> World {
+        World::start_with_sim(sweep, rbac, proxmox_support::quick_sim_config()).await
+    }
+
+    /// With pvesim started with `sim`.
+    pub(crate) async fn start_with_sim(sweep: &str, rbac: &str, sim: pvesim::SimConfig) -> World {
         // The operator's log lines, shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -105,9 +110,7 @@ impl World {
         let cluster = Cluster::start_with_rbac(rbac).await;
         let client = cluster.admin.clone();
         let operator_client = cluster.operator_client().await;
-        let pve = Simulator::start(proxmox_support::quick_sim_config())
-            .await
-            .expect("pvesim starts");
+        let pve = Simulator::start(sim).await.expect("pvesim starts");
         let world = World {
             cluster,
             client,
@@ -306,8 +309,8 @@ impl World {
 }
 
 /// One operator replica running `run_with` in this process.
-struct Replica {
-    operator: Arc<Operator>,
+pub(crate) struct Replica {
+    pub(crate) operator: Arc<Operator>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<ExitCode>>,
     _components: tempfile::TempDir,
@@ -361,7 +364,7 @@ impl Replica {
     }
 
     /// A replica that leads.
-    async fn leader(world: &World, identity: &str) -> Replica {
+    pub(crate) async fn leader(world: &World, identity: &str) -> Replica {
         Replica::leader_with(world, identity, timing()).await
     }
 
@@ -375,7 +378,7 @@ impl Replica {
     }
 
     /// SIGTERM, as far as `run_with` can tell; its exit code.
-    async fn stop(mut self) -> ExitCode {
+    pub(crate) async fn stop(mut self) -> ExitCode {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -404,7 +407,7 @@ async fn lease_holder(world: &World) -> Option<String> {
 }
 
 /// Polls `condition` every 50 ms until it holds; panics naming `what` after [`LIMIT`].
-async fn eventually<F, Fut>(what: &str, mut condition: F)
+pub(crate) async fn eventually<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -1516,6 +1519,14 @@ async fn every_rule_of_the_role_is_needed_and_without_it_the_operator_says_why_a
         ("ClusterRole", 2, r#"cannot list resource "secrets""#),
         ("ClusterRole", 3, r#"cannot create resource "events""#),
         ("ClusterRole", 4, r#"cannot get resource "namespaces""#),
+        ("ClusterRole", 5, r#"cannot create resource "proxies""#),
+        ("ClusterRole", 6, r#"cannot get resource "services""#),
+        (
+            "ClusterRole",
+            7,
+            r#"cannot patch resource "endpointslices""#,
+        ),
+        ("ClusterRole", 8, "cannot set blockOwnerDeletion"),
         ("Role", 0, r#"cannot get resource "leases""#),
     ];
     let role_rules = |kind: &str| {
@@ -1550,6 +1561,10 @@ async fn every_rule_of_the_role_is_needed_and_without_it_the_operator_says_why_a
         let world = World::start_with_rbac("Delete", &text).await;
         let operator = OperatorProcess::start(&world, "a", 3).await;
         world.create_proxy("web", PC).await;
+        let pool = crate::kube_pools::pool(1, "v1", Some(3128));
+        let pools: Api<ProxyPool> = Api::namespaced(world.client.clone(), NAMESPACE);
+        let pool = serde_json::from_value(pool).unwrap();
+        pools.create(&PostParams::default(), &pool).await.unwrap();
         let deadline = Instant::now() + LIMIT;
         // Seen twice: refused, retried, refused again.
         while operator.log().matches(refused).count() < 2 {

@@ -410,7 +410,7 @@ async fn kubectl_applies_the_example_sees_the_proxy_ready_with_its_events_and_de
 async fn the_examples_are_accepted_and_bad_manifests_refused_with_the_rules_message() {
     let cluster = cluster_support::Cluster::start().await;
     let kubectl = Kubectl(&cluster.plane);
-    for example in ["proxmox", "proxmox-image", "libvirt"] {
+    for example in ["proxmox", "proxmox-image", "libvirt", "cluster"] {
         let dir = repo().join("deploy/examples").join(example);
         let (ok, stdout, stderr) = kubectl
             .run(&[

@@ -14,6 +14,7 @@ mod deploy;
 mod example_inventory;
 mod images;
 mod kube_mode;
+mod kube_pools;
 mod kubectl;
 mod libvirt;
 mod local_mode;

@@ -102,10 +102,11 @@ pub async fn load_subject(subject: &Subject, spec: &GrantSpec) -> Arc<Provider> 
     provider
 }
 
-/// The provider's configuration for the simulator (budgets small: tests stay quick).
+/// The provider's configuration for the simulator, on all its nodes (budgets small: tests stay
+/// quick).
 pub fn provider_config(sim: &Simulator) -> Value {
     json!({
-        "apiUrl": sim.url(), "nodes": ["pv1-1"], "templateVmid": 9001,
+        "apiUrl": sim.url(), "nodes": sim.nodes(), "templateVmid": 9001,
         "targetStorage": "local-lvm", "isoStorage": "proxy-seeds",
         "budgets": {"pollMs": 10, "cloneSeconds": 5, "runningSeconds": 5},
     })
