@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod conditions;
 mod health;
 mod manifests;
 mod pool;

@@ -4,17 +4,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// The Proxy's VM runs with an address; the ProviderConfig's `check` passed.
-pub const READY: &str = "Ready";
-/// The last reconcile reached the provider without error.
-pub const SYNCED: &str = "Synced";
-/// The VM exists and is running; its reason names what is waited for otherwise.
-pub const PROVISIONED: &str = "Provisioned";
-/// The Proxy's health check passes at its VM's address (`Passing`); `Starting` before the first
-/// pass, `Failing` past `failureThreshold`. Set only on a Proxy with a health check.
-pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
-/// The ProviderConfig serves an older generation than it asks for (a replacement failed).
-pub const DEGRADED: &str = "Degraded";
+/// The condition types of the resources' statuses (`Ready`, `Synced`, …): part of their API.
+pub use egress_crd::conditions::*;
 
 /// When, and for which generation, one reconcile sets its conditions.
 #[derive(Clone, Debug)]

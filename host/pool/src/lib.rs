@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod adapter;
+mod member;
 mod plan;
 pub mod publish;
 #[cfg(test)]
@@ -34,6 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 pub use adapter::creates_now;
 use egress_crd::ProxyPoolStatus;
+pub use member::{NO_ROOM, member};
 pub use plan::plan;
 
 /// Condition: at least `replicas - maxUnavailable` members are Ready.

@@ -6,7 +6,7 @@
 //!   a Proxy made in the last pass is always seen, never made twice.
 //! - A new member is named `<pool>-<template hash>-` plus the API server's suffix
 //!   (`generateName`), carries the template's labels and annotations, the pool's two labels and,
-//!   with `spread`, its placement request in the annotation [`PLACEMENT_ANNOTATION`] (JSON, the
+//!   with `spread`, its placement request in the annotation [`PLACEMENT_ANNOTATION`](crate::pool_members::PLACEMENT_ANNOTATION) (JSON, the
 //!   contract's `Placement`), which the Proxy controller passes to the provider.
 //! - Deletes, creates and retries are Events on the pool (`ScaledIn`, `RolledOut`,
 //!   `Recreated`, `Remediated`, `Created`, `Placing`); the plan's status is written by
@@ -35,11 +35,8 @@ use crate::Note;
 use crate::crd::{Proxy, ProxyPool, ProxyPoolStatus, member_labels, pool_selector};
 use crate::metrics::PoolCounts;
 use crate::pool::{self, Member};
-use crate::pool_members::{self, placement};
-use egress_runtime::types::Placement;
+use crate::pool_members::{PLACEMENT_ANNOTATION, placement_json, placement_of};
 
-/// The annotation holding a member's placement request (JSON: `avoidHosts`, `required`).
-pub const PLACEMENT_ANNOTATION: &str = "egress-operator.io/placement";
 /// The finalizer that winds a pool's members, Service and EndpointSlice down before it goes.
 pub const POOL_FINALIZER: &str = "egress-operator.io/members";
 /// The longest a pool waits between passes: its progress deadline and remediation are clocks.
@@ -102,13 +99,6 @@ pub fn error_policy(_pool: Arc<ProxyPool>, error: &Error, context: Arc<Context>)
         return Action::requeue(*wait);
     }
     Action::requeue(super::proxy::api_retry(&context))
-}
-
-/// A member's placement request, from its annotation; `None` without one or if it is not
-/// well-formed.
-pub fn placement_of(proxy: &Proxy) -> Option<Placement> {
-    let text = proxy.annotations().get(PLACEMENT_ANNOTATION)?;
-    serde_json::from_str(text).ok()
 }
 
 /// What one pass over a pool works with.
@@ -296,15 +286,11 @@ pub(crate) fn controlled_by(metadata: &ObjectMeta, uid: &str) -> bool {
         .any(|owner| owner.controller == Some(true) && owner.uid == uid)
 }
 
-fn placement_json(request: &pool::PlacementRequest) -> String {
-    serde_json::to_string(&placement(request)).unwrap_or_default()
-}
-
 /// What the planner needs to know of a member.
 fn member(proxy: &Proxy) -> Member {
     let required = placement_of(proxy).is_some_and(|placement| placement.required);
     let hash = proxy.labels().get(crate::crd::TEMPLATE_HASH_LABEL).cloned();
-    pool_members::member(
+    pool::member(
         &proxy.name_any(),
         hash.unwrap_or_default(),
         (proxy.metadata.creation_timestamp.clone()).unwrap_or_else(crate::now),

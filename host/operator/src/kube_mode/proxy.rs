@@ -23,10 +23,10 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{StoreObjects, Touched};
-use super::pool::PLACEMENT_ANNOTATION;
 use super::{Context, Error, never_ending, write_status};
 use crate::conditions::NotReady;
 use crate::crd::{FINALIZER, Proxy};
+use crate::pool_members::{PLACEMENT_ANNOTATION, placement_of};
 use crate::proxy_reconciler::{Next, ProxyState, Resolved};
 
 /// Run the Proxy controller until `stop` fires and the reconciles in flight finish.
@@ -308,7 +308,7 @@ pub fn proxy_state(proxy: &Proxy, deleting: bool) -> Result<ProxyState, Error> {
         spec: proxy.spec.clone(),
         status: proxy.status.clone().unwrap_or_default(),
         deleting,
-        placement: super::pool::placement_of(proxy),
+        placement: placement_of(proxy),
         pooled: proxy
             .metadata
             .owner_references

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::conditions;
 use crate::crd::ProxyPool;
 use crate::pool::{self, Member, Plan};
-use crate::pool_members::{self, placement};
+use crate::pool_members::placement;
 
 use super::Local;
 use super::manifests::PoolManifest;
@@ -196,7 +196,7 @@ fn member(proxy: &ProxyRecord) -> Member {
         .map(Time)
         .unwrap_or_else(|_| crate::now());
     let required = membership.placement.as_ref().is_some_and(|p| p.required);
-    pool_members::member(
+    pool::member(
         &proxy.name,
         membership.template_hash,
         created,
