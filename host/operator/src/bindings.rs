@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use egress_digest::Digest;
 use egress_runtime::grant::{GrantContext, ObjectRef, digest_hex};
 use egress_runtime::types::Operation;
 use egress_runtime::{Limits, Provider, Registry, RegistryEvent};
@@ -116,8 +117,9 @@ pub struct Serving {
 struct Entry {
     binding: Option<Arc<Binding>>,
     /// A digest of what the binding stands for (generation, component, referenced Secrets'
-    /// content), held in memory only; a change bumps `revision`.
-    fingerprint: [u8; 32],
+    /// content); a change bumps `revision`. Never in a status: local mode keeps it in its own
+    /// state ([`ProviderSet::restore`]) beside the folder that holds those Secrets.
+    fingerprint: Digest,
     revision: u64,
     /// Earlier bindings, kept until their calls finish so their digest stays granted.
     retired: Vec<Arc<Binding>>,
@@ -219,6 +221,30 @@ impl ProviderSet {
             .filter(|entry| entry.refusal.is_none())
             .filter_map(|entry| entry.binding.clone())
             .collect()
+    }
+
+    /// ProviderConfig `name`'s revision and fingerprint, once bound: what local mode keeps
+    /// across restarts.
+    pub fn revision(&self, name: &str) -> Option<(u64, Digest)> {
+        let entries = lock(&self.entries);
+        let entry = entries.get(name).filter(|entry| entry.binding.is_some())?;
+        Some((entry.revision, entry.fingerprint))
+    }
+
+    /// Start ProviderConfig `name` from the revision an earlier run kept: bound to the same
+    /// content, it keeps that revision, so a Proxy latched on a refusal is not asked again;
+    /// bound to other content (a Secret changed while no operator ran), the revision moves on
+    /// and the Proxy is retried.
+    pub fn restore(&self, name: &str, revision: u64, fingerprint: Digest) {
+        lock(&self.entries)
+            .entry(name.to_owned())
+            .or_insert_with(|| Entry {
+                binding: None,
+                fingerprint,
+                revision,
+                retired: Vec::new(),
+                refusal: None,
+            });
     }
 
     /// Forget ProviderConfig `name`: its grants go, its Proxies can no longer be served.
@@ -419,12 +445,12 @@ impl ProviderSet {
         generation: i64,
         spec: &ProviderConfigSpec,
         attempt: &Result<Fresh, NotReady>,
-        fingerprint: [u8; 32],
+        fingerprint: Digest,
     ) -> Option<NextBinding> {
         let mut entries = lock(&self.entries);
         let entry = entries.entry(name.to_owned()).or_insert_with(|| Entry {
             binding: None,
-            fingerprint: [0; 32],
+            fingerprint: Digest::of(&[]),
             revision: 0,
             retired: Vec::new(),
             refusal: None,
@@ -434,7 +460,12 @@ impl ProviderSet {
         let candidate = match attempt {
             Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
                 let description = fresh.provider.description();
-                let revision = entry.revision + 1;
+                // The first binding after a restore of the same content keeps its revision, so a
+                // Proxy's latch on it holds across a restart.
+                let revision = match entry.fingerprint == fingerprint {
+                    true => entry.revision,
+                    false => entry.revision + 1,
+                };
                 Some(Arc::new(Binding {
                     provider_config: name.to_owned(),
                     generation,
@@ -479,7 +510,7 @@ impl ProviderSet {
         &self,
         name: &str,
         candidate: Option<Arc<Binding>>,
-        fingerprint: [u8; 32],
+        fingerprint: Digest,
         refusal: Option<NotReady>,
     ) -> bool {
         let mut entries = lock(&self.entries);
@@ -528,12 +559,10 @@ impl ProviderSet {
         spec: &ProviderConfigSpec,
         attempt: &Result<Fresh, NotReady>,
         objects: &dyn Objects,
-    ) -> [u8; 32] {
-        use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        hasher.update(generation.to_le_bytes());
+    ) -> Digest {
+        let mut hashed = generation.to_le_bytes().to_vec();
         if let Ok(fresh) = attempt {
-            hasher.update(fresh.provider.load_generation().to_le_bytes());
+            hashed.extend(fresh.provider.load_generation().to_le_bytes());
         }
         // The signing keys and the registry's CA count too: a rotated key is a new binding.
         let host = ObjectsHost {
@@ -549,10 +578,10 @@ impl ProviderSet {
                 }
             }
             .unwrap_or_default();
-            hasher.update((value.len() as u64).to_le_bytes());
-            hasher.update(&value);
+            hashed.extend((value.len() as u64).to_le_bytes());
+            hashed.extend(&value);
         }
-        hasher.finalize().into()
+        Digest::of(&hashed)
     }
 }
 

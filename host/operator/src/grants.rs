@@ -29,11 +29,8 @@ impl GrantHost for ObjectsHost<'_> {
         self.objects
             .secret_value(namespace, &reference.name, &reference.key)
             .map(zeroize::Zeroizing::new)
-            .ok_or_else(|| {
-                format!(
-                    "Secret {namespace}/{} has no key {}",
-                    reference.name, reference.key
-                )
+            .map_err(|missing| {
+                missing.describe("Secret", namespace, &reference.name, &reference.key)
             })
     }
 
@@ -41,11 +38,8 @@ impl GrantHost for ObjectsHost<'_> {
         let namespace = self.namespace_of(reference);
         self.objects
             .config_map_value(namespace, &reference.name, &reference.key)
-            .ok_or_else(|| {
-                format!(
-                    "ConfigMap {namespace}/{} has no key {}",
-                    reference.name, reference.key
-                )
+            .map_err(|missing| {
+                missing.describe("ConfigMap", namespace, &reference.name, &reference.key)
             })
     }
 
@@ -60,16 +54,21 @@ impl GrantHost for ObjectsHost<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Missing;
 
     #[test]
     fn a_provider_config_resolves_secrets_and_refuses_files() {
         struct One;
         impl Objects for One {
-            fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
-                (namespace == "ops" && name == "token" && key == "t").then(|| b"s3cret".to_vec())
+            fn secret_value(&self, ns: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing> {
+                match (ns, name, key) {
+                    ("ops", "token", "t") => Ok(b"s3cret".to_vec()),
+                    ("ops", "token", _) => Err(Missing::Key),
+                    _ => Err(Missing::Object),
+                }
             }
-            fn config_map_value(&self, _: &str, _: &str, _: &str) -> Option<String> {
-                None
+            fn config_map_value(&self, _: &str, _: &str, _: &str) -> Result<String, Missing> {
+                Err(Missing::Object)
             }
         }
         let host = ObjectsHost {
@@ -86,7 +85,15 @@ mod tests {
             b"s3cret"
         );
         let missing = host.secret(&reference("other")).unwrap_err();
-        assert_eq!(missing, "Secret ops/other has no key t");
+        assert_eq!(missing, "Secret ops/other does not exist");
+        let no_key = SecretKeyRef {
+            key: "x".into(),
+            ..reference("token")
+        };
+        assert_eq!(
+            host.secret(&no_key).unwrap_err(),
+            "Secret ops/token has no key x"
+        );
         assert!(host.config_map(&reference("token")).is_err());
         assert!(
             host.file(Path::new("/var/run/secrets/token"))

@@ -281,10 +281,11 @@ impl Images {
         if let Some(secret) = &access.pull_secret {
             let json = objects
                 .secret_value(&self.namespace, secret, DOCKER_CONFIG_KEY)
-                .ok_or_else(|| {
+                .map_err(|missing| {
+                    let what =
+                        missing.describe("Secret", &self.namespace, secret, DOCKER_CONFIG_KEY);
                     invalid(format!(
-                        "the pull Secret {}/{secret} has no key {DOCKER_CONFIG_KEY} (a Secret of type kubernetes.io/dockerconfigjson)",
-                        self.namespace
+                        "the pull {what} (a Secret of type kubernetes.io/dockerconfigjson)"
                     ))
                 })?;
             options.credentials =
@@ -299,11 +300,9 @@ impl Images {
             let namespace = ca.namespace.as_deref().unwrap_or(&self.namespace);
             let pem = objects
                 .config_map_value(namespace, &ca.name, &ca.key)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "ConfigMap {namespace}/{} has no key {} (the registry's CA)",
-                        ca.name, ca.key
-                    ))
+                .map_err(|missing| {
+                    let what = missing.describe("ConfigMap", namespace, &ca.name, &ca.key);
+                    invalid(format!("{what} (the registry's CA)"))
                 })?;
             if !pem.contains("-----BEGIN CERTIFICATE-----") {
                 return Err(invalid(format!(
@@ -350,11 +349,10 @@ impl Images {
                 let name = format!("{}/{}", reference.name, reference.key);
                 let pem = objects
                     .config_map_value(&self.namespace, &reference.name, &reference.key)
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "ConfigMap {}/{} has no key {} (a signing key)",
-                            self.namespace, reference.name, reference.key
-                        ))
+                    .map_err(|missing| {
+                        let (name, key) = (&reference.name, &reference.key);
+                        let what = missing.describe("ConfigMap", &self.namespace, name, key);
+                        invalid(format!("{what} (a signing key)"))
                     })?;
                 TrustedKey::from_pem(&name, pem.as_bytes())
                     .map_err(|error| invalid(format!("ConfigMap {}/{error}", self.namespace)))

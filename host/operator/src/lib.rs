@@ -90,10 +90,29 @@ impl Note {
 /// The objects the reconcilers read by reference: Secrets and ConfigMaps. Implemented by each
 /// adapter over what it watches.
 pub trait Objects: Send + Sync {
-    /// The value of `key` of Secret `namespace/name`, if there is one.
-    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>>;
-    /// The value of `key` of ConfigMap `namespace/name`, if there is one.
-    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String>;
+    /// The value of `key` of Secret `namespace/name`.
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing>;
+    /// The value of `key` of ConfigMap `namespace/name`.
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Result<String, Missing>;
+}
+
+/// Why a referenced value is not there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The object does not exist.
+    Object,
+    /// The object exists without the key.
+    Key,
+}
+
+impl Missing {
+    /// In words: `{kind} {namespace}/{name} does not exist` or `… has no key {key}`.
+    pub fn describe(self, kind: &str, namespace: &str, name: &str, key: &str) -> String {
+        match self {
+            Missing::Object => format!("{kind} {namespace}/{name} does not exist"),
+            Missing::Key => format!("{kind} {namespace}/{name} has no key {key}"),
+        }
+    }
 }
 
 pub(crate) use egress_runtime::lock;

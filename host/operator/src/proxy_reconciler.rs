@@ -15,7 +15,7 @@
 //! | answer | what the reconciler does |
 //! |---|---|
 //! | `transient` | `Synced=False`, retry with exponential backoff and jitter |
-//! | `permanent` | `Ready=False` with the message; the refused call is not repeated until the Proxy, its ProviderConfig or the component changes (one latched by an earlier run is asked once more); a VM it was about is read again at the resync |
+//! | `permanent` | `Ready=False` with the message; the refused call is not repeated until the Proxy, its ProviderConfig (what it references included: its binding's revision) or the component changes; a VM it was about is read again at the resync |
 //! | `not-found` from `get` | the VM is gone: create again |
 //! | `quota-exceeded` | condition, retry slowly |
 //! | state `paused` | reported and read again at the resync: a person paused it, the operator does not undo it |
@@ -119,9 +119,12 @@ fn user_data(spec: &ProxySpec, namespace: &str, objects: &dyn Objects) -> Result
     let Some(source) = &spec.user_data else {
         return Ok(String::new());
     };
-    let missing = |kind: &str, name: &str, key: &str| NotReady {
+    let missing = |missing: crate::Missing, kind: &str, name: &str, key: &str| NotReady {
         reason: "UserDataNotFound",
-        message: format!("{kind} {namespace}/{name} has no key {key} (the Proxy's user-data)"),
+        message: format!(
+            "{} (the Proxy's user-data)",
+            missing.describe(kind, namespace, name, key)
+        ),
     };
     match (
         &source.inline,
@@ -132,7 +135,7 @@ fn user_data(spec: &ProxySpec, namespace: &str, objects: &dyn Objects) -> Result
         (None, Some(secret), None) => {
             let bytes = objects
                 .secret_value(namespace, &secret.name, &secret.key)
-                .ok_or_else(|| missing("Secret", &secret.name, &secret.key))?;
+                .map_err(|m| missing(m, "Secret", &secret.name, &secret.key))?;
             String::from_utf8(bytes).map_err(|_| NotReady {
                 reason: "InvalidUserData",
                 message: format!(
@@ -143,7 +146,7 @@ fn user_data(spec: &ProxySpec, namespace: &str, objects: &dyn Objects) -> Result
         }
         (None, None, Some(map)) => objects
             .config_map_value(namespace, &map.name, &map.key)
-            .ok_or_else(|| missing("ConfigMap", &map.name, &map.key)),
+            .map_err(|m| missing(m, "ConfigMap", &map.name, &map.key)),
         _ => Err(NotReady {
             reason: "InvalidUserData",
             message: "userData must set exactly one of inline, secretKeyRef, configMapKeyRef"
@@ -490,11 +493,7 @@ impl ProxyReconciler {
         };
         let handled = &binding.handled_by;
         let latched = if blocked(&proxy.status, proxy.generation, Some(handled)) {
-            // Latched by this process; one written by an earlier run is asked once more, since
-            // what it references may have changed while no operator watched (a Secret fixed
-            // while the operator was stopped).
-            let known = lock(&self.permanent).contains_key(&proxy.uid);
-            known.then(|| proxy.status.clone())
+            Some(proxy.status.clone())
         } else {
             // The same, though the status given has not caught up with the one written.
             self.failed_permanently(proxy, handled)

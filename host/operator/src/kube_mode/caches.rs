@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::crd::{ProviderConfig, Proxy};
-use crate::{AbortOnDrop, Objects};
+use crate::{AbortOnDrop, Missing, Objects};
 
 /// Something a watch saw change, after its store took it in.
 #[derive(Clone, Debug)]
@@ -246,13 +246,14 @@ where
 pub struct StoreObjects<'a>(pub &'a Caches);
 
 impl Objects for StoreObjects<'_> {
-    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing> {
         let secret = self
             .0
             .secrets
-            .get(&ObjectRef::new(name).within(namespace))?;
+            .get(&ObjectRef::new(name).within(namespace))
+            .ok_or(Missing::Object)?;
         if let Some(value) = secret.data.as_ref().and_then(|data| data.get(key)) {
-            return Some(value.0.clone());
+            return Ok(value.0.clone());
         }
         // What the API server folds into `data` on write; a seeded object may still hold it.
         secret
@@ -260,13 +261,16 @@ impl Objects for StoreObjects<'_> {
             .as_ref()
             .and_then(|data| data.get(key))
             .map(|value| value.as_bytes().to_vec())
+            .ok_or(Missing::Key)
     }
 
-    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Result<String, Missing> {
         let map = self
             .0
             .config_maps
-            .get(&ObjectRef::new(name).within(namespace))?;
-        map.data.as_ref().and_then(|data| data.get(key)).cloned()
+            .get(&ObjectRef::new(name).within(namespace))
+            .ok_or(Missing::Object)?;
+        let value = map.data.as_ref().and_then(|data| data.get(key));
+        value.cloned().ok_or(Missing::Key)
     }
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use serde::Deserialize;
 
+use crate::Missing;
 use crate::crd::{ProviderConfigSpec, ProxyPoolSpec, ProxySpec};
 
 /// A Proxy read from a manifest.
@@ -159,21 +160,34 @@ impl Folder {
     }
 
     /// The value of `key` of Secret `namespace/name`.
-    pub fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+    pub fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing> {
         let id = (namespace.to_owned(), name.to_owned());
-        self.files
+        let data = self
+            .files
             .values()
-            .find_map(|objects| objects.secrets.get(&id))
-            .and_then(|data| data.get(key).cloned())
+            .find_map(|objects| objects.secrets.get(&id));
+        data.ok_or(Missing::Object)?
+            .get(key)
+            .cloned()
+            .ok_or(Missing::Key)
     }
 
     /// The value of `key` of ConfigMap `namespace/name`.
-    pub fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
+    pub fn config_map_value(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<String, Missing> {
         let id = (namespace.to_owned(), name.to_owned());
-        self.files
+        let data = self
+            .files
             .values()
-            .find_map(|objects| objects.config_maps.get(&id))
-            .and_then(|data| data.get(key).cloned())
+            .find_map(|objects| objects.config_maps.get(&id));
+        data.ok_or(Missing::Object)?
+            .get(key)
+            .cloned()
+            .ok_or(Missing::Key)
     }
 
     /// Every Secret's and ConfigMap's data (what references resolve to), to tell whether any

@@ -43,7 +43,7 @@ use crate::proxy_reconciler::{Next, Resolved};
 use crate::run_args::RunArgs;
 use crate::server::{self, Health};
 use crate::sweep::LiveProxies;
-use crate::{AbortOnDrop, Note, Objects, lock};
+use crate::{AbortOnDrop, Missing, Note, Objects, lock};
 
 use self::manifests::Folder;
 use self::queue::Queue;
@@ -66,11 +66,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 struct FolderObjects(Arc<ArcSwap<Folder>>);
 
 impl Objects for FolderObjects {
-    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing> {
         self.0.load().secret_value(namespace, name, key)
     }
 
-    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Result<String, Missing> {
         self.0.load().config_map_value(namespace, name, key)
     }
 }
@@ -128,6 +128,21 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         table.header();
     }
 
+    // Each ProviderConfig starts from the revision it had: a Proxy latched on a refusal stays so
+    // unless what the ProviderConfig references changed while no operator ran.
+    for config in local.store.run(|store| store.configs()).await? {
+        let name = config.name.clone();
+        if let Some((revision, fingerprint)) = local
+            .store
+            .run(move |store| store.binding_revision(&name))
+            .await?
+        {
+            local
+                .operator
+                .providers
+                .restore(&config.name, revision, fingerprint);
+        }
+    }
     let (watcher, mut changes) = watch_folder(&dir)?;
     local.rescan().await?;
     // Ready once the folder has been read: from here on every Proxy in it is being worked on.
@@ -464,6 +479,16 @@ impl Local {
         self.config_queue.forget(name);
         self.config_queue
             .schedule(name, Instant::now() + outcome.next);
+        if let Some((revision, fingerprint)) = operator.providers.revision(name) {
+            let key = name.to_owned();
+            let kept = self
+                .store
+                .run(move |store| store.set_binding_revision(&key, revision, fingerprint))
+                .await;
+            if let Err(error) = kept {
+                tracing::warn!(provider_config = %name, %error, "keeping the binding's revision failed");
+            }
+        }
         let first = lock(&self.applied).insert(name.to_owned());
         if outcome.rebound || first {
             self.schedule_proxies_of(name).await;

@@ -14,6 +14,7 @@ mod pools;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use egress_digest::Digest;
 use egress_runtime::types::Placement;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -169,6 +170,41 @@ impl Store {
             |row| row.get(0),
         )?;
         Installation::new(&id).map_err(|why| StoreError(format!("the stored {why}")))
+    }
+
+    /// The binding revision and fingerprint ProviderConfig `name` had when last bound, if kept.
+    pub fn binding_revision(&self, name: &str) -> Result<Option<(u64, Digest)>, StoreError> {
+        let value: Option<String> = self
+            .lock()
+            .query_row(
+                "SELECT value FROM settings WHERE key = ?1",
+                params![format!("binding/{name}")],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let parsed = value.and_then(|value| {
+            let (revision, fingerprint) = value.split_once(' ')?;
+            Some((revision.parse().ok()?, Digest::parse(fingerprint).ok()?))
+        });
+        Ok(parsed)
+    }
+
+    /// Keep ProviderConfig `name`'s binding revision and fingerprint for the next run.
+    pub fn set_binding_revision(
+        &self,
+        name: &str,
+        revision: u64,
+        fingerprint: Digest,
+    ) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![
+                format!("binding/{name}"),
+                format!("{revision} {fingerprint}")
+            ],
+        )?;
+        Ok(())
     }
 
     /// Record that a manifest declares Proxy `namespace/name` with `spec`: a new Proxy gets a

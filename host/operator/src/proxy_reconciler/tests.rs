@@ -1272,35 +1272,3 @@ async fn after_a_restart_a_vm_whose_status_says_passing_stays_ready_until_a_prob
     let second = core.reconcile(&proxy, resolved(&bound)).await;
     assert_eq!(reason(&second, conditions::READY), "ServiceUnhealthy");
 }
-
-#[tokio::test]
-async fn a_permanent_error_written_by_an_earlier_run_is_asked_once_more_then_latched() {
-    let fake = FakeProvider::default()
-        .failing(
-            Operation::Create,
-            ProviderError::Permanent("401 permission check failed".into()),
-        )
-        .failing(
-            Operation::Create,
-            ProviderError::Permanent("401 permission check failed".into()),
-        );
-    let bound = binding(fake, None);
-    let first = reconciler()
-        .reconcile(&proxy(ProxyStatus::default()), resolved(&bound))
-        .await;
-    assert_eq!(reason(&first, conditions::READY), "PermanentError");
-
-    // The operator restarted: a new reconciler, the status as written.
-    let restarted = reconciler();
-    let retried = restarted
-        .reconcile(&proxy(first.status), resolved(&bound))
-        .await;
-    assert_eq!(bound.provider.asked(), vec![Operation::Create; 2]);
-    assert_eq!(reason(&retried, conditions::READY), "PermanentError");
-    // Refused again: latched in this process now.
-    let latched = restarted
-        .reconcile(&proxy(retried.status), resolved(&bound))
-        .await;
-    assert_eq!(latched.next, Next::AwaitChange);
-    assert_eq!(bound.provider.asked(), vec![Operation::Create; 2]);
-}

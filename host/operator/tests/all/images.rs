@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::oci_support::{Registry, component, path_str, run_against, stderr, stdout};
-use egress_operator::Objects;
 use egress_operator::conditions::{self, condition};
 use egress_operator::crd::{ProviderConfigSpec, ProviderConfigStatus};
 use egress_operator::installation::Installation;
 use egress_operator::operator::{Operator, Settings};
 use egress_operator::provider_config_reconciler::{ProviderConfigOutcome, ProviderConfigState};
+use egress_operator::{Missing, Objects};
 use egress_runtime::types::{Request, Response};
 use egress_runtime::{CallContext, RegistryEvent};
 use testkit::sha256_hex;
@@ -88,15 +88,17 @@ struct Store {
 }
 
 impl Objects for Store {
-    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
-        self.secrets
-            .get(&(namespace.into(), name.into(), key.into()))
-            .cloned()
+    fn secret_value(&self, namespace: &str, name: &str, key: &str) -> Result<Vec<u8>, Missing> {
+        let found = self
+            .secrets
+            .get(&(namespace.into(), name.into(), key.into()));
+        found.cloned().ok_or(Missing::Key)
     }
-    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
-        self.config_maps
-            .get(&(namespace.into(), name.into(), key.into()))
-            .cloned()
+    fn config_map_value(&self, namespace: &str, name: &str, key: &str) -> Result<String, Missing> {
+        let found = self
+            .config_maps
+            .get(&(namespace.into(), name.into(), key.into()));
+        found.cloned().ok_or(Missing::Key)
     }
 }
 

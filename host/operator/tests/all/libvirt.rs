@@ -335,7 +335,7 @@ async fn a_grant_that_cannot_be_served_is_a_condition_and_makes_no_vm() {
         (
             "missing-secret",
             "InvalidGrant",
-            "Secret default/nowhere has no key id",
+            "Secret default/nowhere does not exist",
         ),
         ("bad-key", "InvalidGrant", "not an SSH private key"),
         ("unreachable", "Unreachable", "connection lab"),
