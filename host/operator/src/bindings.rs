@@ -460,12 +460,8 @@ impl ProviderSet {
         let candidate = match attempt {
             Ok(fresh) if entry.binding.is_none() || entry.fingerprint != fingerprint => {
                 let description = fresh.provider.description();
-                // The first binding after a restore of the same content keeps its revision, so a
-                // Proxy's latch on it holds across a restart.
-                let revision = match entry.fingerprint == fingerprint {
-                    true => entry.revision,
-                    false => entry.revision + 1,
-                };
+                // Restored with the same content, the revision stays: a latch holds across restarts.
+                let revision = entry.revision + u64::from(entry.fingerprint != fingerprint);
                 Some(Arc::new(Binding {
                     provider_config: name.to_owned(),
                     generation,

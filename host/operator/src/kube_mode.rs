@@ -47,6 +47,7 @@ use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::{broadcast, oneshot};
@@ -85,6 +86,28 @@ pub enum Error {
     /// An object without a namespace or name.
     #[error("the object has no {0}")]
     Unnamed(&'static str),
+}
+
+/// After a failed reconcile: count it under `controller` and its label, then come back after the
+/// cleanup's own wait, the shortest retry after a stale finalizer patch, else [`api_retry`].
+pub(crate) fn retry_after(controller: &str, error: &Error, context: &Context) -> Action {
+    let metrics = &context.operator.metrics;
+    metrics.reconcile_failed(controller, error.metric_label());
+    if let Error::Finalizer(inner) = error
+        && let kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) =
+            inner.as_ref()
+    {
+        return Action::requeue(*wait);
+    }
+    if error.is_stale_finalizer_patch() {
+        return Action::requeue(context.operator.reconciler.timing().backoff_base);
+    }
+    Action::requeue(api_retry(context))
+}
+
+/// The wait after an API error: the adapter-failure rule both modes share.
+pub(crate) fn api_retry(context: &Context) -> Duration {
+    context.operator.reconciler.timing().after_adapter_failure()
 }
 
 impl Error {

@@ -374,7 +374,8 @@ pub async fn timeout_after_1s(verifier: tokio::task::JoinHandle<()>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube_mode::proxy::{api_retry, error_policy, reconcile};
+    use crate::kube_mode::api_retry;
+    use crate::kube_mode::proxy::{error_policy, reconcile};
     use crate::kube_mode::{Error, provider_config};
     use kube::runtime::controller::Action;
 

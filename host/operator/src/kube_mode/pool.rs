@@ -30,7 +30,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
-use super::{Context, Error, write_status};
+use super::{Context, Error, retry_after, write_status};
 use crate::Note;
 use crate::crd::{Proxy, ProxyPool, ProxyPoolStatus, member_labels, pool_selector};
 use crate::metrics::PoolCounts;
@@ -86,19 +86,9 @@ pub async fn reconcile(pool: Arc<ProxyPool>, context: Arc<Context>) -> Result<Ac
     .map_err(|error| Error::Finalizer(Box::new(error)))
 }
 
-/// Count the failure by its label and come back: the wind-down's wait, else the API retry.
+/// Count the failure and come back ([`retry_after`]).
 pub fn error_policy(_pool: Arc<ProxyPool>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .operator
-        .metrics
-        .reconcile_failed("pool", error.metric_label());
-    if let Error::Finalizer(inner) = error
-        && let kube::runtime::finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) =
-            inner.as_ref()
-    {
-        return Action::requeue(*wait);
-    }
-    Action::requeue(super::proxy::api_retry(&context))
+    retry_after("pool", error, &context)
 }
 
 /// What one pass over a pool works with.

@@ -23,7 +23,7 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{Caches, StoreObjects, Touched};
-use super::{Context, Error, never_ending, write_status};
+use super::{Context, Error, never_ending, retry_after, write_status};
 use crate::crd::{ProviderConfig, ProviderConfigSpec};
 use crate::provider_config_reconciler::ProviderConfigState;
 use crate::sweep::LiveProxies;
@@ -253,11 +253,7 @@ pub async fn reconcile(pc: Arc<ProviderConfig>, context: Arc<Context>) -> Result
 /// Count the failure by its label and retry shortly.
 pub fn error_policy(_pc: Arc<ProviderConfig>, error: &Error, context: Arc<Context>) -> Action {
     tracing::warn!(error = %error, label = error.metric_label(), "providerconfig reconcile failed");
-    context
-        .operator
-        .metrics
-        .reconcile_failed("providerconfig", error.metric_label());
-    Action::requeue(super::proxy::api_retry(&context))
+    retry_after("providerconfig", error, &context)
 }
 
 #[cfg(test)]

@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{self, Event as Finalizer, finalizer};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::oneshot;
 
 use super::caches::{StoreObjects, Touched};
-use super::{Context, Error, never_ending, write_status};
+use super::{Context, Error, never_ending, retry_after, write_status};
 use crate::conditions::NotReady;
 use crate::crd::{FINALIZER, Proxy};
 use crate::pool_members::{PLACEMENT_ANNOTATION, placement_of};
@@ -236,27 +236,9 @@ pub async fn reconcile(proxy: Arc<Proxy>, context: Arc<Context>) -> Result<Actio
     .map_err(|error| Error::Finalizer(Box::new(error)))
 }
 
-/// Count the failure by its label, then requeue: the cleanup's own wait, the shortest retry
-/// after a stale finalizer patch, else a short retry.
+/// Count the failure and come back ([`retry_after`]).
 pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, context: Arc<Context>) -> Action {
-    context
-        .operator
-        .metrics
-        .reconcile_failed("proxy", error.metric_label());
-    if let Error::Finalizer(inner) = error
-        && let finalizer::Error::CleanupFailed(Error::CleanupPending(wait)) = inner.as_ref()
-    {
-        return Action::requeue(*wait);
-    }
-    if error.is_stale_finalizer_patch() {
-        return Action::requeue(context.operator.reconciler.timing().backoff_base);
-    }
-    Action::requeue(api_retry(&context))
-}
-
-/// The wait after an API error: the adapter-failure rule both modes share.
-pub(crate) fn api_retry(context: &Context) -> Duration {
-    context.operator.reconciler.timing().after_adapter_failure()
+    retry_after("proxy", error, &context)
 }
 
 async fn reconcile_once(

@@ -128,21 +128,7 @@ pub async fn run(dir: &Path, args: &RunArgs) -> anyhow::Result<ExitCode> {
         table.header();
     }
 
-    // Each ProviderConfig starts from the revision it had: a Proxy latched on a refusal stays so
-    // unless what the ProviderConfig references changed while no operator ran.
-    for config in local.store.run(|store| store.configs()).await? {
-        let name = config.name.clone();
-        if let Some((revision, fingerprint)) = local
-            .store
-            .run(move |store| store.binding_revision(&name))
-            .await?
-        {
-            local
-                .operator
-                .providers
-                .restore(&config.name, revision, fingerprint);
-        }
-    }
+    local.restore_revisions().await?;
     let (watcher, mut changes) = watch_folder(&dir)?;
     local.rescan().await?;
     // Ready once the folder has been read: from here on every Proxy in it is being worked on.
@@ -479,19 +465,37 @@ impl Local {
         self.config_queue.forget(name);
         self.config_queue
             .schedule(name, Instant::now() + outcome.next);
-        if let Some((revision, fingerprint)) = operator.providers.revision(name) {
-            let key = name.to_owned();
-            let kept = self
-                .store
-                .run(move |store| store.set_binding_revision(&key, revision, fingerprint))
-                .await;
-            if let Err(error) = kept {
-                tracing::warn!(provider_config = %name, %error, "keeping the binding's revision failed");
-            }
-        }
+        self.keep_revision(name).await;
         let first = lock(&self.applied).insert(name.to_owned());
         if outcome.rebound || first {
             self.schedule_proxies_of(name).await;
+        }
+    }
+
+    /// Each ProviderConfig starts from the binding revision it had: a Proxy latched on a refusal
+    /// stays so unless what the ProviderConfig references changed while no operator ran.
+    async fn restore_revisions(&self) -> anyhow::Result<()> {
+        for config in self.store.run(|store| store.configs()).await? {
+            let name = config.name.clone();
+            let kept = self.store.run(move |store| store.binding_revision(&name));
+            if let Some((revision, fingerprint)) = kept.await? {
+                let providers = &self.operator.providers;
+                providers.restore(&config.name, revision, fingerprint);
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep ProviderConfig `name`'s binding revision for the next run.
+    async fn keep_revision(&self, name: &str) {
+        let Some((revision, fingerprint)) = self.operator.providers.revision(name) else {
+            return;
+        };
+        let key = name.to_owned();
+        let kept =
+            (self.store).run(move |store| store.set_binding_revision(&key, revision, fingerprint));
+        if let Err(error) = kept.await {
+            tracing::warn!(provider_config = %name, %error, "keeping the binding's revision failed");
         }
     }
 
