@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::conditions;
 use crate::crd::ProxyPool;
+use crate::metrics::PoolCounts;
 use crate::pool::{self, Member, Plan};
 use crate::pool_members::placement;
 
@@ -146,15 +147,24 @@ impl Local {
             self.store
                 .run(move |store| store.remove_pool(&namespace, &name))
                 .await?;
+            (self.operator.metrics).pool_gone(&record.namespace, &record.name);
             tracing::info!(pool = %record.key(), "ProxyPool removed with its Proxies");
         }
         Ok(())
     }
 
-    /// Store the plan's status when it changed, with a log line for each condition that moved.
+    /// Gauge the plan's counts; store its status when it changed, with a log line for each
+    /// condition that moved.
     async fn write_pool_status(&self, record: &PoolRecord, plan: Plan) -> anyhow::Result<()> {
         // The planner keeps a condition's transition time while its status holds.
         let status = plan.status;
+        let counts = PoolCounts {
+            desired: record.spec.replicas.into(),
+            current: status.replicas.into(),
+            ready: status.ready_replicas.into(),
+            updated: status.updated_replicas.into(),
+        };
+        (self.operator.metrics).pool_counts(&record.namespace, &record.name, counts);
         if status == record.status {
             return Ok(());
         }

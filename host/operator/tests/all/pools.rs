@@ -358,7 +358,7 @@ async fn scaled_three_to_five_to_two_a_pool_ends_with_exactly_that_many_vms() {
     for replicas in [3, 5, 2] {
         local.write("pool.yaml", &pool(replicas, "v1", ""));
         if replicas == 3 {
-            local.start();
+            local.start_listening();
         }
         let want = replicas as usize;
         local.wait_until(&format!("{want} members running"), LIMIT, |proxies| {
@@ -366,6 +366,17 @@ async fn scaled_three_to_five_to_two_a_pool_ends_with_exactly_that_many_vms() {
             members.len() == want && members.iter().all(|proxy| running(proxy))
         });
         assert_eq!(local.vms().len(), want);
+    }
+    // The pool's counts are gauged per pool, as in a cluster.
+    let gauge = r#"egress_pool_replicas{namespace="team-a",pool="web",state="ready"}"#;
+    let started = Instant::now();
+    loop {
+        let metrics = local.metrics().await.unwrap_or_default();
+        if crate::metrics_support::counter(&metrics, gauge) == 2 {
+            break;
+        }
+        assert!(started.elapsed() < LIMIT, "no gauge of 2 Ready:\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
