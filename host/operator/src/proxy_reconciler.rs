@@ -767,18 +767,18 @@ impl ProxyReconciler {
         step.status.phase = Some(Phase::Running);
         let at = vm.addresses.join(", ");
         step.provisioned(true, "Running", &format!("{} runs", vm.provider_id));
+        // Not Ready: why, and whether it is news worth a warning (a Ready proxy failing).
         let unready = match service {
             Service::Unchecked | Service::Healthy => None,
-            Service::Pending(why) => Some(("HealthCheckPending", why)),
+            Service::Pending(why) => Some(("HealthCheckPending", why, false)),
             Service::Unhealthy(why) => Some((
                 "ServiceUnhealthy",
                 format!("{why}; its ProxyPool's remediation replaces it"),
+                !became_ready,
             )),
         };
-        if let Some((reason, why)) = unready {
-            if reason == "ServiceUnhealthy"
-                && conditions::is_true(&pass.proxy.status.conditions, conditions::READY)
-            {
+        if let Some((reason, why, warn)) = unready {
+            if warn {
                 step.note(Note::warning(reason, why.clone()));
             }
             step.ready(false, reason, &why);
