@@ -354,6 +354,43 @@ pub struct ProviderConfigSpec {
     /// the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<LogLevel>,
+    /// Record its provider's calls: each call's input and output and every exchange as the
+    /// broker answered it, redacted, one file per call in the operator's recordings folder
+    /// (`--recordings-dir`), the oldest removed first (docs/recordings.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<RecordSpec>,
+}
+
+/// How many of a ProviderConfig's calls are kept recorded, and how much of each.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordSpec {
+    /// The most recordings kept (default 50).
+    #[serde(default = "RecordSpec::default_keep")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep: u32,
+    /// The most bytes kept of one body; the rest is cut off and marked (default 1 MiB).
+    #[serde(default = "RecordSpec::default_body_bytes")]
+    #[schemars(range(min = 0))]
+    pub max_body_bytes: u64,
+    /// The most body bytes kept of one call (default 8 MiB).
+    #[serde(default = "RecordSpec::default_call_bytes")]
+    #[schemars(range(min = 0))]
+    pub max_call_bytes: u64,
+}
+
+impl RecordSpec {
+    fn default_keep() -> u32 {
+        50
+    }
+
+    fn default_body_bytes() -> u64 {
+        1 << 20
+    }
+
+    fn default_call_bytes() -> u64 {
+        8 << 20
+    }
 }
 
 /// How much of one provider's calls is logged.

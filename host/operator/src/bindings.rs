@@ -38,6 +38,7 @@ use crate::grants::ObjectsHost;
 use crate::images::Images;
 use crate::{Objects, lock};
 use egress_capability_set::Capabilities;
+use egress_tap::{Bounds, RecordingDir};
 
 /// A ProviderConfig's provider, ready to serve Proxies. `P` is what answers the calls: the
 /// runtime's [`Provider`] in the operator, a fake in the Proxy reconciler's unit tests.
@@ -66,6 +67,8 @@ pub struct Binding<P = Provider> {
     pub revision: u64,
     /// What a Proxy records of the provider that handled it.
     pub handled_by: HandledBy,
+    /// Where its calls are recorded, if the spec asks for it.
+    pub recordings: Option<RecordingDir>,
 }
 
 /// Where a binding's component came from.
@@ -139,6 +142,8 @@ pub struct ProviderSet {
     namespace: String,
     /// Limits for providers whose spec sets none.
     defaults: Limits,
+    /// The folder under which each ProviderConfig that records has its own.
+    recordings: PathBuf,
     entries: Mutex<HashMap<String, Entry>>,
     /// The last load error of each component file, from the registry's events.
     load_errors: Arc<Mutex<BTreeMap<PathBuf, String>>>,
@@ -163,6 +168,7 @@ impl ProviderSet {
         capabilities: Capabilities,
         namespace: &str,
         defaults: Limits,
+        recordings: PathBuf,
     ) -> Self {
         let load_errors = Arc::new(Mutex::new(BTreeMap::new()));
         let mut events = registry.subscribe();
@@ -189,6 +195,7 @@ impl ProviderSet {
             capabilities,
             namespace: namespace.to_owned(),
             defaults,
+            recordings,
             entries: Mutex::new(HashMap::new()),
             load_errors,
         }
@@ -482,6 +489,12 @@ impl ProviderSet {
                         version: description.version.clone(),
                         digest: fresh.provider.component_digest().to_string(),
                     },
+                    recordings: spec.record.as_ref().map(|record| {
+                        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+                        let (body_bytes, call_bytes) = (bytes(record.max_body_bytes), bytes(record.max_call_bytes));
+                        let bounds = Bounds { body_bytes, call_bytes };
+                        RecordingDir::new(self.recordings.join(name), record.keep as usize, bounds)
+                    }),
                 }))
             }
             _ => None,

@@ -40,6 +40,8 @@ pub struct Settings {
     pub compilation: Compilation,
     /// How images (`spec.component.image`) are pulled, cached and verified.
     pub images: ImageSettings,
+    /// Where the calls of ProviderConfigs that set `record` are recorded, a folder each.
+    pub recordings_dir: PathBuf,
     /// A memory-backed directory under which SSH keys from Secrets are written for libvirt;
     /// `None`: `$XDG_RUNTIME_DIR` or `/dev/shm`.
     pub key_dir: Option<PathBuf>,
@@ -67,6 +69,7 @@ impl Settings {
                 allow_unsigned: false,
             },
             key_dir: None,
+            recordings_dir: std::env::temp_dir().join("egress-operator-recordings"),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Operator {
             capabilities.clone(),
             &settings.namespace,
             settings.limits.clone(),
+            settings.recordings_dir.clone(),
         );
         Ok(Arc::new(Operator {
             providers,

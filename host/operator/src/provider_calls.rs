@@ -6,13 +6,15 @@
 //! and the orphan sweep ([`crate::sweep`]) `validate-config` on the component a spec names,
 //! `check`, `list-by-tag` and `delete`. The runtime's [`Provider`] implements it; unit tests
 //! implement it with a fake, so the reconcilers' decisions are tested without a compiled
-//! component. [`Counted`] counts and times each call in the call metrics.
+//! component. [`Counted`] counts and times each call in the call metrics, and records it when its
+//! ProviderConfig says so.
 
 use std::future::Future;
 use std::time::Instant;
 
 use egress_runtime::types::{Request, Response};
 use egress_runtime::{CallContext, CallError, Provider};
+use egress_tap::{RecordedProvider, RecordingDir};
 
 use crate::metrics::Metrics;
 
@@ -24,6 +26,11 @@ pub trait ProviderCalls: Send + Sync {
         request: Request,
         context: &CallContext,
     ) -> impl Future<Output = Result<Response, CallError>> + Send;
+
+    /// Who answers, as a recording names it; `None` for what cannot be recorded (a fake).
+    fn recorded_as(&self) -> Option<RecordedProvider> {
+        None
+    }
 }
 
 impl ProviderCalls for Provider {
@@ -33,6 +40,10 @@ impl ProviderCalls for Provider {
         context: &CallContext,
     ) -> impl Future<Output = Result<Response, CallError>> + Send {
         Provider::call(self, request, context)
+    }
+
+    fn recorded_as(&self) -> Option<RecordedProvider> {
+        Some(RecordedProvider::of(self))
     }
 }
 
@@ -46,13 +57,23 @@ pub struct Counted<'a, P> {
     pub provider_config: &'a str,
     /// Where they are counted.
     pub metrics: &'a Metrics,
+    /// Where they are recorded, if the ProviderConfig records.
+    pub recordings: Option<&'a RecordingDir>,
 }
 
 impl<P: ProviderCalls> ProviderCalls for Counted<'_, P> {
     async fn call(&self, request: Request, context: &CallContext) -> Result<Response, CallError> {
         let operation = request.operation();
         let started = Instant::now();
-        let result = self.calls.call(request, context).await;
+        let result = match (self.recordings, self.calls.recorded_as()) {
+            (Some(dir), Some(who)) => {
+                let call = |request, context: CallContext| async move {
+                    self.calls.call(request, &context).await
+                };
+                dir.record(who, request, context, call).await
+            }
+            _ => self.calls.call(request, context).await,
+        };
         let outcome = match &result {
             Ok(_) => "ok",
             Err(error) => error.class().as_str(),

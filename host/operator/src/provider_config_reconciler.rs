@@ -251,6 +251,7 @@ impl ProviderConfigReconciler {
             calls,
             provider_config: name,
             metrics: &self.metrics,
+            recordings: None,
         }
     }
 }
@@ -294,6 +295,7 @@ fn observe<'a>(bound: &'a Bound) -> Observed<'a, egress_runtime::Provider> {
 fn subject(name: &str) -> CallContext {
     CallContext {
         subject: Some(format!("providerconfig/{name}")),
+        ..CallContext::default()
     }
 }
 

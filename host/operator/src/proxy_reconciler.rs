@@ -1140,9 +1140,11 @@ impl ProxyReconciler {
             calls: pass.binding.provider.as_ref(),
             provider_config: &pass.binding.provider_config,
             metrics: &self.metrics,
+            recordings: pass.binding.recordings.as_ref(),
         };
         let context = CallContext {
             subject: Some(pass.proxy.key()),
+            ..CallContext::default()
         };
         counted.call(request, &context).await
     }

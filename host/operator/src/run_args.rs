@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// /var/cache/egress-operator/images in a cluster.
     #[arg(long, value_name = "DIR")]
     pub image_cache: Option<PathBuf>,
+    /// Where the calls of ProviderConfigs that set `record` are recorded, a folder each.
+    /// Defaults to `recordings` beside the image cache.
+    #[arg(long, value_name = "DIR")]
+    pub recordings_dir: Option<PathBuf>,
     /// The largest provider component the operator reads, from a file or pulled from a registry
     /// (bytes). A larger one is refused before it is read.
     #[arg(long, value_name = "BYTES", default_value_t = egress_runtime::DEFAULT_MAX_COMPONENT_BYTES)]
@@ -119,6 +123,8 @@ impl RunArgs {
             .image_cache
             .clone()
             .unwrap_or_else(|| image_cache.to_owned());
+        settings.recordings_dir = (self.recordings_dir.clone())
+            .unwrap_or_else(|| image_cache.with_file_name("recordings"));
         settings.images.max_component_bytes = self.max_component_bytes;
         settings.images.allow_unsigned = self.allow_unsigned_images;
         settings

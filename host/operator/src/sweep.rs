@@ -88,6 +88,7 @@ impl Sweeper {
         let name = target.provider_config;
         let context = CallContext {
             subject: Some(format!("providerconfig/{name}/sweep")),
+            ..CallContext::default()
         };
         let list = |key: &str, value: &str| Request::ListByTag {
             config: target.config.to_owned(),

@@ -6,14 +6,17 @@
 //! - `provider inspect FILE|REF`: its name, versions, exports, imports and requested
 //!   capabilities; a reference is pulled into memory first;
 //! - `provider call FILE OPERATION`: one operation, its result or its classified error as JSON,
-//!   under the grants of a file (`egress_capability_set::GrantsFile`);
+//!   under the grants of a file (`egress_capability_set::GrantsFile`); `--record FILE` writes
+//!   the call and its exchanges down, `--replay FILE` answers them from a recording
+//!   ([`egress_tap`]);
 //! - `provider push FILE REF [--sign KEY]`, `provider pull REF`: the component as an OCI artifact
 //!   ([`egress_distribution`]);
 //! - `conformance FILE --config C --grants G`: the contract's rules against the provider and its
 //!   backend ([`egress_conformance`]).
 //!
 //! Exit status: 0 on success, 1 when the operation answered a classified error (or a rule
-//! failed); an `Err` is the caller's to print (the binary exits 2).
+//! failed), 3 when a replay left its recording; an `Err` is the caller's to print (the binary
+//! exits 2).
 
 #![warn(missing_docs)]
 
@@ -28,8 +31,9 @@ use egress_distribution::oci::{
     DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions,
 };
 use egress_distribution::signing::SigningKey;
-use egress_runtime::types::{CreateRequest, Operation, Request, Response, Tag};
-use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig};
+use egress_runtime::types::{CreateRequest, Operation, Request, Tag};
+use egress_runtime::{CallContext, Compilation, Provider, Runtime, RuntimeConfig, Tap};
+use egress_tap::{Bounds, RecordedProvider, Recorder, Recording, Replay, output_of};
 use serde::Deserialize;
 
 /// `conformance`'s options.
@@ -77,6 +81,45 @@ impl CacheArgs {
             None => egress_runtime::default_cache_dir(),
         }
     }
+}
+
+/// `provider call`'s options.
+#[derive(clap::Args, Debug)]
+pub struct CallArgs {
+    /// The provider component (`.wasm`).
+    file: PathBuf,
+    /// describe, validate-config, create, get, delete, list-by-tag or check.
+    operation: String,
+    /// The provider's configuration (a JSON file). Defaults to `{}`.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Grants (YAML, see docs/operations.md), keyed by provider identity: each identity's
+    /// `http` grant (the origins it may reach, the credential the host injects) and
+    /// `libvirt` grant (docs/providers/libvirt.md), the same documents as a
+    /// ProviderConfig's `spec.grant`, with files in place of Secrets. Without it every
+    /// outgoing request and every libvirt call is denied.
+    #[arg(long)]
+    grants: Option<PathBuf>,
+    /// The identity the provider runs as, which the grants file names. Defaults to the file's
+    /// name without `.wasm`; never taken from what the component says about itself.
+    #[arg(long)]
+    identity: Option<String>,
+    /// The operation's input as JSON: create `{"name","uid","tags":[{"key","value"}],"userData"}`,
+    /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
+    #[arg(long)]
+    input: Option<String>,
+    /// Write the call (its input, output and every exchange as the broker answered it,
+    /// redacted) to this file: docs/recordings.md.
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Answer the call's requests from this recording instead of the backend: no grant and no
+    /// backend needed. Exits 3 naming the first request that differs from the recording, or
+    /// when the output differs from the recorded one.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+    /// Where the compiled component is cached.
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 /// `egress-operator provider …`.
@@ -137,33 +180,7 @@ pub enum ProviderCommand {
         max_layer_bytes: u64,
     },
     /// Run one operation and print its result, or its classified error, as JSON.
-    Call {
-        /// The provider component (`.wasm`).
-        file: PathBuf,
-        /// describe, validate-config, create, get, delete, list-by-tag or check.
-        operation: String,
-        /// The provider's configuration (a JSON file). Defaults to `{}`.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Grants (YAML, see docs/operations.md), keyed by provider identity: each identity's
-        /// `http` grant (the origins it may reach, the credential the host injects) and
-        /// `libvirt` grant (docs/providers/libvirt.md), the same documents as a
-        /// ProviderConfig's `spec.grant`, with files in place of Secrets. Without it every
-        /// outgoing request and every libvirt call is denied.
-        #[arg(long)]
-        grants: Option<PathBuf>,
-        /// The identity the provider runs as, which the grants file names. Defaults to the file's
-        /// name without `.wasm`; never taken from what the component says about itself.
-        #[arg(long)]
-        identity: Option<String>,
-        /// The operation's input as JSON: create `{"name","uid","tags":[{"key","value"}],"userData"}`,
-        /// get/delete `{"providerId"}`, list-by-tag `{"key","value"}`.
-        #[arg(long)]
-        input: Option<String>,
-        /// Where the compiled component is cached.
-        #[command(flatten)]
-        cache: CacheArgs,
-    },
+    Call(CallArgs),
 }
 
 /// Run one `provider` command.
@@ -189,26 +206,7 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<ExitCode> {
             registry,
             max_layer_bytes,
         } => pull(&reference, output.as_deref(), &registry, max_layer_bytes).await,
-        ProviderCommand::Call {
-            file,
-            operation,
-            config,
-            grants,
-            identity,
-            input,
-            cache,
-        } => {
-            call(
-                &file,
-                &operation,
-                config.as_deref(),
-                grants.as_deref(),
-                identity.as_deref(),
-                input.as_deref(),
-                &cache,
-            )
-            .await
-        }
+        ProviderCommand::Call(args) => call(&args).await,
     }
 }
 
@@ -439,43 +437,72 @@ struct TagInput {
     value: String,
 }
 
-async fn call(
-    file: &Path,
-    operation: &str,
-    config: Option<&Path>,
-    grants: Option<&Path>,
-    identity: Option<&str>,
-    input: Option<&str>,
-    cache: &CacheArgs,
-) -> anyhow::Result<ExitCode> {
-    let operation: Operation = operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let config = match config {
+async fn call(args: &CallArgs) -> anyhow::Result<ExitCode> {
+    let operation: Operation = args.operation.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = match &args.config {
         Some(path) => read_config(path)?,
         None => "{}".to_owned(),
     };
-    let request = build_request(operation, config, input)?;
+    let request = build_request(operation, config, args.input.as_deref())?;
     let capabilities = Capabilities::new();
-    if let Some(path) = grants {
+    if let Some(path) = &args.grants {
         GrantsFile::read(path)?
             .grant(&capabilities)
             .with_context(|| format!("grants {}", path.display()))?;
     }
-    let provider = load(file, identity, &capabilities, cache).await?;
-    let context = CallContext { subject: None };
-    match provider.call(request, &context).await {
-        Ok(response) => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&response_json(&response)?)?
-            );
-            Ok(ExitCode::SUCCESS)
+    let provider = load(&args.file, args.identity.as_deref(), &capabilities, &args.cache).await?;
+    let recorder = args.record.as_ref().map(|_| Recorder::new(Bounds::default()));
+    let replay = match &args.replay {
+        Some(path) => {
+            let recording = Recording::read(path)?;
+            let source = path.display().to_string();
+            Some(Replay::new(recording, &source, provider.description())?)
         }
-        Err(err) => {
-            let report = serde_json::json!({ "error": { "class": err.class().as_str(), "message": err.to_string() } });
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(ExitCode::from(1))
-        }
+        None => None,
+    };
+    let tap: Option<Arc<dyn Tap>> = match (&recorder, &replay) {
+        (Some(recorder), _) => Some(Arc::clone(recorder) as Arc<dyn Tap>),
+        (None, Some(replay)) => Some(Arc::clone(replay) as Arc<dyn Tap>),
+        (None, None) => None,
+    };
+    let context = CallContext {
+        tap,
+        ..CallContext::default()
+    };
+    let result = provider.call(request.clone(), &context).await;
+    let output = output_of(&result);
+    let printed = match &result {
+        Ok(_) => &output["response"],
+        Err(_) => &output,
+    };
+    println!("{}", serde_json::to_string_pretty(printed)?);
+    if let (Some(recorder), Some(path)) = (&recorder, &args.record) {
+        let input = serde_json::to_value(&request)?;
+        let recorded = RecordedProvider::of(&provider);
+        let recording = recorder.finish(recorded, operation.as_str(), input, output.clone());
+        recording.write(path)?;
+        eprintln!("recorded {} exchanges in {}", recording.exchanges.len(), path.display());
     }
+    if let Some(replay) = &replay {
+        if let Err(divergence) = replay.verdict() {
+            eprintln!("{divergence}");
+            return Ok(ExitCode::from(3));
+        }
+        let recorded = &replay.recording().output;
+        if *recorded != output {
+            eprintln!(
+                "replay: every request matched the recording, but the output differs\n  recorded: {recorded}\n  replayed: {output}"
+            );
+            return Ok(ExitCode::from(3));
+        }
+        let exchanges = replay.recording().exchanges.len();
+        eprintln!("replay: {exchanges} exchanges matched and the output is the recorded one");
+    }
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Run `conformance`: the report on stdout (and as JUnit XML with `--junit`).
@@ -574,8 +601,4 @@ fn build_request(
         }
         Operation::Check => Request::Check { config },
     })
-}
-
-fn response_json(response: &Response) -> anyhow::Result<serde_json::Value> {
-    Ok(serde_json::to_value(response)?)
 }

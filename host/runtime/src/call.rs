@@ -10,7 +10,7 @@ use wasmtime::{CallHook, Store, UpdateDeadline};
 
 use crate::capability::{Linked, PrepareContext};
 use crate::cpu::Metered;
-use crate::egress::CallSite;
+use crate::egress::{CallSite, Tap};
 use crate::engine::EpochTicker;
 use crate::error::{Budget, CallError, one_line};
 use crate::limits::Limits;
@@ -83,6 +83,8 @@ pub(crate) struct CallPlan<'a> {
     pub(crate) site: CallSite,
     /// The limits the call runs under.
     pub(crate) limits: &'a Limits,
+    /// What stands between the call's requests and the egress, if anything.
+    pub(crate) tap: Option<Arc<dyn Tap>>,
 }
 
 /// A fresh store for one call, with its limiter, budgets and epoch behaviour set, and the state
@@ -99,7 +101,7 @@ pub(crate) fn new_store(
         deadline,
         limits.cpu_time_for(operation),
     );
-    let prepare = PrepareContext::new(&plan.site, deadline, limits);
+    let prepare = PrepareContext::new(&plan.site, deadline, limits).with_tap(plan.tap.as_ref());
     for capability in plan.capabilities {
         state.insert_capability_state(capability.prepare(&prepare));
     }

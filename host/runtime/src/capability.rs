@@ -80,7 +80,7 @@ use wasmtime::component::Linker;
 #[cfg(doc)]
 use wasmtime::component::ResourceTable;
 
-use crate::egress::CallSite;
+use crate::egress::{CallSite, Tap};
 use crate::grant::{GrantContext, GrantDocument, GrantError};
 use crate::limits::Limits;
 use crate::state::HostState;
@@ -184,16 +184,24 @@ pub struct PrepareContext<'a> {
     pub deadline: Instant,
     /// The limits the call runs under.
     pub limits: &'a Limits,
+    /// What stands between the call's requests and the egress, if anything.
+    pub tap: Option<&'a Arc<dyn Tap>>,
 }
 
 impl<'a> PrepareContext<'a> {
-    /// The context of a call of `site` until `deadline` under `limits`.
+    /// The context of a call of `site` until `deadline` under `limits`, with no tap.
     pub fn new(site: &'a CallSite, deadline: Instant, limits: &'a Limits) -> Self {
         PrepareContext {
             site,
             deadline,
             limits,
+            tap: None,
         }
+    }
+
+    /// With `tap` in front of the call's egress.
+    pub fn with_tap(self, tap: Option<&'a Arc<dyn Tap>>) -> Self {
+        PrepareContext { tap, ..self }
     }
 }
 

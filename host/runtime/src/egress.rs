@@ -103,6 +103,46 @@ pub fn default_forbidden_header(name: &HeaderName) -> bool {
         || wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name)
 }
 
+/// Stands between one call's requests and the [`Egress`]: records them, answers them from a
+/// recording, or injects a fault, for that call only (set in its
+/// [`CallContext`](crate::CallContext)). Requests reach a tap after the runtime's budgets and
+/// before the egress's policy; what it returns reaches the guest as the egress's answer would.
+pub trait Tap: Send + Sync + std::fmt::Debug + 'static {
+    /// Send `request` of the call at `site`: answer it, or hand it on to `next`.
+    fn send(
+        &self,
+        site: &CallSite,
+        request: http::Request<EgressBody>,
+        options: Option<RequestOptions>,
+        next: &Arc<dyn Egress>,
+    ) -> EgressFuture;
+}
+
+/// An [`Egress`] with a call's [`Tap`] in front.
+pub(crate) struct Tapped {
+    pub(crate) tap: Arc<dyn Tap>,
+    pub(crate) next: Arc<dyn Egress>,
+}
+
+impl Egress for Tapped {
+    fn granted(&self, identity: &str) -> bool {
+        self.next.granted(identity)
+    }
+
+    fn is_forbidden_header(&self, name: &HeaderName) -> bool {
+        self.next.is_forbidden_header(name)
+    }
+
+    fn send(
+        &self,
+        site: &CallSite,
+        request: http::Request<EgressBody>,
+        options: Option<RequestOptions>,
+    ) -> EgressFuture {
+        self.tap.send(site, request, options, &self.next)
+    }
+}
+
 /// Refuses every request with `HTTP-request-denied`: the egress of a host with no broker.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DenyAll;
@@ -194,6 +234,12 @@ impl RefusalReporter {
         if state.latest == self.request {
             state.refusal = Some(refusal);
         }
+    }
+
+    /// Why this request was refused, as reported so far (`None` once a later one was sent).
+    pub fn reported(&self) -> Option<Refusal> {
+        let state = lock(&self.slot.state);
+        (state.latest == self.request).then_some(state.refusal).flatten()
     }
 }
 

@@ -36,7 +36,9 @@ use wasmtime_wasi_http::{
 };
 
 use crate::capability::{Capability, PrepareContext, import_matches};
-use crate::egress::{CallSite, DenyAll, Egress, EgressError, EgressFuture, Refusal, RefusalSlot};
+use crate::egress::{
+    CallSite, DenyAll, Egress, EgressError, EgressFuture, Refusal, RefusalSlot, Tapped,
+};
 use crate::error::Budget;
 use crate::grant::{GrantContext, GrantError, NoGrant};
 use crate::limits::Limits;
@@ -107,6 +109,13 @@ pub fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
 /// The HTTP state of one call whose requests go to `egress` ([`Capability::prepare`] of an HTTP
 /// capability): the call's budgets, and its record of why a request was refused.
 pub fn prepare(egress: Arc<dyn Egress>, call: &PrepareContext<'_>) -> Box<dyn Any + Send> {
+    let egress: Arc<dyn Egress> = match call.tap {
+        Some(tap) => Arc::new(Tapped {
+            tap: Arc::clone(tap),
+            next: egress,
+        }),
+        None => egress,
+    };
     Box::new(HttpCallState::new(egress, call.site.clone(), call.limits))
 }
 

@@ -59,7 +59,7 @@
 //! println!("{} {}", provider.description().name, provider.description().version);
 //!
 //! let request = Request::Get { config: "{}".into(), provider_id: "pve1/100".into() };
-//! let context = CallContext { subject: Some("default/egress".into()) };
+//! let context = CallContext { subject: Some("default/egress".into()), ..CallContext::default() };
 //! match provider.call(request, &context).await {
 //!     Ok(response) => println!("{}", serde_json::to_string(&response)?),
 //!     Err(error) => eprintln!("{error} (retry class: {})", error.class()),
@@ -94,7 +94,9 @@ pub use cache::default_cache_dir;
 pub use capability::{Capability, PrepareContext};
 // The digest of a component's bytes (`Provider::component_digest`), in a leaf crate of its own so
 // that crates without wasmtime share it.
-pub use egress::{CallSite, DenyAll, Egress, Refusal, RefusalReporter, default_forbidden_header};
+pub use egress::{
+    CallSite, DenyAll, Egress, Refusal, RefusalReporter, Tap, default_forbidden_header,
+};
 pub use egress_digest::{Digest, ParseDigestError};
 pub use engine::{Compilation, Tier};
 pub use error::{Budget, CallError, LoadError, RegistryError, RuntimeError};

@@ -14,7 +14,7 @@ use wasmtime::component::types::ComponentItem;
 
 use crate::call::{BENCHMARK_DEADLINE, CallEnv, CallPlan, new_store, run_call};
 use crate::capability::Linked;
-use crate::egress::CallSite;
+use crate::egress::{CallSite, Tap};
 use crate::engine::Tier;
 use crate::error::{CallError, LoadError, one_line};
 use crate::identity::name_problem;
@@ -22,13 +22,16 @@ use crate::limits::Limits;
 use crate::types::{Description, Operation, Request, Response};
 use crate::wit::ContractPre;
 
-/// Who a call is for; recorded on the call's tracing span (as `proxy`, the key logs have always
-/// carried).
+/// Who a call is for, recorded on the call's tracing span (as `proxy`, the key logs have always
+/// carried), and what stands between its requests and the egress.
 #[derive(Clone, Debug, Default)]
 pub struct CallContext {
     /// What the call is made for, if anything: a Proxy (`namespace/name`), or a ProviderConfig's
     /// own work (`providerconfig/<name>`, `providerconfig/<name>/sweep`).
     pub subject: Option<String>,
+    /// Sees (or answers) every request of this call before the egress does: a flight recorder,
+    /// a replay, injected faults.
+    pub tap: Option<Arc<dyn Tap>>,
 }
 
 /// One loaded generation of a provider component: compiled, linked, validated and described.
@@ -298,7 +301,8 @@ impl Provider {
         );
         async move {
             let started = Instant::now();
-            let result = self.call_with_permit(request, operation, started).await;
+            let tap = ctx.tap.clone();
+            let result = self.call_with_permit(request, operation, started, tap).await;
             match &result {
                 Ok(_) => tracing::debug!(elapsed = ?started.elapsed(), "provider call succeeded"),
                 Err(error) => tracing::debug!(
@@ -319,6 +323,7 @@ impl Provider {
         request: Request,
         operation: Operation,
         started: Instant,
+        tap: Option<Arc<dyn Tap>>,
     ) -> Result<Response, CallError> {
         let deadline = started + self.limits.deadline_for(operation);
         let _permit =
@@ -334,7 +339,7 @@ impl Provider {
             };
         let code = self.code.load_full();
         let site = self.site(operation.as_str());
-        run_call(&self.env, self.plan(&code, site), request, started).await
+        run_call(&self.env, self.plan(&code, site, tap), request, started).await
     }
 
     /// Who calls: this provider, running `operation`.
@@ -347,8 +352,14 @@ impl Provider {
     }
 
     /// What a call of this provider as `site` running `code` needs.
-    fn plan<'a>(&'a self, code: &'a Code, site: CallSite) -> CallPlan<'a> {
+    fn plan<'a>(
+        &'a self,
+        code: &'a Code,
+        site: CallSite,
+        tap: Option<Arc<dyn Tap>>,
+    ) -> CallPlan<'a> {
         CallPlan {
+            tap,
             pre: &*code.pre,
             capabilities: &self.capabilities,
             site,
@@ -362,7 +373,7 @@ impl Provider {
         let site = self.site("benchmark");
         let deadline = Instant::now() + BENCHMARK_DEADLINE;
         let code = self.code.load_full();
-        let mut store = new_store(&self.plan(&code, site), Operation::Describe, deadline);
+        let mut store = new_store(&self.plan(&code, site, None), Operation::Describe, deadline);
         code.pre
             .instantiate(&mut store)
             .await

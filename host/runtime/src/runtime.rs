@@ -652,6 +652,7 @@ impl Runtime {
             capabilities,
             site,
             limits: &self.inner.limits,
+            tap: None,
         };
         let call = run_call(&self.inner.env, plan, Request::Describe, Instant::now());
         match call.instrument(span).await {

@@ -126,6 +126,27 @@ impl Lab {
         let _ = connect.close();
     }
 
+    /// Takes domain `name`'s network link down or up (`virsh domif-setlink`), as a pulled cable
+    /// would: the domain keeps running and keeps its lease, and nothing reaches its address.
+    pub fn set_link(&self, name: &str, up: bool) {
+        let mut connect = virt::connect::Connect::open(Some(SYSTEM_URI)).expect("libvirtd answers");
+        let domain = virt::domain::Domain::lookup_by_name(&connect, name).expect("the domain");
+        let xml = domain.get_xml_desc(0).expect("the domain's XML");
+        let start = xml.find("<interface ").expect("a NIC");
+        let end = start + xml[start..].find("</interface>").expect("the NIC's end");
+        let state = if up { "up" } else { "down" };
+        let mut interface = xml[start..end]
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("<link "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        interface.push_str(&format!("\n<link state='{state}'/>\n</interface>"));
+        domain
+            .update_device_flags(&interface, virt::sys::VIR_DOMAIN_AFFECT_LIVE)
+            .unwrap_or_else(|error| panic!("link of {name} {state}: {error}"));
+        let _ = connect.close();
+    }
+
     /// Destroys and undefines every domain on the lab's network.
     pub fn remove_domains(&self) {
         let Ok(mut connect) = virt::connect::Connect::open(Some(SYSTEM_URI)) else {

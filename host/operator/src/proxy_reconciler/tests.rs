@@ -175,6 +175,7 @@ fn binding(fake: FakeProvider, recovery: Option<Recovery>) -> Arc<Binding<FakePr
             version: "0.1.0".into(),
             digest: format!("sha256:{}", "0".repeat(64)),
         },
+        recordings: None,
     })
 }
 

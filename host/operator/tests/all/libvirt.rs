@@ -397,8 +397,18 @@ mod kube {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
     use egress_operator::conditions::{self, condition};
-    use egress_operator::crd::{ProviderConfig, Proxy};
+    use egress_operator::crd::{POOL_LABEL, ProviderConfig, Proxy, ProxyPool};
+    use futures::StreamExt;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::ResourceExt;
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::runtime::watcher;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
     use egress_operator::kube_mode::{self, Options};
     use egress_operator::operator::{Operator, Settings};
     use egress_operator::timing::Timing;
@@ -616,6 +626,147 @@ mod kube {
         assert!(volumes_of(&world.lab, &vms[0]).is_empty());
         assert_eq!(world.lab.domains().len(), 2);
         replica.stop().await;
+    }
+
+    /// Issue 34, the Service on real guest addresses (pvesim's are loopback, which the API
+    /// server refuses in an EndpointSlice): a pool of two on the lab, health-checked at the
+    /// guest's own listener, publishes both guests' addresses. One guest's link is cut: its
+    /// Proxy turns unready at the first failed probe, and its address leaves the slice within
+    /// one probe period of that, while the other guest's address stays listed throughout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_pools_endpoint_slice_lists_its_guests_and_drops_a_cut_one_within_a_probe_period() {
+        const POOL: &str = "edge";
+        const PERIOD: u64 = 3;
+        let world = World::start().await;
+        let replica = Replica::start(&world, "libvirt-pool").await;
+        let pool = json!({
+            "apiVersion": "egress-operator.io/v1alpha1", "kind": "ProxyPool",
+            "metadata": {"name": POOL, "namespace": NAMESPACE},
+            "spec": {"replicas": 2, "template": {"spec": {
+                "providerConfigRef": PC,
+                "userData": {"inline": "#cloud-config\n"},
+                "healthCheck": {
+                    "tcp": {"port": 3128}, "periodSeconds": PERIOD, "timeoutSeconds": 1,
+                    "failureThreshold": 1, "startupSeconds": BOOT_LIMIT.as_secs(),
+                },
+            }}},
+        });
+        Api::<ProxyPool>::namespaced(world.client.clone(), NAMESPACE)
+            .patch(POOL, &PatchParams::apply("test"), &Patch::Apply(pool))
+            .await
+            .unwrap();
+
+        let slices = Api::<EndpointSlice>::namespaced(world.client.clone(), NAMESPACE);
+        let listed = |slice: &EndpointSlice| -> BTreeSet<String> {
+            let endpoints = slice.endpoints.iter().flatten();
+            endpoints.flat_map(|e| e.addresses.clone()).collect()
+        };
+        let members = Api::<Proxy>::namespaced(world.client.clone(), NAMESPACE);
+        let by_pool = ListParams::default().labels(&format!("{POOL_LABEL}={POOL}"));
+        let end = Instant::now() + BOOT_LIMIT;
+        let (members_then, addresses) = loop {
+            let members_now = members.list(&by_pool).await.unwrap().items;
+            let published = slices.get_opt(POOL).await.unwrap().map(|s| listed(&s));
+            let addresses: BTreeSet<String> =
+                members_now.iter().filter_map(address).collect();
+            if members_now.len() == 2 && addresses.len() == 2 && published == Some(addresses.clone())
+            {
+                break (members_now, addresses);
+            }
+            assert!(Instant::now() < end, "never both published: {published:?} {addresses:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(
+            addresses.iter().all(|a| !a.starts_with("127.")),
+            "the lab's guests are not on loopback: {addresses:?}"
+        );
+
+        // From here on, when the test sees each slice and each change of the cut member.
+        let cut = members_then[0].clone();
+        let (cut_name, cut_address) = (cut.name_any(), address(&cut).unwrap());
+        let kept_address = address(&members_then[1]).unwrap();
+        let seen_slices = record(slices.clone(), &format!("metadata.name={POOL}"), listed);
+        let seen_cut = record(members.clone(), &format!("metadata.name={cut_name}"), |p: &Proxy| {
+            ready(p)
+        });
+        let vm = vm_name(Some(&cut)).expect("a VM name");
+        world.lab.set_link(&vm, false);
+
+        let end = Instant::now() + BOOT_LIMIT;
+        let (unready_at, dropped_at) = loop {
+            let unready = seen_cut.0.lock().unwrap().iter().find(|(_, r)| !r).map(|(at, _)| *at);
+            let dropped = seen_slices
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(_, listed)| !listed.contains(&cut_address))
+                .map(|(at, _)| *at);
+            if let (Some(unready), Some(dropped)) = (unready, dropped) {
+                break (unready, dropped);
+            }
+            assert!(Instant::now() < end, "{cut_name} never dropped: {unready:?} {dropped:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let lag = dropped_at.saturating_duration_since(unready_at);
+        assert!(
+            lag <= Duration::from_secs(PERIOD),
+            "the slice dropped {cut_address} {lag:?} after its Proxy turned unready"
+        );
+        let slices_seen = seen_slices.0.lock().unwrap().clone();
+        assert!(
+            slices_seen.iter().all(|(_, listed)| listed.contains(&kept_address)),
+            "the healthy guest {kept_address} stayed listed: {slices_seen:?}"
+        );
+        seen_slices.1.abort();
+        seen_cut.1.abort();
+        replica.stop().await;
+    }
+
+    /// A member's publishable address: the first IPv4 one of its status.
+    fn address(proxy: &Proxy) -> Option<String> {
+        let status = proxy.status.as_ref()?;
+        (status.addresses.iter()).find(|a| a.parse::<std::net::Ipv4Addr>().is_ok()).cloned()
+    }
+
+    /// Whether a Proxy is Ready and not being deleted.
+    fn ready(proxy: &Proxy) -> bool {
+        let conditions = proxy.status.as_ref().map(|status| &status.conditions[..]);
+        proxy.metadata.deletion_timestamp.is_none()
+            && condition(conditions.unwrap_or_default(), conditions::READY)
+                .is_some_and(|ready| ready.status == "True")
+    }
+
+    /// Every state of the objects `fields` selects that the watch delivers from now on, as
+    /// `view` sees it, with when it arrived; a deleted object is seen as its last state's
+    /// default (`view` of nothing).
+    #[allow(clippy::type_complexity)]
+    fn record<K, V>(
+        api: Api<K>,
+        fields: &str,
+        view: impl Fn(&K) -> V + Send + 'static,
+    ) -> (Arc<Mutex<Vec<(Instant, V)>>>, tokio::task::JoinHandle<()>)
+    where
+        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        V: Default + Send + 'static,
+    {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stream = watcher::watcher(api, watcher::Config::default().fields(fields));
+        let recorded = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let state = match event {
+                    Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                        view(&object)
+                    }
+                    Ok(watcher::Event::Delete(_)) => V::default(),
+                    _ => continue,
+                };
+                recorded.lock().unwrap().push((Instant::now(), state));
+            }
+        });
+        (seen, task)
     }
 
     /// The operator killed at each libvirt capability call of a create (the call traps as if the

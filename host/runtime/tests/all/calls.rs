@@ -10,6 +10,7 @@ use crate::common::{component_path, runtime};
 fn ctx() -> CallContext {
     CallContext {
         subject: Some("default/egress".into()),
+        ..CallContext::default()
     }
 }
 

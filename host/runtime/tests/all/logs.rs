@@ -67,6 +67,7 @@ async fn guest_log_lines_carry_the_call_span_fields() {
         .unwrap();
     let context = CallContext {
         subject: Some("team-a/egress".into()),
+        ..CallContext::default()
     };
     provider
         .call(create(serde_json::json!({})), &context)
@@ -99,6 +100,7 @@ async fn a_guest_cannot_forge_a_line_or_reach_the_terminal() {
         .unwrap();
     let context = CallContext {
         subject: Some("team-b/injected".into()),
+        ..CallContext::default()
     };
     provider
         .call(
@@ -151,6 +153,7 @@ async fn a_huge_message_is_cut_to_what_is_kept() {
         .unwrap();
     let context = CallContext {
         subject: Some("team-c/huge".into()),
+        ..CallContext::default()
     };
     provider
         .call(
@@ -180,6 +183,7 @@ async fn a_0_2_0_guest_logs_through_the_same_bounded_escaping_log() {
         .unwrap();
     let context = CallContext {
         subject: Some("team-c/v2".into()),
+        ..CallContext::default()
     };
     // contract-v2 logs `creating` with the name as a field: a name that tries to start a line.
     let request = Request::Create {

@@ -336,3 +336,78 @@ fn reading_the_secret_and_the_ca_never_blocks_the_executor() {
     assert_eq!(status.unwrap(), 200);
     assert_eq!(injected.unwrap(), format!("PVEAPIToken={SECRET}").as_str());
 }
+
+/// Issue 35: the flight recorder in front of the broker, through every reflection case above (a
+/// header echo, every reversible encoding, a compressed echo refused, a partial answer refused,
+/// the reflecting methods denied): what a recording holds is what the guest could see, and no
+/// form of the secret the broker redacts is in it, in any encoding.
+#[tokio::test]
+async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
+    use egress_tap::{Bounds, RecordedProvider, Recorder};
+    use http_body_util::BodyExt;
+
+    let setup = Setup::new();
+    let echoing = setup
+        .server(handler(|seen| {
+            let authorization = seen.headers["authorization"].to_str().unwrap();
+            let mut reply = Reply::ok(&encoded_echoes(authorization).join("\n"));
+            reply.headers.push(("x-echo".into(), authorization.to_owned()));
+            reply
+        }))
+        .await;
+    let compressing = setup.server(compressing_echo(true)).await;
+    let partial = RawServer::start(
+        &setup.ca,
+        b"HTTP/1.1 206 Partial Content\r\ncontent-range: bytes 0-9/100\r\ncontent-length: 10\r\nconnection: close\r\n\r\nroot@pam!o".to_vec(),
+    )
+    .await;
+    let recorder = Recorder::new(Bounds::default());
+    let mut requests = vec![
+        get(&format!("{}/echo", echoing.origin()), &[("accept-encoding", "gzip")]),
+        get(&format!("{}/gzip", compressing.origin()), &[]),
+        get(&format!("{}/part", partial.origin()), &[]),
+    ];
+    for method in ["TRACE", "CONNECT"] {
+        let mut request = get(&format!("{}/", echoing.origin()), &[]);
+        *request.method_mut() = http::Method::from_bytes(method.as_bytes()).unwrap();
+        requests.push(request);
+    }
+    let mut answered = 0;
+    for request in requests {
+        let origin = request.uri().authority().unwrap().to_string();
+        let broker: Arc<dyn Egress> = Arc::new(setup.broker(&format!("https://{origin}")));
+        let sent = egress_runtime::Tap::send(&*recorder, &site("proxmox"), request, None, &broker);
+        if let Ok(response) = sent.await {
+            response.into_body().collect().await.unwrap();
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 1, "only the plain echo is answered");
+    let provider = RecordedProvider {
+        identity: "proxmox".into(),
+        name: "proxmox".into(),
+        contract: "0.2.0".into(),
+        digest: String::new(),
+    };
+    let recording = recorder.finish(provider, "get", serde_json::json!({}), serde_json::json!({}));
+    assert_eq!(recording.exchanges.len(), 5);
+    let echoed = recording.exchanges[0].response.as_ref().expect("the echo answered");
+    assert!(echoed.body.text.as_deref().unwrap().contains("[redacted]"));
+    let refusals: Vec<_> = recording.exchanges[1..]
+        .iter()
+        .map(|exchange| exchange.error.as_ref().expect("refused").code.clone())
+        .collect();
+    assert_eq!(
+        refusals,
+        ["HTTP-response-content-coding", "HTTP-protocol-error", "HTTP-request-denied", "HTTP-request-denied"]
+    );
+    let text = serde_json::to_string(&recording).unwrap();
+    let authorization = format!("PVEAPIToken={SECRET}");
+    let mut forms = encoded_echoes(&authorization);
+    forms.extend([SECRET.to_owned(), STANDARD.encode(SECRET), hex::encode(SECRET)]);
+    // The secret's distinctive middle, in case a form was cut at a chunk's edge.
+    forms.push("4b5a-4c7d-9e8f".into());
+    for form in forms {
+        assert!(!text.contains(&form), "the recording holds {form}:\n{text}");
+    }
+}
