@@ -12,3 +12,18 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 /// The ProviderConfig serves an older generation than it asks for (a replacement failed).
 pub const DEGRADED: &str = "Degraded";
+
+/// The ProviderConfig's `Ready` reason for what its provider's `check` answered.
+pub fn check_reason(reason: egress_runtime::types::CheckReason) -> &'static str {
+    use egress_runtime::types::CheckReason;
+    match reason {
+        CheckReason::Ok => "CheckPassed",
+        CheckReason::Unreachable => "Unreachable",
+        CheckReason::Unauthorized => "Unauthorized",
+        CheckReason::Forbidden => "Forbidden",
+        CheckReason::CertificateInvalid => "CertificateInvalid",
+        CheckReason::CredentialsUnavailable => "CredentialsUnavailable",
+        CheckReason::Misconfigured => "Misconfigured",
+        CheckReason::Other => "CheckFailed",
+    }
+}

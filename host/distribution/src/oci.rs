@@ -166,6 +166,29 @@ pub enum OciError {
     },
 }
 
+impl OciError {
+    /// The reason a condition gives for it (`RegistryUnauthorized`, `DigestMismatch`, …): what
+    /// the person reading the ProviderConfig's status must do differs for each.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            OciError::InvalidReference { .. }
+            | OciError::CaFile { .. }
+            | OciError::AuthFile { .. } => "InvalidImage",
+            OciError::Unauthorized { .. } => "RegistryUnauthorized",
+            OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } => {
+                "DigestMismatch"
+            }
+            OciError::NotWasmComponent { .. } | OciError::NotAComponent { .. } => {
+                "NotAWasmComponent"
+            }
+            OciError::LayerOverCap { .. } => "ComponentTooLarge",
+            OciError::Registry { .. }
+            | OciError::ClientSetup(_)
+            | OciError::PushToDigest { .. } => "RegistryUnavailable",
+        }
+    }
+}
+
 /// One registry's credentials.
 #[derive(Clone)]
 struct Credential {

@@ -68,6 +68,17 @@ pub enum StoreError {
     Registry(#[from] OciError),
 }
 
+impl StoreError {
+    /// The reason a condition gives for it: its registry's, else its own.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StoreError::Registry(error) => error.reason(),
+            StoreError::InvalidDigest(_) => "InvalidImage",
+            StoreError::Unavailable { .. } => "ImageCacheUnavailable",
+        }
+    }
+}
+
 /// What an entry holds besides the component.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CachedSignatures {

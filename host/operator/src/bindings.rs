@@ -489,10 +489,8 @@ impl ProviderSet {
                         version: description.version.clone(),
                         digest: fresh.provider.component_digest().to_string(),
                     },
-                    recordings: spec.record.as_ref().map(|record| {
-                        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-                        let (body_bytes, call_bytes) = (bytes(record.max_body_bytes), bytes(record.max_call_bytes));
-                        let bounds = Bounds { body_bytes, call_bytes };
+                    recordings: (spec.record.as_ref()).map(|record| {
+                        let bounds = Bounds::of(record.max_body_bytes, record.max_call_bytes);
                         RecordingDir::new(self.recordings.join(name), record.keep as usize, bounds)
                     }),
                 }))

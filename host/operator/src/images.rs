@@ -405,42 +405,17 @@ fn parse(image: &str) -> Result<Reference, NotReady> {
 /// A refusal for a registry error, with its own reason.
 impl From<OciError> for NotReady {
     fn from(error: OciError) -> NotReady {
-        let reason = match error {
-            OciError::InvalidReference { .. }
-            | OciError::CaFile { .. }
-            | OciError::AuthFile { .. } => "InvalidImage",
-            OciError::Unauthorized { .. } => "RegistryUnauthorized",
-            OciError::DigestMismatch { .. } | OciError::LayerSizeMismatch { .. } => {
-                "DigestMismatch"
-            }
-            OciError::NotWasmComponent { .. } | OciError::NotAComponent { .. } => {
-                "NotAWasmComponent"
-            }
-            OciError::LayerOverCap { .. } => "ComponentTooLarge",
-            OciError::Registry { .. }
-            | OciError::ClientSetup(_)
-            | OciError::PushToDigest { .. } => "RegistryUnavailable",
-        };
-        NotReady {
-            reason,
-            message: error.to_string(),
-        }
+        let reason = error.reason();
+        let message = error.to_string();
+        NotReady { reason, message }
     }
 }
 
 /// A refusal for a store that cannot serve: its registry's reason, else its own.
 impl From<StoreError> for NotReady {
     fn from(error: StoreError) -> NotReady {
-        match error {
-            StoreError::Registry(error) => error.into(),
-            StoreError::InvalidDigest(_) => NotReady {
-                reason: "InvalidImage",
-                message: error.to_string(),
-            },
-            StoreError::Unavailable { .. } => NotReady {
-                reason: "ImageCacheUnavailable",
-                message: error.to_string(),
-            },
-        }
+        let reason = error.reason();
+        let message = error.to_string();
+        NotReady { reason, message }
     }
 }

@@ -402,7 +402,7 @@ impl Step {
         let (ready, reason, message) = match answer {
             Ok(Response::Check(result)) => (
                 result.reason == CheckReason::Ok,
-                check_reason(result.reason),
+                conditions::check_reason(result.reason),
                 result.message,
             ),
             Ok(other) => (
@@ -436,20 +436,6 @@ impl Step {
             next,
             rebound,
         }
-    }
-}
-
-/// A check reason as a condition reason (`CertificateInvalid`, …).
-fn check_reason(reason: CheckReason) -> &'static str {
-    match reason {
-        CheckReason::Ok => "CheckPassed",
-        CheckReason::Unreachable => "Unreachable",
-        CheckReason::Unauthorized => "Unauthorized",
-        CheckReason::Forbidden => "Forbidden",
-        CheckReason::CertificateInvalid => "CertificateInvalid",
-        CheckReason::CredentialsUnavailable => "CredentialsUnavailable",
-        CheckReason::Misconfigured => "Misconfigured",
-        CheckReason::Other => "CheckFailed",
     }
 }
 

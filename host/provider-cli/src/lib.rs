@@ -450,8 +450,17 @@ async fn call(args: &CallArgs) -> anyhow::Result<ExitCode> {
             .grant(&capabilities)
             .with_context(|| format!("grants {}", path.display()))?;
     }
-    let provider = load(&args.file, args.identity.as_deref(), &capabilities, &args.cache).await?;
-    let recorder = args.record.as_ref().map(|_| Recorder::new(Bounds::default()));
+    let provider = load(
+        &args.file,
+        args.identity.as_deref(),
+        &capabilities,
+        &args.cache,
+    )
+    .await?;
+    let recorder = args
+        .record
+        .as_ref()
+        .map(|_| Recorder::new(Bounds::default()));
     let replay = match &args.replay {
         Some(path) => {
             let recording = Recording::read(path)?;
@@ -481,7 +490,11 @@ async fn call(args: &CallArgs) -> anyhow::Result<ExitCode> {
         let recorded = RecordedProvider::of(&provider);
         let recording = recorder.finish(recorded, operation.as_str(), input, output.clone());
         recording.write(path)?;
-        eprintln!("recorded {} exchanges in {}", recording.exchanges.len(), path.display());
+        eprintln!(
+            "recorded {} exchanges in {}",
+            recording.exchanges.len(),
+            path.display()
+        );
     }
     if let Some(replay) = &replay {
         if let Err(divergence) = replay.verdict() {

@@ -239,7 +239,9 @@ impl RefusalReporter {
     /// Why this request was refused, as reported so far (`None` once a later one was sent).
     pub fn reported(&self) -> Option<Refusal> {
         let state = lock(&self.slot.state);
-        (state.latest == self.request).then_some(state.refusal).flatten()
+        (state.latest == self.request)
+            .then_some(state.refusal)
+            .flatten()
     }
 }
 

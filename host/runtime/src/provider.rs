@@ -302,7 +302,9 @@ impl Provider {
         async move {
             let started = Instant::now();
             let tap = ctx.tap.clone();
-            let result = self.call_with_permit(request, operation, started, tap).await;
+            let result = self
+                .call_with_permit(request, operation, started, tap)
+                .await;
             match &result {
                 Ok(_) => tracing::debug!(elapsed = ?started.elapsed(), "provider call succeeded"),
                 Err(error) => tracing::debug!(

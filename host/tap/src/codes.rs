@@ -154,6 +154,9 @@ mod tests {
             assert_eq!(super::name(&back), (name, detail));
         }
         assert!(parse("no-such-code", None).is_none());
-        assert_eq!(refusal("ca-invalid"), Some(egress_runtime::Refusal::CaInvalid));
+        assert_eq!(
+            refusal("ca-invalid"),
+            Some(egress_runtime::Refusal::CaInvalid)
+        );
     }
 }

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use egress_runtime::Tap;
 use egress_runtime::egress::{
     CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
 };
-use egress_runtime::Tap;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 
@@ -105,7 +105,9 @@ impl Tap for Faults {
                     .status(status)
                     .header(http::header::CONTENT_TYPE, "text/plain")
                     .body(body)
-                    .map_err(|_| EgressError::InternalError(Some("injected status is not a status".into())))
+                    .map_err(|_| {
+                        EgressError::InternalError(Some("injected status is not a status".into()))
+                    })
             }),
             Fault::Reset => Box::pin(async { Err(EgressError::ConnectionTerminated) }),
             Fault::Tls => Box::pin(async { Err(EgressError::TlsCertificateError) }),

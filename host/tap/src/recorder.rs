@@ -8,7 +8,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use egress_runtime::egress::{CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions};
+use egress_runtime::egress::{
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
+};
 use egress_runtime::types::{Request, Response};
 use egress_runtime::{CallContext, CallError, Provider, RefusalReporter, Tap, lock};
 use http::HeaderMap;
@@ -30,6 +32,17 @@ pub struct Bounds {
     pub body_bytes: usize,
     /// The most body bytes kept for the whole call.
     pub call_bytes: usize,
+}
+
+impl Bounds {
+    /// At most `body_bytes` a body and `call_bytes` a call.
+    pub fn of(body_bytes: u64, call_bytes: u64) -> Bounds {
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Bounds {
+            body_bytes: bytes(body_bytes),
+            call_bytes: bytes(call_bytes),
+        }
+    }
 }
 
 impl Default for Bounds {
@@ -175,7 +188,8 @@ impl Tap for Recorder {
             exchange.timing.answered_ms = Some(millis(started));
             match answer {
                 Ok(response) => {
-                    exchange.response = Some((response.status().as_u16(), pairs(response.headers())));
+                    exchange.response =
+                        Some((response.status().as_u16(), pairs(response.headers())));
                     drop(recorded);
                     Ok(response.map(response_tee))
                 }
@@ -202,12 +216,15 @@ impl Pending {
             headers: self.headers.clone(),
             body: Body::of(self.sent.bytes.clone(), self.sent.truncated),
         };
-        let response = self.response.as_ref().map(|(status, headers)| RecordedResponse {
-            status: *status,
-            headers: headers.clone(),
-            body: Body::of(self.received.bytes.clone(), self.received.truncated),
-            body_error: self.body_error.clone(),
-        });
+        let response = self
+            .response
+            .as_ref()
+            .map(|(status, headers)| RecordedResponse {
+                status: *status,
+                headers: headers.clone(),
+                body: Body::of(self.received.bytes.clone(), self.received.truncated),
+                body_error: self.body_error.clone(),
+            });
         // A request still unanswered when the call ended (the guest gave up on it).
         let error = self.error.clone().or_else(|| {
             response.is_none().then(|| RecordedError {
@@ -307,7 +324,11 @@ pub struct RecordingDir {
 impl RecordingDir {
     /// Recordings in `dir` (made if missing), at most `keep` of them, each within `bounds`.
     pub fn new(dir: PathBuf, keep: usize, bounds: Bounds) -> RecordingDir {
-        RecordingDir { dir, keep: keep.max(1), bounds }
+        RecordingDir {
+            dir,
+            keep: keep.max(1),
+            bounds,
+        }
     }
 
     /// The bounds each recording keeps within.

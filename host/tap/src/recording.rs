@@ -161,7 +161,9 @@ impl Body {
     pub fn bytes(&self) -> Option<Vec<u8>> {
         match (&self.text, &self.base64) {
             (Some(text), None) => Some(text.clone().into_bytes()),
-            (None, Some(encoded)) => base64::engine::general_purpose::STANDARD.decode(encoded).ok(),
+            (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok(),
             (None, None) => Some(Vec::new()),
             (Some(_), Some(_)) => None,
         }
@@ -189,7 +191,9 @@ pub enum RecordingError {
         reason: String,
     },
     /// Another format or version.
-    #[error("recording {path} is {format} version {version}; this build reads {FORMAT} version {VERSION}")]
+    #[error(
+        "recording {path} is {format} version {version}; this build reads {FORMAT} version {VERSION}"
+    )]
     Version {
         /// The file.
         path: String,
@@ -236,10 +240,11 @@ impl Recording {
 
     /// [`Recording::read`] of `text`, reported as file `path`.
     pub fn parse(text: &str, path: &str) -> Result<Recording, RecordingError> {
-        let value: Value = serde_json::from_str(text).map_err(|error| RecordingError::Malformed {
-            path: path.to_owned(),
-            reason: error.to_string(),
-        })?;
+        let value: Value =
+            serde_json::from_str(text).map_err(|error| RecordingError::Malformed {
+                path: path.to_owned(),
+                reason: error.to_string(),
+            })?;
         let format = value["format"].as_str().unwrap_or_default().to_owned();
         let version = value["version"].as_u64().unwrap_or_default();
         if format != FORMAT || version != u64::from(VERSION) {
@@ -290,15 +295,22 @@ impl Exchange {
                 if !(100..=599).contains(&response.status) {
                     return Some(format!("status {} is not an HTTP status", response.status));
                 }
-                let known = response.body_error.as_deref().is_none_or(|code| crate::codes::parse(code, None).is_some());
+                let known = response
+                    .body_error
+                    .as_deref()
+                    .is_none_or(|code| crate::codes::parse(code, None).is_some());
                 (!known).then(|| "its body error is not a wasi:http error code".into())
             }
             (None, Some(error)) => {
                 if crate::codes::parse(&error.code, None).is_none() {
                     return Some(format!("{:?} is not a wasi:http error code", error.code));
                 }
-                let unknown = error.refusal.as_deref().is_some_and(|name| crate::codes::refusal(name).is_none());
-                unknown.then(|| format!("refusal {:?} is not one the broker reports", error.refusal))
+                let unknown = error
+                    .refusal
+                    .as_deref()
+                    .is_some_and(|name| crate::codes::refusal(name).is_none());
+                unknown
+                    .then(|| format!("refusal {:?} is not one the broker reports", error.refusal))
             }
             _ => Some("it needs exactly one of a response and an error".into()),
         }

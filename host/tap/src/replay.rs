@@ -153,10 +153,19 @@ impl Cursor {
 }
 
 /// How a request differs from the recorded one, if it does.
-fn difference(exchange: &Exchange, method: &str, uri: &str, body: &[u8], sent: &str) -> Option<String> {
+fn difference(
+    exchange: &Exchange,
+    method: &str,
+    uri: &str,
+    body: &[u8],
+    sent: &str,
+) -> Option<String> {
     let recorded = &exchange.request;
     if recorded.method != method || recorded.uri != uri {
-        return Some(format!("the provider sent {sent}; the recording has {}", recorded.line()));
+        return Some(format!(
+            "the provider sent {sent}; the recording has {}",
+            recorded.line()
+        ));
     }
     let kept = recorded.body.bytes().unwrap_or_default();
     let same = if recorded.body.truncated {
@@ -177,7 +186,11 @@ fn difference(exchange: &Exchange, method: &str, uri: &str, body: &[u8], sent: &
 fn shown(body: &[u8]) -> String {
     match std::str::from_utf8(body) {
         Ok(text) if text.chars().count() <= 300 => format!("{text:?}"),
-        Ok(text) => format!("{:?}… ({} bytes)", text.chars().take(300).collect::<String>(), body.len()),
+        Ok(text) => format!(
+            "{:?}… ({} bytes)",
+            text.chars().take(300).collect::<String>(),
+            body.len()
+        ),
         Err(_) => format!("{} bytes of binary", body.len()),
     }
 }
@@ -218,13 +231,18 @@ fn answer(
     reporter: Option<&RefusalReporter>,
 ) -> Result<http::Response<EgressBody>, EgressError> {
     if let Some(error) = exchange.error {
-        if let (Some(reporter), Some(refusal)) = (reporter, error.refusal.as_deref().and_then(codes::refusal)) {
+        if let (Some(reporter), Some(refusal)) =
+            (reporter, error.refusal.as_deref().and_then(codes::refusal))
+        {
             reporter.report(refusal);
         }
-        let code = codes::parse(&error.code, error.detail).unwrap_or(EgressError::InternalError(None));
+        let code =
+            codes::parse(&error.code, error.detail).unwrap_or(EgressError::InternalError(None));
         return Err(code);
     }
-    let recorded = exchange.response.expect("checked when read: a response or an error");
+    let recorded = exchange
+        .response
+        .expect("checked when read: a response or an error");
     let mut response = http::Response::builder().status(recorded.status);
     for [name, value] in &recorded.headers {
         response = response.header(name.as_str(), value.as_str());
@@ -234,9 +252,9 @@ fn answer(
         data: Some(Bytes::from(recorded.body.bytes().unwrap_or_default())),
         error,
     };
-    response
-        .body(body.boxed_unsync())
-        .map_err(|_| EgressError::InternalError(Some("replay: a recorded header is not valid".into())))
+    response.body(body.boxed_unsync()).map_err(|_| {
+        EgressError::InternalError(Some("replay: a recorded header is not valid".into()))
+    })
 }
 
 /// A recorded body: its bytes in one frame, then the error that ended it, if one did.

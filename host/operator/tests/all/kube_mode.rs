@@ -1651,7 +1651,11 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_no_proxy_gets_a_second
     .await;
     a.kill();
     // Read once a is dead, the Lease holds a's last renewal.
-    let last_renewal = lease(&world).await.renew_time.expect("a renewed the lease").0;
+    let last_renewal = lease(&world)
+        .await
+        .renew_time
+        .expect("a renewed the lease")
+        .0;
     eventually("b takes the lease", || async {
         lease_holder(&world).await.as_deref() == Some("b")
     })
@@ -1659,13 +1663,20 @@ async fn a_killed_leader_is_replaced_within_the_lease_and_no_proxy_gets_a_second
     // The bound is taken from the times the replicas wrote, not from this test's polling: a's
     // lease runs out LEASE seconds after its last renewal and b takes it within a second or so;
     // a follower that waited out a second lease would be past 2 × LEASE.
-    let acquired = lease(&world).await.acquire_time.expect("b acquired the lease").0;
+    let acquired = lease(&world)
+        .await
+        .acquire_time
+        .expect("b acquired the lease")
+        .0;
     let takeover = acquired.duration_since(last_renewal);
     assert!(
         takeover < k8s_openapi::jiff::SignedDuration::from_secs(2 * LEASE as i64),
         "b took over {takeover:?} after a's last renewal"
     );
-    eventually("b reconciles", || async { b.log().contains("leading: reconciling") }).await;
+    eventually("b reconciles", || async {
+        b.log().contains("leading: reconciling")
+    })
+    .await;
     for name in &names {
         world.until_running(name).await;
     }

@@ -402,20 +402,20 @@ mod kube {
 
     use egress_operator::conditions::{self, condition};
     use egress_operator::crd::{POOL_LABEL, ProviderConfig, Proxy, ProxyPool};
-    use futures::StreamExt;
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
-    use kube::ResourceExt;
-    use kube::api::{ListParams, Patch, PatchParams};
-    use kube::runtime::watcher;
-    use serde::de::DeserializeOwned;
-    use serde_json::json;
     use egress_operator::kube_mode::{self, Options};
     use egress_operator::operator::{Operator, Settings};
     use egress_operator::timing::Timing;
+    use futures::StreamExt;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::ResourceExt;
     use kube::api::{DeleteParams, PostParams};
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::runtime::watcher;
     use kube::{Api, Client};
     use kvmlab::Lab;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
     use tokio::sync::oneshot;
 
     use super::cluster_support::{Cluster, OPERATOR_NAMESPACE};
@@ -667,13 +667,17 @@ mod kube {
         let (members_then, addresses) = loop {
             let members_now = members.list(&by_pool).await.unwrap().items;
             let published = slices.get_opt(POOL).await.unwrap().map(|s| listed(&s));
-            let addresses: BTreeSet<String> =
-                members_now.iter().filter_map(address).collect();
-            if members_now.len() == 2 && addresses.len() == 2 && published == Some(addresses.clone())
+            let addresses: BTreeSet<String> = members_now.iter().filter_map(address).collect();
+            if members_now.len() == 2
+                && addresses.len() == 2
+                && published == Some(addresses.clone())
             {
                 break (members_now, addresses);
             }
-            assert!(Instant::now() < end, "never both published: {published:?} {addresses:?}");
+            assert!(
+                Instant::now() < end,
+                "never both published: {published:?} {addresses:?}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         assert!(
@@ -686,15 +690,23 @@ mod kube {
         let (cut_name, cut_address) = (cut.name_any(), address(&cut).unwrap());
         let kept_address = address(&members_then[1]).unwrap();
         let seen_slices = record(slices.clone(), &format!("metadata.name={POOL}"), listed);
-        let seen_cut = record(members.clone(), &format!("metadata.name={cut_name}"), |p: &Proxy| {
-            ready(p)
-        });
+        let seen_cut = record(
+            members.clone(),
+            &format!("metadata.name={cut_name}"),
+            |p: &Proxy| ready(p),
+        );
         let vm = vm_name(Some(&cut)).expect("a VM name");
         world.lab.set_link(&vm, false);
 
         let end = Instant::now() + BOOT_LIMIT;
         let (unready_at, dropped_at) = loop {
-            let unready = seen_cut.0.lock().unwrap().iter().find(|(_, r)| !r).map(|(at, _)| *at);
+            let unready = seen_cut
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(_, r)| !r)
+                .map(|(at, _)| *at);
             let dropped = seen_slices
                 .0
                 .lock()
@@ -705,7 +717,10 @@ mod kube {
             if let (Some(unready), Some(dropped)) = (unready, dropped) {
                 break (unready, dropped);
             }
-            assert!(Instant::now() < end, "{cut_name} never dropped: {unready:?} {dropped:?}");
+            assert!(
+                Instant::now() < end,
+                "{cut_name} never dropped: {unready:?} {dropped:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let lag = dropped_at.saturating_duration_since(unready_at);
@@ -715,7 +730,9 @@ mod kube {
         );
         let slices_seen = seen_slices.0.lock().unwrap().clone();
         assert!(
-            slices_seen.iter().all(|(_, listed)| listed.contains(&kept_address)),
+            slices_seen
+                .iter()
+                .all(|(_, listed)| listed.contains(&kept_address)),
             "the healthy guest {kept_address} stayed listed: {slices_seen:?}"
         );
         seen_slices.1.abort();
@@ -726,7 +743,9 @@ mod kube {
     /// A member's publishable address: the first IPv4 one of its status.
     fn address(proxy: &Proxy) -> Option<String> {
         let status = proxy.status.as_ref()?;
-        (status.addresses.iter()).find(|a| a.parse::<std::net::Ipv4Addr>().is_ok()).cloned()
+        (status.addresses.iter())
+            .find(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+            .cloned()
     }
 
     /// Whether a Proxy is Ready and not being deleted.

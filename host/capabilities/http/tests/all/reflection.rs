@@ -351,7 +351,9 @@ async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
         .server(handler(|seen| {
             let authorization = seen.headers["authorization"].to_str().unwrap();
             let mut reply = Reply::ok(&encoded_echoes(authorization).join("\n"));
-            reply.headers.push(("x-echo".into(), authorization.to_owned()));
+            reply
+                .headers
+                .push(("x-echo".into(), authorization.to_owned()));
             reply
         }))
         .await;
@@ -363,7 +365,10 @@ async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
     .await;
     let recorder = Recorder::new(Bounds::default());
     let mut requests = vec![
-        get(&format!("{}/echo", echoing.origin()), &[("accept-encoding", "gzip")]),
+        get(
+            &format!("{}/echo", echoing.origin()),
+            &[("accept-encoding", "gzip")],
+        ),
         get(&format!("{}/gzip", compressing.origin()), &[]),
         get(&format!("{}/part", partial.origin()), &[]),
     ];
@@ -389,9 +394,17 @@ async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
         contract: "0.2.0".into(),
         digest: String::new(),
     };
-    let recording = recorder.finish(provider, "get", serde_json::json!({}), serde_json::json!({}));
+    let recording = recorder.finish(
+        provider,
+        "get",
+        serde_json::json!({}),
+        serde_json::json!({}),
+    );
     assert_eq!(recording.exchanges.len(), 5);
-    let echoed = recording.exchanges[0].response.as_ref().expect("the echo answered");
+    let echoed = recording.exchanges[0]
+        .response
+        .as_ref()
+        .expect("the echo answered");
     assert!(echoed.body.text.as_deref().unwrap().contains("[redacted]"));
     let refusals: Vec<_> = recording.exchanges[1..]
         .iter()
@@ -399,12 +412,21 @@ async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
         .collect();
     assert_eq!(
         refusals,
-        ["HTTP-response-content-coding", "HTTP-protocol-error", "HTTP-request-denied", "HTTP-request-denied"]
+        [
+            "HTTP-response-content-coding",
+            "HTTP-protocol-error",
+            "HTTP-request-denied",
+            "HTTP-request-denied"
+        ]
     );
     let text = serde_json::to_string(&recording).unwrap();
     let authorization = format!("PVEAPIToken={SECRET}");
     let mut forms = encoded_echoes(&authorization);
-    forms.extend([SECRET.to_owned(), STANDARD.encode(SECRET), hex::encode(SECRET)]);
+    forms.extend([
+        SECRET.to_owned(),
+        STANDARD.encode(SECRET),
+        hex::encode(SECRET),
+    ]);
     // The secret's distinctive middle, in case a form was cut at a chunk's edge.
     forms.push("4b5a-4c7d-9e8f".into());
     for form in forms {
