@@ -13,9 +13,11 @@ set -euo pipefail
 # (0.19.3 and older stop at `@unstable(feature = clocks-timezone) import wasi:clocks/timezone` in
 # cli.wit); 0.25.1 is the newest, and its components load in wasmtime 48 under the default limits.
 COMPONENTIZE_PY_VERSION=0.25.1
-# The frozen contract 0.1.0 it targets, relative to the repository root: the one place that names it.
-WIT_DIR=wit/provider-v0.1.0
-WORLD=provider-world
+# The guest library (components/guest-python): bundled into the component, with the world it builds
+# against (the frozen contract 0.1.0 plus the broker's exchange call; its wit/ names the contract).
+GUEST=components/guest-python
+WIT_DIR=$GUEST/wit
+WORLD=provider
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -38,15 +40,19 @@ rm -rf "$bindings"
 "${cpy[@]}" --quiet bindings "$bindings"
 
 if [[ "${1:-}" != "--no-test" ]]; then
-    PYTHONPATH="$here/src:$bindings" PYTHONDONTWRITEBYTECODE=1 \
-        "$venv/bin/python" -m unittest discover --start-directory "$here/tests" --top-level-directory "$here/tests"
+    for tests in "$root/$GUEST/tests" "$here/tests"; do
+        PYTHONPATH="$here/src:$root/$GUEST:$bindings" PYTHONDONTWRITEBYTECODE=1 \
+            "$venv/bin/python" -m unittest discover --start-directory "$tests" --top-level-directory "$tests"
+    done
 fi
 
 mkdir -p "$(dirname "$out")"
 # componentize-py's interpreter writes bytecode beside the sources it imports: give it a copy, so
-# the source tree stays clean. No VIRTUAL_ENV: only src/ (and the standard library) goes in.
+# the source tree stays clean. No VIRTUAL_ENV: only src/ and the guest library (and the standard
+# library) go in.
 rm -rf "$root/target/py/src"
 cp -r "$here/src" "$root/target/py/src"
+cp -r "$root/$GUEST/egress_guest" "$root/target/py/src/"
 env -u VIRTUAL_ENV "${cpy[@]}" --quiet componentize --python-path "$root/target/py/src" app --output "$out.tmp"
 mv "$out.tmp" "$out"
 ls -l "$out"

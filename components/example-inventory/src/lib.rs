@@ -1,69 +1,95 @@
-//! An example provider for a toy inventory service (`testdata/inventory/inventory.py`): the
-//! smallest complete provider, to copy. The `wasi:http` client, RFC 3339 time and error classes
-//! come from `egress-guest`; this crate is only the backend's rules. Guide:
-//! `docs/providers/authoring.md`.
-//!
-//! One file per operation (`describe`, `validate-config` and `check` are one expression each, here);
-//! [`backend`] is the inventory's configuration, its VMs and the ownership mark.
+//! An example provider for a toy inventory service (`testdata/inventory/inventory.py`), to copy:
+//! `egress-guest` is the plumbing and the contract's ownership rules, this file the inventory's
+//! VMs (`/vms`) and provider IDs (`inv/<digits>`). Guide: `docs/providers/authoring.md`.
 
-mod backend;
-mod create;
-mod delete;
-mod get;
-mod list;
-
-// The contract's bindings, from the frozen 0.1.0 WIT (`contract-wit` links to `wit/provider-v0.1.0`
-// in this repository; copy that folder when you copy this crate).
+// The frozen contract 0.1.0: `contract-wit` links to `wit/provider-v0.1.0`; copy it with the crate.
 wit_bindgen::generate!({ path: "contract-wit", world: "provider-world", generate_all });
 // `?` turns the guest crate's `Problem` into the contract's `error`, `Health` into `check-result`.
-egress_guest::contract_types!(egress::provider::types);
+egress_guest::contract_types!(egress::provider::types, instance);
 
-use egress::provider::types::{Capability, CheckResult, CreateRequest};
-use egress::provider::types::{Description, Error, Instance};
-use egress_guest::{Health, Method, Request};
+use egress::provider::types::{
+    CheckResult, CreateRequest, Description, Error, Instance, InstanceState,
+};
+use egress_guest::{Health, Mark, Method, Problem, Request, call, get_json, percent_encode};
+use egress_guest::{UrlConfig, numeric_id, unless_gone};
 use exports::egress::provider::provider::Guest;
+use serde::Deserialize;
+use serde_json::json;
 
-/// The configuration's JSON Schema, published by `describe`.
-const SCHEMA: &str = r#"{"type":"object","required":["url"],"additionalProperties":false,
-"properties":{"url":{"type":"string","description":"http(s)://host[:port] of the inventory"}}}"#;
+/// A VM as the inventory answers it, its labels read as our ownership mark (`None`: not ours).
+#[derive(Deserialize)]
+struct Vm {
+    id: String,
+    name: String,
+    state: String,
+    address: Option<String>,
+    #[serde(rename = "labels", deserialize_with = "Mark::from_labels_field")]
+    mark: Option<Mark>,
+}
 
+impl Vm {
+    fn ours(self) -> Result<Instance, Problem> {
+        let state = InstanceState::from_name(&self.state).unwrap_or(InstanceState::Provisioning);
+        let addresses = self.address.into_iter().collect();
+        Instance::marked(format!("inv/{}", self.id), self.name, state, addresses, self.mark)
+    }
+}
+
+/// The configuration is the inventory's URL: `{"url": "http(s)://host[:port]"}` ([`UrlConfig`]).
 struct InventoryProvider;
 
 impl Guest for InventoryProvider {
     fn describe() -> Description {
-        Description {
-            name: "example-inventory".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            contract_version: "0.1.0".into(),
-            config_schema: SCHEMA.into(),
-            capabilities: vec![Capability::Http],
-        }
+        Description::http("example-inventory", env!("CARGO_PKG_VERSION"), UrlConfig::SCHEMA)
     }
 
     fn validate_config(config: String) -> Result<(), Error> {
-        backend::endpoint(&config).map(drop).map_err(Error::from)
+        Ok(UrlConfig::endpoint(&config).map(drop)?)
     }
 
+    /// Idempotent by name: adopt our VM with this UID, refuse any other, else create it, marked.
     fn create(request: CreateRequest) -> Result<Instance, Error> {
-        create::create(&request)
+        let url = UrlConfig::endpoint(&request.config)?;
+        let path = format!("/vms?name={}", percent_encode(&request.name));
+        if let Some(vm) = get_json::<Vec<Vm>>(&url, &path)?.into_iter().next() {
+            egress_guest::adopt(&request.name, &request.uid, vm.mark.as_ref())?;
+            return Ok(vm.ours()?);
+        }
+        let mark = Mark::new(&request.uid, request.tags.iter().map(|t| (&*t.key, &*t.value)));
+        let body =
+            json!({"name": request.name, "labels": mark.labels(), "userData": request.user_data});
+        Ok(call(&Request::new(Method::Post, &url, "/vms").json(&body))?.decode::<Vm>()?.ours()?)
     }
 
+    /// One VM; not ours, gone, or a malformed ID is `not-found`.
     fn get(config: String, provider_id: String) -> Result<Instance, Error> {
-        get::get(&config, &provider_id)
+        let path = format!("/vms/{}", numeric_id(&provider_id, "inv/")?);
+        Ok(get_json::<Vm>(&UrlConfig::endpoint(&config)?, &path)?.ours()?)
     }
 
+    /// Gone is success; a VM without our mark, or an ID this provider never makes, is `permanent`.
     fn delete(config: String, provider_id: String) -> Result<(), Error> {
-        delete::delete(&config, &provider_id)
+        let id = numeric_id(&provider_id, "inv/")
+            .map_err(|problem| Problem::permanent(problem.message))?;
+        let (url, path) = (UrlConfig::endpoint(&config)?, format!("/vms/{id}"));
+        if let Some(vm) = unless_gone(get_json::<Vm>(&url, &path))? {
+            egress_guest::deletable(vm.mark.as_ref(), &provider_id)?;
+            unless_gone(call(&Request::new(Method::Delete, &url, &path)))?;
+        }
+        Ok(())
     }
 
+    /// Our VMs whose mark carries `tag.<key>=<value>`.
     fn list_by_tag(config: String, key: String, value: String) -> Result<Vec<Instance>, Error> {
-        list::list_by_tag(&config, &key, &value)
+        let path = format!("/vms?label={}", percent_encode(&Mark::tag_label(&key, &value)));
+        let vms: Vec<Vm> = get_json(&UrlConfig::endpoint(&config)?, &path)?;
+        Ok(vms.into_iter().filter_map(|vm| vm.ours().ok()).collect())
     }
 
     /// `GET /health` with the host's grant, answered as a reason, never an error.
     fn check(config: String) -> CheckResult {
         let health = |url| egress_guest::check(&Request::new(Method::Get, &url, "/health"));
-        backend::endpoint(&config).map_or_else(Health::from, health).into()
+        UrlConfig::endpoint(&config).map_or_else(Health::from, health).into()
     }
 }
 

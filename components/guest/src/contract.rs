@@ -54,6 +54,24 @@ pub fn get_json<T: serde::de::DeserializeOwned>(
     call(&Request::new(Method::Get, endpoint, path))?.decode()
 }
 
+/// The configuration of a provider whose backend is one URL and nothing else:
+/// `{"url": "http(s)://host[:port][/base]"}`, unknown keys refused.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlConfig {
+    pub url: Endpoint,
+}
+
+impl UrlConfig {
+    /// Its JSON Schema, for `describe`.
+    pub const SCHEMA: &str = r#"{"type":"object","required":["url"],"additionalProperties":false,"properties":{"url":{"type":"string","description":"http(s)://host[:port][/base] of the backend"}}}"#;
+
+    /// The backend's endpoint in a configuration; one that does not parse is `permanent`.
+    pub fn endpoint(json: &str) -> Result<Endpoint, Problem> {
+        Ok(config::<UrlConfig>(json)?.url)
+    }
+}
+
 impl From<Failure> for Problem {
     fn from(failure: Failure) -> Problem {
         let error = TransportError::from(failure);
@@ -182,6 +200,8 @@ pub fn check(request: &Request) -> Health {
 /// egress_guest::contract_types!(crate::egress::provider::types);
 /// // A 0.2.0 provider:
 /// egress_guest::contract_types!(crate::egress::provider::types, vm-state);
+/// // A 0.1.0 provider, with `InstanceState::from_name`, `Instance::marked` and `Description::http`:
+/// egress_guest::contract_types!(crate::egress::provider::types, instance);
 /// ```
 #[macro_export]
 macro_rules! contract_types {
@@ -198,6 +218,53 @@ macro_rules! contract_types {
                     VmState::Stopped => "stopped",
                     VmState::Failed => "failed",
                     VmState::Paused => "paused",
+                }
+            }
+        }
+    };
+    ($($types:ident)::+, instance) => {
+        $crate::contract_types!($($types)::+);
+
+        impl $($types)::+::InstanceState {
+            /// The state the contract names `name` (`running`), if it names one.
+            pub fn from_name(name: &str) -> Option<Self> {
+                use $($types)::+::InstanceState;
+                match name {
+                    "provisioning" => Some(InstanceState::Provisioning),
+                    "running" => Some(InstanceState::Running),
+                    "stopped" => Some(InstanceState::Stopped),
+                    "failed" => Some(InstanceState::Failed),
+                    _ => None,
+                }
+            }
+        }
+
+        impl $($types)::+::Instance {
+            /// A VM as an instance: its `uid` and `created-at` read back from its ownership
+            /// `mark`; a VM without one is not ours, `not-found`.
+            pub fn marked(
+                provider_id: String,
+                name: String,
+                state: $($types)::+::InstanceState,
+                addresses: Vec<String>,
+                mark: Option<$crate::Mark>,
+            ) -> Result<Self, $crate::Problem> {
+                let Some($crate::Mark { uid, created_at, .. }) = mark else {
+                    return Err($crate::Problem::not_found(format!("VM `{name}` is not ours")));
+                };
+                Ok(Self { provider_id, name, state, addresses, created_at, uid })
+            }
+        }
+
+        impl $($types)::+::Description {
+            /// What a provider of contract 0.1.0 over HTTP says about itself.
+            pub fn http(name: &str, version: &str, config_schema: &str) -> Self {
+                Self {
+                    name: name.into(),
+                    version: version.into(),
+                    contract_version: "0.1.0".into(),
+                    config_schema: config_schema.into(),
+                    capabilities: vec![$($types)::+::Capability::Http],
                 }
             }
         }
@@ -298,6 +365,28 @@ mod tests {
         assert!(secret.message.contains("user info"), "{}", secret.message);
         assert!(!secret.message.contains("hunter2"), "{}", secret.message);
         assert!(config::<Config>(r#"{"url":"http://a:8080/base"}"#).is_ok());
+    }
+
+    #[test]
+    fn a_url_configuration_is_the_url_and_its_schema_says_so() {
+        let endpoint = UrlConfig::endpoint(r#"{"url":"https://a:8443/v1"}"#).unwrap();
+        assert_eq!(
+            (endpoint.authority.as_str(), endpoint.path("/vms")),
+            ("a:8443", "/v1/vms".into())
+        );
+        for refused in [
+            "{}",
+            r#"{"url":"ftp://a"}"#,
+            r#"{"url":"http://a","extra":1}"#,
+        ] {
+            assert_eq!(
+                UrlConfig::endpoint(refused).unwrap_err().class,
+                ErrorClass::Permanent
+            );
+        }
+        let schema: serde_json::Value = serde_json::from_str(UrlConfig::SCHEMA).unwrap();
+        assert_eq!(schema["required"], serde_json::json!(["url"]));
+        assert_eq!(schema["additionalProperties"], false);
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //!    answers a health request as a [`Health`] reason. [`contract_types!`] converts both into
 //!    your bindings' `error` and `check-result`, so `?` works in every operation.
 //! 4. [`time::now_rfc3339`] for `created-at`, [`time::sleep_ms`] to wait without spinning.
+//! 5. The contract's ownership rules for a backend with key/value labels: the [`Mark`] as labels,
+//!    [`adopt`] for `create`, [`deletable`] and [`unless_gone`] for `delete`, [`numeric_id`] for
+//!    provider IDs.
 //!
 //! The crate binds WASI through [`wasip2`] (WASI 0.2.12) and the exchange call through its own
 //! `wit_bindgen::generate!`, independently of the contract bindings a provider generates: the
@@ -42,15 +45,17 @@ mod contract;
 mod endpoint;
 mod errors;
 mod http;
+mod mark;
 pub mod time;
 
 /// The WASI 0.2 bindings underneath, for what this crate does not wrap.
 pub use wasip2;
 
-pub use contract::{Health, Problem, Reason, call, check, config, get_json};
+pub use contract::{Health, Problem, Reason, UrlConfig, call, check, config, get_json};
 pub use endpoint::{Endpoint, Scheme};
 pub use errors::{ErrorClass, TransportError, TransportKind};
 pub use http::{
     ErrorCode, Failure, HeaderError, Method, Request, Response, STREAM_ABOVE, method_name,
     percent_encode, send,
 };
+pub use mark::{Mark, adopt, deletable, numeric_id, unless_gone};

@@ -2,12 +2,15 @@
 
 Every success body is the envelope `{"data": ...}`; an error is the HTTP status plus a message
 (F1). The client never sets `Authorization`: the host's egress broker injects the API token and
-verifies TLS. Request bodies are form-encoded.
+verifies TLS. Request bodies are form-encoded. The response, the transport failure's kinds and
+percent-encoding are the guest library's (`egress_guest`).
 """
 
 import json
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
+
+from egress_guest import Response, TransportError, TransportKind, percent_encode
 
 API_PREFIX = "/api2/json"
 
@@ -21,22 +24,6 @@ class Request:
     path: str  # path and query, starting with API_PREFIX
     content_type: Optional[str] = None
     body: bytes = b""
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes
-
-
-class TransportKind:
-    """Why a request got no response, as the host reported it."""
-
-    UNREACHABLE = "unreachable"  # DNS, refused, reset, timeouts
-    TLS = "tls"  # the node's certificate did not verify
-    DENIED = "denied"  # the host's broker refused the request
-    CREDENTIALS_UNAVAILABLE = "credentials-unavailable"  # the host could not read the token
-    OTHER = "other"
 
 
 class ApiError(Exception):
@@ -55,16 +42,8 @@ class Http(ApiError):
         return f"HTTP {self.status}: {self.message}"
 
 
-class Transport(ApiError):
-    """No response at all."""
-
-    def __init__(self, kind: str, detail: str):
-        super().__init__(f"request failed: {detail}")
-        self.kind = kind
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"request failed: {self.detail}"
+class Transport(ApiError, TransportError):
+    """No response at all: the guest library's `TransportError` (a `TransportKind` and a detail)."""
 
 
 class Decode(ApiError):
@@ -75,7 +54,7 @@ class Decode(ApiError):
 
 
 class Io(Protocol):
-    """Everything the provider needs from outside; `wasi_io.WasiIo` in the component, a script in
+    """Everything the provider needs from outside; `app.GuestIo` (the guest library) in the component, a script in
     the host-side tests."""
 
     def send(self, request: Request) -> Response: ...  # raises Transport
@@ -117,22 +96,9 @@ def data(response: Response):
     return envelope["data"]
 
 
-def escape(text: str) -> str:
-    """Percent-encode a path segment or form value: everything but RFC 3986 unreserved characters
-    becomes `%XX`."""
-    out = []
-    for byte in text.encode("utf-8"):
-        char = chr(byte)
-        if char.isascii() and (char.isalnum() or char in "-._~"):
-            out.append(char)
-        else:
-            out.append(f"%{byte:02X}")
-    return "".join(out)
-
-
 def form(pairs) -> bytes:
     """`application/x-www-form-urlencoded` body of `(key, value)` pairs, in order."""
-    return "&".join(f"{escape(k)}={escape(str(v))}" for k, v in pairs).encode("ascii")
+    return "&".join(f"{percent_encode(k)}={percent_encode(str(v))}" for k, v in pairs).encode("ascii")
 
 
 @dataclass
@@ -226,7 +192,7 @@ class Pve:
 
     @staticmethod
     def vm_path(node: str, vmid: int) -> str:
-        return f"/nodes/{escape(node)}/qemu/{vmid}"
+        return f"/nodes/{percent_encode(node)}/qemu/{vmid}"
 
     def version(self):
         return self.get("/version")
@@ -282,7 +248,7 @@ class Pve:
 
     def task_status(self, node: str, upid: str) -> dict:
         """F16: `GET /nodes/<node>/tasks/<upid>/status`."""
-        answer = self.get(f"/nodes/{escape(node)}/tasks/{escape(upid)}/status")
+        answer = self.get(f"/nodes/{percent_encode(node)}/tasks/{percent_encode(upid)}/status")
         if not isinstance(answer, dict):
             raise Decode("task status is not an object")
         return answer

@@ -8,31 +8,18 @@ error.
 2. The configured nodes exist, and the template exists and is a template -> else `misconfigured`.
 """
 
-from .api import ApiError, Http, Transport, TransportKind
-from .errors import api_missing_vm
+from egress_guest.health import MISCONFIGURED, OK, OTHER, reason_of_status, reason_of_transport
 
-OK = "ok"
-UNREACHABLE = "unreachable"
-UNAUTHORIZED = "unauthorized"
-FORBIDDEN = "forbidden"
-CERTIFICATE_INVALID = "certificate-invalid"
-CREDENTIALS_UNAVAILABLE = "credentials-unavailable"
-MISCONFIGURED = "misconfigured"
-OTHER = "other"
+from .api import ApiError, Http, Transport
+from .errors import api_missing_vm
 
 
 def reason_for(error: ApiError) -> str:
+    """The guest library's reasons; only 401 (F22) and 403 (F13) of the answers mean something."""
     if isinstance(error, Transport):
-        return {
-            TransportKind.UNREACHABLE: UNREACHABLE,
-            TransportKind.TLS: CERTIFICATE_INVALID,
-            TransportKind.CREDENTIALS_UNAVAILABLE: CREDENTIALS_UNAVAILABLE,
-            TransportKind.DENIED: MISCONFIGURED,
-        }.get(error.kind, OTHER)
-    if isinstance(error, Http) and error.status == 401:
-        return UNAUTHORIZED  # F22
-    if isinstance(error, Http) and error.status == 403:
-        return FORBIDDEN  # F13
+        return reason_of_transport(error)
+    if isinstance(error, Http) and error.status in (401, 403):
+        return reason_of_status(error.status)
     return OTHER
 
 

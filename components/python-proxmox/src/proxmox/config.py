@@ -129,7 +129,7 @@ class Config:
 
     @staticmethod
     def parse(text: str) -> "Config":
-        """Parse and check a configuration; raises a `permanent` Failure saying why not."""
+        """Parse and check a configuration; raises a `permanent` Problem saying why not."""
         try:
             raw = json.loads(text)
         except (ValueError, TypeError) as error:

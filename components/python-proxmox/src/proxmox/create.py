@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import List, Tuple
 
 from .api import ApiError
-from .errors import api_missing_vm, classify, is_vmid_taken, NOT_FOUND, Failure, permanent, server_message, transient
+from .errors import api_missing_vm, classify, is_vmid_taken, NOT_FOUND, Problem, permanent, server_message, transient
 from .get import Vm, instance, list_vms
 from .mark import Mark
 from .state import PROVISIONING
@@ -100,7 +100,7 @@ def _inspect(pve, node: str, vmid: int, request: CreateRequest):
     budget, never a `suspended` one, then judge. `None` when the VM is gone or someone else's."""
     try:
         config = wait_unlocked(pve, node, vmid)
-    except Failure as failure:
+    except Problem as failure:
         if failure.kind == NOT_FOUND:
             return None  # vanished (a failed clone removed it)
         raise
@@ -217,7 +217,7 @@ def _provision(pve, found: Found) -> None:
         raise classify(what, error) from None
     try:
         wait_task(pve, what, upid)
-    except Failure as failure:
+    except Problem as failure:
         if not failure.message.endswith(f"VM {vmid} already running"):
             raise
     wait_running(pve, node, vmid)

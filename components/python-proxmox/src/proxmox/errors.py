@@ -1,5 +1,7 @@
 """What Proxmox's answers mean: whole-message matchers for the texts the provider branches on, and
-the classification of every other failure into one of the contract's four error classes.
+the classification of every other failure into one of the contract's four error classes (the
+guest library's `Problem`; Proxmox answers a missing VM with a 500, so its generic
+`class_of_status` is not used).
 
 | failure                                                    | class            |
 |------------------------------------------------------------|------------------|
@@ -14,37 +16,9 @@ the classification of every other failure into one of the contract's four error 
 
 import re
 
-from .api import ApiError, Http, Transport, Decode, TransportKind
+from egress_guest import NOT_FOUND, PERMANENT, QUOTA_EXCEEDED, TRANSIENT, Problem, not_found, permanent, transient
 
-TRANSIENT = "transient"
-PERMANENT = "permanent"
-NOT_FOUND = "not-found"
-QUOTA_EXCEEDED = "quota-exceeded"
-
-
-class Failure(Exception):
-    """A contract error: `kind` is one of the four classes, `message` is for people (no secret)."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"Failure({self.kind!r}, {self.message!r})"
-
-
-def transient(message: str) -> Failure:
-    return Failure(TRANSIENT, message)
-
-
-def permanent(message: str) -> Failure:
-    return Failure(PERMANENT, message)
-
-
-def not_found(message: str) -> Failure:
-    return Failure(NOT_FOUND, message)
-
+from .api import ApiError, Http, Transport, TransportKind
 
 # F5: `VM <vmid> is not running`, matched as a whole message, because `is not running` alone also
 # ends `QEMU guest agent is not running` (the predecessor's Phase 1 note and Phase 2 mutation).
@@ -97,7 +71,7 @@ def _out_of_space(message: str) -> bool:
     return "no space left on device" in lower or "not enough free space" in lower
 
 
-def classify(what: str, error: ApiError) -> Failure:
+def classify(what: str, error: ApiError) -> Problem:
     """The contract error for a failed call; `what` says what was being done ("clone VM 100123")."""
     message = f"{what}: {error}"
     if isinstance(error, Http):
@@ -105,7 +79,7 @@ def classify(what: str, error: ApiError) -> Failure:
         if status == 500 and is_missing_vm(error.message):
             return not_found(message)  # F2
         if status >= 500 and _out_of_space(error.message):
-            return Failure(QUOTA_EXCEEDED, message)  # F6: not captured on a real host
+            return Problem(QUOTA_EXCEEDED, message)  # F6: not captured on a real host
         if status == 501:
             return permanent(message)  # the API has no such method: retrying cannot help
         if status >= 500 or status in (408, 429):

@@ -64,18 +64,3 @@ class Mark:
 
     def has_tag(self, key: str, value: str) -> bool:
         return (key, value) in self.tags
-
-
-def rfc3339(unix_seconds: int) -> str:
-    """Seconds since the Unix epoch as RFC 3339 UTC (`2026-09-18T15:02:00Z`), for `created-at`.
-    Howard Hinnant's days-to-civil algorithm (the Rust provider's), so no `datetime` is needed."""
-    days, second = divmod(unix_seconds, 86_400)
-    shifted = days + 719_468
-    era, day_of_era = divmod(shifted, 146_097)
-    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    month_index = (5 * day_of_year + 2) // 153
-    day = day_of_year - (153 * month_index + 2) // 5 + 1
-    month = month_index + 3 if month_index < 10 else month_index - 9
-    year = era * 400 + year_of_era + (1 if month <= 2 else 0)
-    return f"{year:04}-{month:02}-{day:02}T{second // 3600:02}:{second % 3600 // 60:02}:{second % 60:02}Z"

@@ -18,20 +18,20 @@ use egress_runtime::{CallContext, CallError, ErrorClass, Provider, Runtime, VmSt
 use egress_runtime::{Limits, RuntimeConfig};
 use serde_json::json;
 
-const TOKEN: &str = "inventory-token-5f1e2d3c";
+pub(crate) const TOKEN: &str = "inventory-token-5f1e2d3c";
 const UID: &str = "0b7c2f3e-1111-4a53-9c7b-3f1b8f0a0001";
 
-fn repository() -> PathBuf {
+pub(crate) fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The toy inventory over HTTPS (the broker injects a credential only over TLS), killed on drop.
-struct Inventory {
+pub(crate) struct Inventory {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     _files: tempfile::TempDir,
-    token_file: PathBuf,
-    ca_file: PathBuf,
+    pub(crate) token_file: PathBuf,
+    pub(crate) ca_file: PathBuf,
 }
 
 impl Drop for Inventory {
@@ -42,7 +42,7 @@ impl Drop for Inventory {
 }
 
 impl Inventory {
-    fn start(extra: &[&str]) -> Inventory {
+    pub(crate) fn start(extra: &[&str]) -> Inventory {
         let files = tempfile::tempdir().unwrap();
         let token_file = files.path().join("token");
         std::fs::write(&token_file, TOKEN).unwrap();
@@ -92,7 +92,7 @@ impl Inventory {
         }
     }
 
-    fn config(&self) -> String {
+    pub(crate) fn config(&self) -> String {
         json!({ "url": self.url }).to_string()
     }
 
@@ -374,7 +374,7 @@ async fn check_against_a_hung_endpoint_answers_unreachable_within_its_deadline()
 }
 
 /// `src` copied to `dst` as `cp -rL` copies it (links followed), but without build output.
-fn copy_dereferenced(src: &std::path::Path, dst: &std::path::Path) {
+pub(crate) fn copy_dereferenced(src: &std::path::Path, dst: &std::path::Path) {
     std::fs::create_dir_all(dst).unwrap();
     for entry in std::fs::read_dir(src).unwrap().flatten() {
         let (from, to) = (entry.path(), dst.join(entry.file_name()));

@@ -12,6 +12,7 @@ mod cli;
 mod conformance;
 mod deploy;
 mod example_inventory;
+mod example_python;
 mod images;
 mod kube_mode;
 mod kube_pools;
