@@ -100,6 +100,7 @@ pub(crate) fn new_store(
         limits,
         deadline,
         limits.cpu_time_for(operation),
+        plan.tap.as_ref().and_then(|tap| tap.wall_clock()),
     );
     let prepare = PrepareContext::new(&plan.site, deadline, limits).with_tap(plan.tap.as_ref());
     for capability in plan.capabilities {

@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex};
 use http::HeaderName;
 
 use crate::sync::lock;
+pub use wasmtime_wasi::HostWallClock;
 pub use wasmtime_wasi_http::{Error as EgressError, RequestOptions, WasiBody as EgressBody};
 
 /// A boxed future returned by [`Egress::send`].
@@ -116,6 +117,12 @@ pub trait Tap: Send + Sync + std::fmt::Debug + 'static {
         options: Option<RequestOptions>,
         next: &Arc<dyn Egress>,
     ) -> EgressFuture;
+
+    /// The wall clock the call's guest reads (`wasi:clocks/wall-clock`) when the tap keeps or
+    /// replays it (a provider writes the time into what it sends); `None`: the host's.
+    fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
+        None
+    }
 }
 
 /// An [`Egress`] with a call's [`Tap`] in front.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 use crate::cpu::CpuMeter;
 use crate::egress::CallSite;
@@ -97,9 +97,14 @@ impl HostState {
         limits: &Limits,
         deadline: Instant,
         cpu_budget: Duration,
+        wall_clock: Option<Box<dyn HostWallClock>>,
     ) -> HostState {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let wasi = WasiCtx::builder()
+        let mut wasi = WasiCtx::builder();
+        if let Some(clock) = wall_clock {
+            wasi.wall_clock(TapClock(clock));
+        }
+        let wasi = wasi
             .stdin(std::io::empty())
             .stdout(std::io::empty())
             .stderr(stderr.clone())
@@ -298,6 +303,19 @@ impl wasmtime::ResourceLimiter for CallLimiter {
     }
 }
 
+/// A tap's wall clock, as the WASI context takes one.
+struct TapClock(Box<dyn HostWallClock>);
+
+impl HostWallClock for TapClock {
+    fn resolution(&self) -> Duration {
+        self.0.resolution()
+    }
+
+    fn now(&self) -> Duration {
+        self.0.now()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,3 +334,4 @@ mod tests {
         assert!(limiter.memory_cap_hit);
     }
 }
+

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use egress_runtime::egress::{
+    HostWallClock,
     CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
 };
 use egress_runtime::types::{Request, Response};
@@ -66,6 +67,8 @@ pub struct Recorder {
 #[derive(Debug)]
 struct State {
     bounds: Bounds,
+    /// The guest's wall-clock reads.
+    clock: Vec<u64>,
     /// Body bytes kept so far in the call.
     kept: usize,
     exchanges: Vec<Pending>,
@@ -98,6 +101,7 @@ impl Recorder {
             started: Instant::now(),
             state: Arc::new(Mutex::new(State {
                 bounds,
+                clock: Vec::new(),
                 kept: 0,
                 exchanges: Vec::new(),
             })),
@@ -112,12 +116,10 @@ impl Recorder {
         input: Value,
         output: Value,
     ) -> Recording {
-        let exchanges = lock(&self.state)
-            .exchanges
-            .iter()
-            .map(Pending::recorded)
-            .collect();
+        let state = lock(&self.state);
+        let exchanges = state.exchanges.iter().map(Pending::recorded).collect();
         Recording {
+            clock: state.clock.clone(),
             format: FORMAT.into(),
             version: VERSION,
             provider,
@@ -206,6 +208,33 @@ impl Tap for Recorder {
             }
         })
     }
+
+    fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
+        Some(Box::new(RecordingClock(Arc::clone(&self.state))))
+    }
+}
+
+/// The most wall-clock reads a recording keeps; later ones are not kept, and a replay's clock
+/// runs on from the last.
+const MAX_CLOCK_READS: usize = 4096;
+
+/// The host's wall clock, each read kept for the recording.
+struct RecordingClock(Arc<Mutex<State>>);
+
+impl HostWallClock for RecordingClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        let now = (SystemTime::now().duration_since(UNIX_EPOCH)).unwrap_or_default();
+        let mut state = lock(&self.0);
+        // A guest that reads the clock in a loop must not grow the recording without bound.
+        if state.clock.len() < MAX_CLOCK_READS {
+            state.clock.push(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+        }
+        now
+    }
 }
 
 impl Pending {
@@ -274,6 +303,7 @@ impl HttpBody for Tee {
             bounds,
             kept,
             exchanges,
+            ..
         } = &mut *state;
         let exchange = &mut exchanges[self.index];
         match (frame, self.side) {

@@ -31,6 +31,11 @@ pub struct Recording {
     pub output: Value,
     /// Every request of the call, in the order sent.
     pub exchanges: Vec<Exchange>,
+    /// Every time the guest read the wall clock, in order: nanoseconds since the Unix epoch. A
+    /// replay gives the guest these same times, so what it writes of them (a `created-at` in a
+    /// request body) is what it wrote when recorded.
+    #[serde(default)]
+    pub clock: Vec<u64>,
 }
 
 /// Who made the call.

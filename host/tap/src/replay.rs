@@ -2,7 +2,8 @@
 //!
 //! # The matching rule
 //!
-//! Requests are matched **in order**: the n-th request the call sends is compared with the n-th
+//! The guest reads the recorded wall clock: the n-th time it asks, the n-th time it was given
+//! when recorded. Requests are matched **in order**: the n-th request the call sends is compared with the n-th
 //! recorded exchange. They match when the method, the URL and the body are equal (a body the
 //! recorder truncated is compared on the bytes it kept). Headers are not compared: a provider may
 //! stamp a request id or a date, and the credential was never in the recording. A match is
@@ -14,10 +15,11 @@
 //! and what differs. A call that ends with recorded exchanges never sent fails the verdict too.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
+    CallSite, HostWallClock, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
 };
 use egress_runtime::{Description, RefusalReporter, Tap, lock};
 use http_body_util::BodyExt;
@@ -222,6 +224,42 @@ impl Tap for Replay {
             };
             answer(exchange, reporter.as_ref())
         })
+    }
+
+    fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
+        Some(Box::new(ReplayClock {
+            recording: Arc::clone(&self.recording),
+            read: Mutex::new((0, Instant::now())),
+        }))
+    }
+}
+
+/// The recorded wall-clock reads, in order; past them, the last one advancing with real time.
+struct ReplayClock {
+    recording: Arc<Recording>,
+    /// How many reads were served, and when the last one was.
+    read: Mutex<(usize, Instant)>,
+}
+
+impl HostWallClock for ReplayClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        let mut read = lock(&self.read);
+        let clock = &self.recording.clock;
+        let now = match clock.get(read.0) {
+            Some(recorded) => Duration::from_nanos(*recorded),
+            None => match clock.last() {
+                Some(last) => Duration::from_nanos(*last) + read.1.elapsed(),
+                None => SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
+            },
+        };
+        if read.0 < clock.len() {
+            *read = (read.0 + 1, Instant::now());
+        }
+        now
     }
 }
 

@@ -23,6 +23,7 @@ mod oci;
 mod pools;
 mod proxmox;
 mod python_proxmox;
+mod recordings;
 mod recovery;
 
 mod cluster_support;
