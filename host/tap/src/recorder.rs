@@ -9,8 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use egress_runtime::egress::{
-    HostWallClock,
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, HostWallClock, RequestOptions,
 };
 use egress_runtime::types::{Request, Response};
 use egress_runtime::{CallContext, CallError, Provider, RefusalReporter, Tap, lock};
@@ -231,7 +230,9 @@ impl HostWallClock for RecordingClock {
         let mut state = lock(&self.0);
         // A guest that reads the clock in a loop must not grow the recording without bound.
         if state.clock.len() < MAX_CLOCK_READS {
-            state.clock.push(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+            state
+                .clock
+                .push(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
         }
         now
     }
@@ -389,8 +390,11 @@ impl RecordingDir {
             now.as_millis(),
             recording.operation
         );
-        let path = self.dir.join(name);
-        recording.write(&path)?;
+        let path = self.dir.join(&name);
+        // Written whole under a name the rotation skips, then renamed: a reader never sees half.
+        let partial = self.dir.join(format!(".{name}.partial"));
+        recording.write(&partial)?;
+        std::fs::rename(&partial, &path).map_err(io)?;
         let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map_err(io)?
             .filter_map(|entry| Some(entry.ok()?.path()))

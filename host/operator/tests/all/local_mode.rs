@@ -1097,3 +1097,70 @@ async fn a_proxy_refused_with_401_is_retried_after_its_secret_was_fixed_while_st
         proxies.iter().any(running)
     });
 }
+
+/// Issue 35: a ProviderConfig's `record` keeps its provider's calls, one file per call, rotated
+/// to `keep`: each a recording of the call with its exchanges, none holding the token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_config_that_records_keeps_its_last_calls_rotated_and_without_the_token() {
+    let local = Local::new().await;
+    let mut config = provider_config(&local.sim, "Off");
+    config.push_str("  record:\n    keep: 3\n");
+    local.write("providerconfig.yaml", &config);
+    local.write("a.yaml", &proxy("default", "a"));
+    local.write("b.yaml", &proxy("default", "b"));
+    let recordings = tempfile::tempdir().unwrap();
+    let dir = recordings.path().join("proxmox-lab");
+    let _operator = KillOnDrop(
+        local
+            .command(&["--recordings-dir", recordings.path().to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the operator starts"),
+    );
+    local.wait_until("both Proxies running", LIMIT, |proxies| {
+        proxies.iter().filter(|proxy| running(proxy)).count() == 2
+    });
+    // Every later look at a VM is a call: the folder turns over while it never holds more than 3.
+    let mut seen = std::collections::BTreeSet::new();
+    let started = Instant::now();
+    while seen.len() < 6 {
+        let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+            .map(|entries| entries.map(|entry| entry.unwrap().path()).collect())
+            .unwrap_or_default();
+        assert!(files.len() <= 3, "{files:?}");
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            if !seen.insert(file.clone()) {
+                continue;
+            }
+            let recording: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(recording["format"], "egress-recording");
+            assert_eq!(recording["provider"]["identity"], "proxmox-lab");
+            assert!(
+                !recording["exchanges"].as_array().unwrap().is_empty(),
+                "{text}"
+            );
+            assert!(
+                !text.contains(crate::proxmox_support::secret_of(local.sim.token())),
+                "{text}"
+            );
+        }
+        assert!(
+            started.elapsed() < LIMIT,
+            "only {} recordings: {seen:?}",
+            seen.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let operations: std::collections::BTreeSet<String> = seen
+        .iter()
+        .filter_map(|file| Some(file.file_stem()?.to_str()?.rsplit('-').next()?.to_owned()))
+        .collect();
+    assert!(
+        operations.contains("create") || operations.contains("get"),
+        "{operations:?}"
+    );
+}
