@@ -17,7 +17,13 @@ API (JSON):
   POST   /vms                    {"name", "labels", "userData"} -> 201 the VM; a taken name is 409
   GET    /vms/ID                 the VM (404 when there is none); it runs, with an address, from
                                  its second read on
+  POST   /vms/ID/start           200 the VM: a stopped VM provisions again, then runs (a running
+                                 one is left alone); 404 when there is none
   DELETE /vms/ID                 204 (404 when there is none)
+  POST   /_egress-test/stop      the conformance suite's test-backend hook (docs/contract.md):
+                                 body {"name": N}; every VM named N stops (as if its host stopped
+                                 it): 200 {"hook": "stop", "stopped": [ID...]}, 404
+                                 {"hook": "stop", "error": ...} when no VM has that name
 A VM is {"id", "name", "state", "address", "labels"}. With --token-file, every request needs
 `Authorization: Bearer <the file's content>` (401 otherwise): the host's broker adds it, the
 provider never sees it. With --hang, /health never answers (for deadline tests). `--seed NAME`
@@ -98,6 +104,15 @@ def make_handler(inventory, token, hang):
                         return self.answer(409, {"error": f"a VM named {name} exists"})
                     vm = inventory.add(name, labels, request.get("userData", ""))
                     return self.answer(201, public(vm))
+                if parts == ["_egress-test", "stop"] and method == "POST":
+                    return self.stop_hook(body)
+                if len(parts) == 3 and parts[0] == "vms" and parts[2] == "start" and method == "POST":
+                    vm = inventory.vms.get(parts[1])
+                    if vm is None:
+                        return self.answer(404, {"error": "no such VM"})
+                    if vm["state"] == "stopped":
+                        vm["state"] = "provisioning"
+                    return self.answer(200, public(vm))
                 if len(parts) == 2 and parts[0] == "vms":
                     vm = inventory.vms.get(parts[1])
                     if vm is None:
@@ -111,6 +126,19 @@ def make_handler(inventory, token, hang):
                         del inventory.vms[vm["id"]]
                         return self.answer(204)
             return self.answer(404, {"error": "no such route"})
+
+        def stop_hook(self, body):
+            # Called with the inventory's lock held.
+            try:
+                name = json.loads(body)["name"]
+            except (ValueError, KeyError, TypeError):
+                return self.answer(400, {"hook": "stop", "error": "expected {\"name\": ...}"})
+            named = [vm for vm in inventory.vms.values() if vm["name"] == name]
+            if not named:
+                return self.answer(404, {"hook": "stop", "error": f"no VM named {name}"})
+            for vm in named:
+                vm["state"], vm["address"] = "stopped", None
+            return self.answer(200, {"hook": "stop", "stopped": [vm["id"] for vm in named]})
 
         def do_GET(self):
             self.route("GET")

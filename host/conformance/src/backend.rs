@@ -1,35 +1,59 @@
-//! The backend, when it is `pvesim`: its admin API (`/_sim/…`, see testdata/pvesim) reached
-//! through the broker under the provider's own grant, so the suite never reads the credential: the
-//! broker injects it, verifies TLS, and the simulator authenticates the admin API with the same
-//! token as its Proxmox API.
+//! The backend behind the grant's origins, reached through the broker under the provider's own
+//! grant, so the suite never reads the credential: the broker injects it and verifies TLS.
+//!
+//! - The test-backend hook `POST /_egress-test/stop` (`docs/contract.md`, "Test-backend hooks"):
+//!   stops a VM by name outside the provider's API, for `create.starts-stopped`. Any backend may
+//!   implement it; pvesim and the example's inventory (`testdata/inventory/inventory.py`) do.
+//! - `pvesim`'s admin API (`/_sim/…`, see testdata/pvesim), when the backend is the simulator:
+//!   counting the VMs of a name, which only the hypervisor can tell.
 
 use bytes::Bytes;
 use egress_capability_http::Broker;
 use egress_runtime::Digest;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
+use http::StatusCode;
 use http_body_util::{BodyExt, Full};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The label the broker logs and counts the suite's own requests under.
 const OPERATION: &str = "conformance";
 
-/// A `pvesim` behind one of the grant's origins.
-pub(crate) struct Pvesim {
+/// The stop hook's path, as `docs/contract.md` defines it.
+pub(crate) const STOP_HOOK: &str = "/_egress-test/stop";
+
+/// Why a rule that needs the stop hook skips, when no origin has it.
+pub(crate) const NO_STOP_HOOK: &str =
+    "needs the test-backend hook POST /_egress-test/stop (docs/contract.md)";
+
+/// One of the grant's origins, through the broker.
+#[derive(Clone)]
+pub(crate) struct Origin {
     broker: Broker,
     site: CallSite,
     origin: String,
 }
 
-impl Pvesim {
-    /// The first origin that answers `GET /_sim/info` as pvesim, if any.
-    pub(crate) async fn detect(
+/// What the stop hook made of a request.
+pub(crate) enum Stop {
+    /// The VM is stopped.
+    Stopped,
+    /// The backend holds no VM of that name.
+    NoSuchVm(String),
+    /// The answer is not the hook's (no `"hook": "stop"` in it): the backend has no hook.
+    NoHook(String),
+}
+
+impl Origin {
+    /// Every origin of the grant.
+    pub(crate) fn all(
         broker: &Broker,
         identity: &str,
         digest: Digest,
         origins: &[String],
-    ) -> Option<Pvesim> {
-        for origin in origins {
-            let candidate = Pvesim {
+    ) -> Vec<Origin> {
+        origins
+            .iter()
+            .map(|origin| Origin {
                 broker: broker.clone(),
                 site: CallSite {
                     provider: identity.into(),
@@ -37,58 +61,41 @@ impl Pvesim {
                     operation: OPERATION,
                 },
                 origin: origin.trim_end_matches('/').to_owned(),
-            };
-            if let Ok(info) = candidate.request("GET", "info", "").await
-                && info["simulator"] == "pvesim"
-            {
-                return Some(candidate);
-            }
+            })
+            .collect()
+    }
+
+    /// Asks the stop hook to stop the VM named `name`.
+    pub(crate) async fn stop(&self, name: &str) -> Result<Stop, String> {
+        let body = json!({ "name": name }).to_string();
+        let (status, answer) = self.send("POST", STOP_HOOK, &body).await?;
+        let text = String::from_utf8_lossy(&answer);
+        let answer: Value = serde_json::from_slice(&answer).unwrap_or_default();
+        let said = format!("{} answered {status}: {}", self.origin, text.trim());
+        if answer["hook"] != "stop" {
+            return Ok(Stop::NoHook(said));
         }
-        None
+        match status {
+            StatusCode::OK => Ok(Stop::Stopped),
+            StatusCode::NOT_FOUND => Ok(Stop::NoSuchVm(said)),
+            _ => Err(format!("the stop hook of {said}")),
+        }
     }
 
-    /// Adds fault rules, in pvesim's `--fault` syntax.
-    pub(crate) async fn add_faults(&self, rules: &[&str]) -> Result<(), String> {
-        self.request("POST", "faults", &rules.join("\n"))
-            .await
-            .map(drop)
-    }
-
-    /// Removes every fault rule.
-    pub(crate) async fn clear_faults(&self) -> Result<(), String> {
-        self.request("DELETE", "faults", "").await.map(drop)
-    }
-
-    /// How many QEMU VMs are named `name`.
-    pub(crate) async fn vms_named(&self, name: &str) -> Result<usize, String> {
-        let vms = self.request("GET", "vms", "").await?;
-        Ok(vms
-            .as_array()
-            .map_or(0, |vms| vms.iter().filter(|vm| vm["name"] == name).count()))
-    }
-
-    /// Stops the QEMU VM named `name` as `qm stop` on the node would (outside the provider's
-    /// API), so the suite can see what the provider makes of a VM of its own that stopped.
-    pub(crate) async fn stop_vm_named(&self, name: &str) -> Result<(), String> {
-        let vms = self.request("GET", "vms", "").await?;
-        let vmid = vms
-            .as_array()
-            .and_then(|vms| vms.iter().find(|vm| vm["name"] == name))
-            .and_then(|vm| vm["vmid"].as_u64())
-            .ok_or_else(|| format!("pvesim holds no VM named {name}"))?;
-        self.request("POST", &format!("vms/{vmid}/stop"), "")
-            .await
-            .map(drop)
-    }
-
-    /// One admin request; the answer's `data`.
-    async fn request(&self, method: &str, route: &str, body: &str) -> Result<Value, String> {
-        let uri = format!("{}/_sim/{route}", self.origin);
+    /// One request; its status and body.
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let uri = format!("{}{path}", self.origin);
         let authority = uri
             .parse::<http::Uri>()
             .ok()
             .and_then(|uri| uri.authority().map(|a| a.as_str().to_owned()))
             .unwrap_or_default();
+        let length = body.len();
         let body: EgressBody = Full::new(Bytes::from(body.to_owned()))
             .map_err(|never| match never {})
             .boxed_unsync();
@@ -96,6 +103,9 @@ impl Pvesim {
             .method(method)
             .uri(&uri)
             .header(http::header::HOST, authority)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            // A length, not chunks: a test double's HTTP server may not read chunked bodies.
+            .header(http::header::CONTENT_LENGTH, length)
             .body(body)
             .map_err(|error| format!("{method} {uri}: {error}"))?;
         let response = self
@@ -110,14 +120,51 @@ impl Pvesim {
             .await
             .map_err(|error| format!("{method} {uri}: {error}"))?
             .to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// A `pvesim` behind one of the grant's origins.
+pub(crate) struct Pvesim {
+    origin: Origin,
+}
+
+impl Pvesim {
+    /// The first origin that answers `GET /_sim/info` as pvesim, if any.
+    pub(crate) async fn detect(origins: &[Origin]) -> Option<Pvesim> {
+        for origin in origins {
+            let candidate = Pvesim {
+                origin: origin.clone(),
+            };
+            if let Ok(info) = candidate.admin("GET", "info").await
+                && info["simulator"] == "pvesim"
+            {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// How many QEMU VMs are named `name`.
+    pub(crate) async fn vms_named(&self, name: &str) -> Result<usize, String> {
+        let vms = self.admin("GET", "vms").await?;
+        Ok(vms
+            .as_array()
+            .map_or(0, |vms| vms.iter().filter(|vm| vm["name"] == name).count()))
+    }
+
+    /// One admin request; the answer's `data`.
+    async fn admin(&self, method: &str, route: &str) -> Result<Value, String> {
+        let path = format!("/_sim/{route}");
+        let (status, body) = self.origin.send(method, &path, "").await?;
         if !status.is_success() {
             return Err(format!(
-                "{method} {uri} answered {status}: {}",
+                "{method} {path} answered {status}: {}",
                 String::from_utf8_lossy(&body)
             ));
         }
         let answer: Value = serde_json::from_slice(&body)
-            .map_err(|error| format!("{method} {uri}: not JSON: {error}"))?;
+            .map_err(|error| format!("{method} {path}: not JSON: {error}"))?;
         Ok(answer["data"].clone())
     }
 }

@@ -1,7 +1,10 @@
-//! `check`: a reason for a good config and for a bad credential, never an error.
+//! `check`: a reason for a good config, a bad credential and a TLS failure, never an error.
+
+use std::time::Duration;
 
 use egress_runtime::CallError;
 use egress_runtime::types::{CheckReason, CheckResult};
+use egress_tap::{Fault, Faults, Which};
 
 use super::{Outcome, RuleResult, Session, outcome};
 
@@ -15,14 +18,30 @@ async fn check_reasons(session: &Session) -> RuleResult {
     expect(session, good, CheckReason::Ok, "the run's config")?;
     match session.check_with_wrong_credential().await {
         // Nothing to swap: the grant injects no credential.
-        None => Ok(()),
+        None => {}
         Some(bad) => expect(
             session,
             bad,
             CheckReason::Unauthorized,
             "a wrong credential",
-        ),
+        )?,
     }
+    // Only over TLS: a handshake failure from a plain-HTTP origin is no backend's answer.
+    let over_tls = session
+        .http_grant()
+        .is_some_and(|grant| grant.origins.iter().any(|o| o.starts_with("https://")));
+    if over_tls {
+        let faults = Faults::new(Fault::Tls, Which::All, Duration::ZERO);
+        let _tap = session.with_tap(faults);
+        let failed = session.check(&session.config_text()).await;
+        expect(
+            session,
+            failed,
+            CheckReason::CertificateInvalid,
+            "a TLS handshake that fails to verify (injected at the broker)",
+        )?;
+    }
+    Ok(())
 }
 
 fn expect(

@@ -11,12 +11,16 @@
 //! 1. loads the component under its identity, with the grants file's grants on the broker
 //!    (wrapped in a `Watch`, `watch.rs`, that counts what the provider sends and which credential
 //!    headers it tries to set) and on the libvirt capability;
-//! 2. probes the grant's origins for `pvesim`'s admin API (`backend.rs`): rules that need a backend
-//!    fault (a 5xx, a lock, a hung endpoint) run only there;
+//! 2. probes the grant's origins for `pvesim`'s admin API (`backend.rs`), which only
+//!    `create.idempotent` uses (to count the simulator's VMs by name);
 //! 3. runs the rules in order; every provider call goes through `Session::call` (`session.rs`),
 //!    which records its duration and outcome, so the last rules (errors, egress, limits) judge
-//!    every call of the run;
-//! 4. deletes every VM it made (names, UIDs and tags are fresh per run), clears the faults it set.
+//!    every call of the run. The rules that need a backend fault (a 5xx, a reset, a busy VM, a
+//!    hung endpoint, a TLS failure) set an `egress_tap::Faults` on their calls
+//!    (`Session::with_tap`), which answers at the broker in place of the backend, so they run
+//!    against any HTTP backend; `create.starts-stopped` stops a VM through the backend's
+//!    test-backend hook `POST /_egress-test/stop` (`backend.rs`, `docs/contract.md`);
+//! 4. deletes every VM it made (names, UIDs and tags are fresh per run).
 
 mod backend;
 mod check;
@@ -115,7 +119,7 @@ pub const RULES: &[Rule] = &[
     ),
     rule!(
         "create.starts-stopped",
-        "create of a stopped VM of its own starts that VM again (pvesim only)",
+        "create of a stopped VM of its own starts that VM again (needs the test-backend hook POST /_egress-test/stop)",
         lifecycle::create_starts_stopped
     ),
     rule!(
@@ -130,22 +134,22 @@ pub const RULES: &[Rule] = &[
     ),
     rule!(
         "check.reasons",
-        "check answers ok for the config and unauthorized for a bad credential, never an error",
+        "check answers ok for the config, unauthorized for a bad credential, certificate-invalid for a failed TLS handshake, never an error",
         check::reasons
     ),
     rule!(
         "faults.server-error-transient",
-        "a 5xx from the backend is transient for create, get, delete and list-by-tag (pvesim only)",
+        "a 500, a 503, a reset or a body cut off on every request is transient for create, get, delete and list-by-tag",
         faults::server_error_transient
     ),
     rule!(
         "faults.lock-transient",
-        "a VM whose config is locked is transient or provisioning for get, transient for delete, never not-found (pvesim only)",
+        "a busy VM (its own requests answered 503) is transient or provisioning for get, transient for delete, never not-found",
         faults::lock_transient
     ),
     rule!(
         "faults.check-hung-endpoint",
-        "check against a backend that does not answer answers unreachable within its deadline (pvesim only)",
+        "check against a backend that does not answer answers unreachable within its deadline",
         faults::check_hung_endpoint
     ),
     rule!(

@@ -4,6 +4,7 @@
 use egress_runtime::types::Vm;
 use egress_runtime::{ErrorClass, VmState};
 
+use super::backend::{NO_STOP_HOOK, Origin, Stop};
 use super::{Outcome, RuleResult, Session, outcome};
 
 /// `lifecycle.create-get-list-delete`
@@ -86,8 +87,8 @@ async fn idempotent(session: &Session) -> RuleResult {
             before + 1
         ));
     }
-    if let Some(backend) = session.backend() {
-        let named = backend.vms_named(&name).await?;
+    if let Some(pvesim) = session.pvesim() {
+        let named = pvesim.vms_named(&name).await?;
         if named != 1 {
             return Err(format!(
                 "pvesim holds {named} VMs named {name} after two creates"
@@ -98,17 +99,44 @@ async fn idempotent(session: &Session) -> RuleResult {
 }
 
 /// `create.starts-stopped`: the operator restarts a VM that stopped by calling `create` again,
-/// so create of a stopped VM of its own must start it, not just find it.
+/// so create of a stopped VM of its own must start it, not just find it. The VM is stopped through
+/// the backend's test-backend hook (`backend.rs`), outside the provider's API.
 pub(crate) async fn create_starts_stopped(session: &Session) -> Outcome {
-    let Some(backend) = session.backend() else {
-        return Outcome::Skip(
-            "needs a VM stopped outside the provider; the backend is not pvesim".to_owned(),
-        );
+    let hook = match stop_hook(session).await {
+        Ok(Some(origin)) => origin,
+        Ok(None) => return Outcome::Skip(no_hook_reason(session)),
+        Err(reason) => return Outcome::Fail(reason),
     };
-    outcome(starts_stopped(session, backend).await)
+    outcome(starts_stopped(session, hook).await)
 }
 
-async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> RuleResult {
+/// The first origin whose stop hook answers, asked to stop a VM no backend has (the run's name
+/// for none): the hook answers "no such VM", anything else has no hook.
+async fn stop_hook(session: &Session) -> Result<Option<&Origin>, String> {
+    let nobody = session.name("no-such-vm");
+    for origin in session.origins() {
+        match origin.stop(&nobody).await? {
+            Stop::NoSuchVm(_) => return Ok(Some(origin)),
+            Stop::NoHook(_) => {}
+            Stop::Stopped => {
+                return Err(format!(
+                    "the stop hook answered 200 for {nobody}, a VM nobody made; it must answer 404"
+                ));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn no_hook_reason(session: &Session) -> String {
+    if session.origins().is_empty() {
+        format!("{NO_STOP_HOOK}: the provider has no http grant to reach one")
+    } else {
+        format!("{NO_STOP_HOOK}: no origin of the grant has it")
+    }
+}
+
+async fn starts_stopped(session: &Session, hook: &Origin) -> RuleResult {
     let (name, uid, tag) = (
         session.name("restart"),
         session.uid(),
@@ -117,7 +145,14 @@ async fn starts_stopped(session: &Session, backend: &super::backend::Pvesim) -> 
     let created = session.create(&name, &uid, &tag).await?;
     let id = created.provider_id.clone();
     session.wait_running(&id).await?;
-    backend.stop_vm_named(&name).await?;
+    match hook.stop(&name).await? {
+        Stop::Stopped => {}
+        Stop::NoSuchVm(said) | Stop::NoHook(said) => {
+            return Err(format!(
+                "the stop hook did not stop {name}, which create answered as {id}: {said}"
+            ));
+        }
+    }
     let stopped = session
         .get(&id)
         .await

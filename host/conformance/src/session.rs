@@ -1,5 +1,6 @@
-//! One run's state: the loaded provider, the broker it runs behind, the backend when it is pvesim,
-//! fresh names, UIDs and tags, and the record of every call the rules made.
+//! One run's state: the loaded provider, the broker it runs behind, the grant's origins (and
+//! pvesim when the backend is the simulator), the tap the rule has set on its calls, fresh names,
+//! UIDs and tags, and the record of every call the rules made.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,10 +9,10 @@ use egress_capability_http::{Broker, HttpGrant};
 use egress_runtime::Capability as _;
 use egress_runtime::grant::{FilesOnly, GrantContext, GrantHost, SecretKeyRef};
 use egress_runtime::types::{CheckResult, CreateRequest, Request, Response, Tag, Vm};
-use egress_runtime::{CallContext, CallError, ErrorClass, Operation, Provider, VmState};
+use egress_runtime::{CallContext, CallError, ErrorClass, Operation, Provider, Tap, VmState};
 use serde_json::Value;
 
-use super::backend::Pvesim;
+use super::backend::{Origin, Pvesim};
 use super::watch::Watch;
 use crate::lock;
 
@@ -81,7 +82,11 @@ pub struct Session {
     run: String,
     /// The injected secrets (the grant's and the wrong one), only to search answers for them.
     secrets: Vec<String>,
-    backend: Option<Pvesim>,
+    /// The grant's origins, for the test-backend hooks.
+    origins: Vec<Origin>,
+    pvesim: Option<Pvesim>,
+    /// What every call goes through while a rule faults its requests (`with_tap`).
+    tap: Mutex<Option<Arc<dyn Tap>>>,
     denied_before: u64,
     calls: Mutex<Vec<CallRecord>>,
     /// Provider IDs of VMs the run made, and tags it used, for the clean-up.
@@ -120,13 +125,13 @@ impl Session {
             .as_ref()
             .map(|grant| grant.origins.clone())
             .unwrap_or_default();
-        let backend = Pvesim::detect(
+        let origins = Origin::all(
             &broker,
             provider.identity(),
             provider.component_digest(),
             &origins,
-        )
-        .await;
+        );
+        let pvesim = Pvesim::detect(&origins).await;
         let denied_before = denied(&broker, provider.identity());
         let run = format!("{:08x}", rand::random::<u32>());
         Ok(Session {
@@ -137,7 +142,9 @@ impl Session {
             config,
             run,
             secrets,
-            backend,
+            origins,
+            pvesim,
+            tap: Mutex::new(None),
             denied_before,
             calls: Mutex::new(Vec::new()),
             made: Mutex::new(Vec::new()),
@@ -156,8 +163,25 @@ impl Session {
     }
 
     /// The backend, when it is pvesim.
-    pub(crate) fn backend(&self) -> Option<&Pvesim> {
-        self.backend.as_ref()
+    pub(crate) fn pvesim(&self) -> Option<&Pvesim> {
+        self.pvesim.as_ref()
+    }
+
+    /// The grant's origins.
+    pub(crate) fn origins(&self) -> &[Origin] {
+        &self.origins
+    }
+
+    /// The provider's HTTP grant, if it has one.
+    pub(crate) fn http_grant(&self) -> Option<&HttpGrant> {
+        self.grant.as_ref()
+    }
+
+    /// Every call goes through `tap` until the guard drops: how a rule injects faults at the
+    /// broker, whatever the backend.
+    pub(crate) fn with_tap(&self, tap: Arc<dyn Tap>) -> TapGuard<'_> {
+        *lock(&self.tap) = Some(tap);
+        TapGuard { session: self }
     }
 
     /// Requests the provider sent so far.
@@ -219,7 +243,11 @@ impl Session {
     /// One call, recorded.
     pub(crate) async fn call(&self, request: Request) -> Result<Response, CallError> {
         let operation = request.operation();
-        let outcome = self.provider.call(request, &CallContext::default()).await;
+        let context = CallContext {
+            tap: lock(&self.tap).clone(),
+            ..CallContext::default()
+        };
+        let outcome = self.provider.call(request, &context).await;
         let text = match &outcome {
             Ok(response) => serde_json::to_string(response).unwrap_or_default(),
             Err(error) => format!("{error} {error:?}"),
@@ -425,14 +453,9 @@ impl Session {
         ))
     }
 
-    /// Deletes what the run made (listed by every tag it used, and every ID create answered) and
-    /// clears the faults it set. Best effort: a leftover is reported on stderr.
+    /// Deletes what the run made (listed by every tag it used, and every ID create answered).
+    /// Best effort: a leftover is reported on stderr.
     pub(crate) async fn clean_up(&self) {
-        if let Some(backend) = &self.backend
-            && let Err(error) = backend.clear_faults().await
-        {
-            eprintln!("warning: could not clear the simulator's faults: {error}");
-        }
         let mut ids = lock(&self.made).clone();
         let tags = lock(&self.tags).clone();
         for value in tags {
@@ -451,6 +474,17 @@ impl Session {
                 eprintln!("warning: the run's VM {id} may be left over: {error}");
             }
         }
+    }
+}
+
+/// Takes the tap off the session's calls when dropped, however the rule ends.
+pub(crate) struct TapGuard<'a> {
+    session: &'a Session,
+}
+
+impl Drop for TapGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.session.tap) = None;
     }
 }
 

@@ -22,6 +22,7 @@ use crate::reply::{self, ApiError};
 use crate::state::{Guest, GuestKind, Inner, RequestRecord, RunState, SimState, Task, unix_now};
 use crate::storage;
 use crate::tasks::{self, Work};
+use crate::test_hook;
 
 /// Largest request body accepted (uploads are seed ISOs of a few KiB to MiB).
 const MAX_BODY: usize = 256 << 20;
@@ -106,6 +107,9 @@ where
 
     if path.starts_with(admin::PREFIX) {
         return Ok(admin_request(&server, request).await);
+    }
+    if path.starts_with(test_hook::PREFIX) {
+        return Ok(test_hook_request(&server, request).await);
     }
 
     let mut task_override = None;
@@ -192,6 +196,23 @@ where
         Ok(value) => reply::data(value),
         Err(err) => reply::error(&err),
     }
+}
+
+/// A test-backend hook request (see [`test_hook`]): authenticated like the API, never faulted nor
+/// logged.
+async fn test_hook_request<B>(server: &Arc<Server>, request: Request<B>) -> HttpResponse
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Err(err) = authenticate(server, &request) {
+        return reply::error(&err);
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
+        return reply::error(&ApiError::new(413, "request entity too large"));
+    };
+    test_hook::answer(server, &parts.method, parts.uri.path(), &body.to_bytes())
 }
 
 /// F22: wrong secret or unknown token → `Authentication failed!`; no credentials → `No ticket`.

@@ -74,7 +74,9 @@
 //! sets and clears faults, counts requests, lists VMs, and stops a VM or reboots a node as
 //! happens on a real host outside the API, for tools that only hold its URL and token, such as
 //! `egress-operator conformance` (see `admin.rs`). Tests in-process call the last two directly:
-//! [`Simulator::stop_vm`] and [`Simulator::reboot_node`].
+//! [`Simulator::stop_vm`] and [`Simulator::reboot_node`]. It also serves the conformance suite's
+//! test-backend hook `POST /_egress-test/stop` (`test_hook.rs`, `docs/contract.md`), which any
+//! backend may implement: the suite's only need of the admin API left is counting VMs by name.
 //!
 //! With [`SimConfig::service_port`], each running VM also serves a proxy endpoint of its own on
 //! loopback, at the address its agent reports, for health probes; the admin API (or
@@ -99,6 +101,7 @@ mod services;
 mod state;
 mod storage;
 mod tasks;
+mod test_hook;
 mod tls;
 
 use std::net::SocketAddr;

@@ -1,9 +1,11 @@
 //! The admin API under `/_sim/`, over real HTTPS: what the conformance suite uses to recognise
-//! the simulator, set faults and count VMs.
+//! the simulator and count VMs (and tests set faults with); and the test-backend hook
+//! `POST /_egress-test/stop` the suite stops a VM through.
 
 mod common;
 
 use common::{Api, admin_as as admin};
+use serde_json::json;
 
 #[tokio::test]
 async fn info_names_the_simulator_and_needs_a_token() {
@@ -100,4 +102,56 @@ async fn requests_and_vms_count_what_the_api_served_and_holds() {
         "admin requests are not logged"
     );
     assert_eq!(counts.data()["unanswered"], 0);
+}
+
+/// The conformance suite's test-backend hook (`docs/contract.md`): plain JSON marked
+/// `"hook": "stop"`, the token required, a VM found by its name and stopped as by `qm stop`.
+#[tokio::test]
+async fn the_stop_hook_stops_a_vm_by_name_and_marks_its_answers() {
+    let api = Api::start().await;
+    let token = api.sim.token_header();
+    api.clone_template(120, &[]).await;
+    let started = api.post("/nodes/pv1-1/qemu/120/status/start", &[]).await;
+    assert_eq!(started.status, 200, "{started:?}");
+    let hook = |auth: Option<String>, body: &'static str| {
+        let request = api
+            .client
+            .post(format!("{}/_egress-test/stop", api.sim.url()))
+            .body(body);
+        let request = match auth {
+            Some(auth) => request.header("Authorization", auth),
+            None => request,
+        };
+        async move { common::answer(request.send().await.unwrap()).await }
+    };
+    assert_eq!(
+        hook(None, r#"{"name": "proxy-reconaaaaaaaaaaa"}"#)
+            .await
+            .status,
+        401
+    );
+    let unknown = hook(Some(token.clone()), r#"{"name": "no-such-vm"}"#).await;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    assert_eq!(unknown.body["hook"], "stop", "{unknown:?}");
+    let garbled = hook(Some(token.clone()), r#"{"vmid": 120}"#).await;
+    assert_eq!(
+        (garbled.status, &garbled.body["hook"]),
+        (400, &json!("stop"))
+    );
+
+    let stopped = hook(Some(token.clone()), r#"{"name": "proxy-reconaaaaaaaaaaa"}"#).await;
+    assert_eq!(stopped.status, 200, "{stopped:?}");
+    assert_eq!(stopped.body, json!({"hook": "stop", "stopped": [120]}));
+    let status = api.get("/nodes/pv1-1/qemu/120/status/current").await;
+    assert_eq!(status.data()["status"], "stopped", "{status:?}");
+    assert_eq!(
+        api.sim
+            .state()
+            .request_log()
+            .iter()
+            .filter(|r| r.path.contains("_egress-test"))
+            .count(),
+        0,
+        "hook requests are not logged"
+    );
 }

@@ -1,4 +1,6 @@
-//! A small inventory service over real HTTP on loopback: the backend the reference provider's
+//! Backends the conformance tests run providers against.
+//!
+//! [`Inventory`]: a small inventory service over real HTTP on loopback: the backend the reference provider's
 //! endpoint mode talks to (`components/reference`: `POST /instances`, `GET|DELETE
 //! /instances/<name>`, `GET /instances?tag=<key>=<value>`, `GET /health`), keeping the contract's
 //! semantics on its side: create is idempotent by name and refuses another UID (409), a missing
@@ -157,4 +159,112 @@ fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response
+}
+
+/// The example provider's backend, `testdata/inventory/inventory.py` (the guide's toy inventory),
+/// as a real process over HTTPS on loopback with a bearer token the broker injects; killed on
+/// drop. It implements the test-backend hook `POST /_egress-test/stop`.
+pub struct PythonInventory {
+    child: std::process::Child,
+    origin: String,
+    files: tempfile::TempDir,
+    token: String,
+}
+
+impl Drop for PythonInventory {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl PythonInventory {
+    pub fn start() -> PythonInventory {
+        use std::io::BufRead as _;
+        let files = tempfile::tempdir().unwrap();
+        let token = format!("inventory-{}", std::process::id());
+        std::fs::write(files.path().join("token"), &token).unwrap();
+        // A CA for this run, and the inventory's certificate for 127.0.0.1 signed by it.
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&leaf_key, &ca, &ca_key)
+            .unwrap();
+        std::fs::write(files.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(files.path().join("cert.pem"), leaf.pem()).unwrap();
+        std::fs::write(files.path().join("key.pem"), leaf_key.serialize_pem()).unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/inventory/inventory.py");
+        let file = |name: &str| files.path().join(name).to_str().unwrap().to_owned();
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .args(["--token-file", &file("token")])
+            .args([
+                "--tls-cert",
+                &file("cert.pem"),
+                "--tls-key",
+                &file("key.pem"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the toy inventory");
+        // Its first line, `url: https://127.0.0.1:PORT`, comes once it listens.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let origin = line
+            .trim()
+            .strip_prefix("url: ")
+            .unwrap_or_else(|| panic!("the inventory's first line is its url: {line:?}"))
+            .to_owned();
+        PythonInventory {
+            child,
+            origin,
+            files,
+            token,
+        }
+    }
+
+    /// The example provider's config.
+    pub fn config(&self) -> Value {
+        json!({ "url": self.origin })
+    }
+
+    /// The grants document for `identity`: the origin, the bearer token from its file, the CA.
+    pub fn grants(&self, identity: &str) -> Value {
+        json!({"grants": {identity: {"http": {
+            "origins": [self.origin],
+            "credential": {
+                "header": "Authorization", "format": "Bearer {secret}",
+                "secretFile": self.files.path().join("token"),
+            },
+            "tls": {"caFile": self.files.path().join("ca.pem")},
+        }}}})
+    }
+
+    /// The names of every VM it holds, asked over HTTPS with its token.
+    pub async fn vm_names(&self) -> Vec<String> {
+        let ca = std::fs::read(self.files.path().join("ca.pem")).unwrap();
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .build()
+            .unwrap();
+        let vms: Vec<Value> = client
+            .get(format!("{}/vms", self.origin))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        vms.iter()
+            .map(|vm| vm["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
 }
