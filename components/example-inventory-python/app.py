@@ -5,8 +5,8 @@ the labels `managed-by=egress-operator`, `egress-uid`, `created-at` and `tag.<ke
 import json
 import re
 
-from egress_guest import (Endpoint, Request, Problem, call, check_operation, config, get_json,
-                          instance_state, not_found, operation, percent_encode, permanent, time, NOT_FOUND, PERMANENT)
+from egress_guest import (Endpoint, Request, Problem, call, check_operation, config, get_json, instance_state,
+                          not_found, operation, percent_encode, permanent, post_json, time, NOT_FOUND, PERMANENT)
 from egress_guest import check as check_health
 from wit_world import exports
 from wit_world.imports import egress_provider_types as wit
@@ -49,16 +49,19 @@ class Provider(exports.Provider):
 
     @operation
     def create(self, request: wit.CreateRequest) -> wit.Instance:
-        """Idempotent by name: adopt our VM with this UID, refuse any other, else create one."""
+        """Idempotent by name: adopt our VM with this UID, refuse any other, else create one. The
+        operator restarts a stopped VM by creating it again: start it."""
         url = endpoint(request.config)
         for vm in get_json(url, f"/vms?name={percent_encode(request.name)}"):
             if is_ours(vm) and vm["labels"].get("egress-uid") == request.uid:
+                if vm["state"] == "stopped":
+                    return instance(post_json(url, f"/vms/{vm['id']}/start"))
                 return instance(vm)
             raise permanent(f"VM `{request.name}` exists, not ours")
         labels = {"managed-by": "egress-operator", "egress-uid": request.uid, "created-at": time.now_rfc3339()}
         labels.update({f"tag.{tag.key}": tag.value for tag in request.tags})
         body = {"name": request.name, "labels": labels, "userData": request.user_data}
-        return instance(call(Request.new("POST", url, "/vms", json=body)).decode())
+        return instance(post_json(url, "/vms", body))
 
     @operation
     def get(self, config: str, provider_id: str) -> wit.Instance:

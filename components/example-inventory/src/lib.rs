@@ -11,7 +11,7 @@ use egress::provider::types::{
     CheckResult, CreateRequest, Description, Error, Instance, InstanceState,
 };
 use egress_guest::{Health, Mark, Method, Problem, Request, call, get_json, percent_encode};
-use egress_guest::{UrlConfig, numeric_id, unless_gone};
+use egress_guest::{UrlConfig, numeric_id, post_json, unless_gone};
 use exports::egress::provider::provider::Guest;
 use serde::Deserialize;
 use serde_json::json;
@@ -47,18 +47,21 @@ impl Guest for InventoryProvider {
         Ok(UrlConfig::endpoint(&config).map(drop)?)
     }
 
-    /// Idempotent by name: adopt our VM with this UID, refuse any other, else create it, marked.
+    /// Idempotent by name: adopt and start our VM with this UID, refuse others, else create it.
     fn create(request: CreateRequest) -> Result<Instance, Error> {
         let url = UrlConfig::endpoint(&request.config)?;
         let path = format!("/vms?name={}", percent_encode(&request.name));
         if let Some(vm) = get_json::<Vec<Vm>>(&url, &path)?.into_iter().next() {
             egress_guest::adopt(&request.name, &request.uid, vm.mark.as_ref())?;
+            if vm.state == "stopped" {
+                return Ok(post_json::<Vm>(&url, &format!("/vms/{}/start", vm.id), None)?.ours()?);
+            }
             return Ok(vm.ours()?);
         }
         let mark = Mark::new(&request.uid, request.tags.iter().map(|t| (&*t.key, &*t.value)));
         let body =
             json!({"name": request.name, "labels": mark.labels(), "userData": request.user_data});
-        Ok(call(&Request::new(Method::Post, &url, "/vms").json(&body))?.decode::<Vm>()?.ours()?)
+        Ok(post_json::<Vm>(&url, "/vms", Some(&body))?.ours()?)
     }
 
     /// One VM; not ours, gone, or a malformed ID is `not-found`.

@@ -9,9 +9,10 @@ classes and `check` in its reasons. This package is that plumbing, once:
   credentials); `contract.config` parses a configuration, unknown keys refused.
 * `Request.new(method, endpoint, path, json=...)`, then `send` it (a `Response`, or
   `TransportError` when there is none) or `call` it (a non-2xx answer or no response raised as the
-  `Problem` of its class). The body goes whole through the broker's exchange call
-  (`egress:http-broker/exchange@0.2.0`) when the component was built with that import, else
-  through `wasi:http`, with an exact `content-length` either way.
+  `Problem` of its class); `get_json` and `post_json` call and decode the JSON answer. The body
+  goes whole through the broker's exchange call (`egress:http-broker/exchange@0.2.0`) when the
+  component was built with that import, else through `wasi:http`, with an exact `content-length`
+  either way.
 * `Problem` and `transient` / `permanent` / `not_found`: raise them; `@operation` answers them as
   the contract's `error`. `check(request)` answers a health request as a `Health` reason;
   `@check_operation` turns it into the contract's `check-result`.
@@ -27,4 +28,4 @@ from .health import Health, check
 from .contract import check_operation, check_result, config, error, instance_state, operation
 from .errors import (NOT_FOUND, PERMANENT, QUOTA_EXCEEDED, TRANSIENT, Problem, TransportError, TransportKind,
                      class_of_status, not_found, permanent, transient)
-from .http import Endpoint, Request, Response, call, get_json, percent_encode, send
+from .http import Endpoint, Request, Response, call, get_json, percent_encode, post_json, send

@@ -135,6 +135,12 @@ def get_json(endpoint: Endpoint, path: str):
     return call(Request.new("GET", endpoint, path)).decode()
 
 
+def post_json(endpoint: Endpoint, path: str, json=None):
+    """`POST` `path` below `endpoint`, with `json` as its body or none (an action such as a start),
+    and decode the JSON answer; see `call`."""
+    return call(Request.new("POST", endpoint, path, json=json)).decode()
+
+
 def excerpt(body: bytes) -> str:
     """The first bytes of a body as text (invalid UTF-8 replaced), for messages."""
     return body[:_BODY_EXCERPT_BYTES].decode("utf-8", "replace")

@@ -88,6 +88,21 @@ class SendTests(unittest.TestCase):
         # The host sets content-length from the body: a guest's own would be refused.
         self.assertNotIn("content-length", [name for name, _ in sent[1].headers])
 
+    def test_post_json_sends_its_value_or_no_body_and_decodes_the_answer(self):
+        sent = []
+
+        def answer(request, max_bytes):
+            sent.append(request)
+            return exchange.Response(200, [], b'{"id": "3", "state": "provisioning"}')
+
+        endpoint = Endpoint.parse("http://127.0.0.1:9")
+        with mock.patch.object(exchange, "send", answer):
+            created = egress_guest.post_json(endpoint, "/vms", {"name": "a"})
+            started = egress_guest.post_json(endpoint, "/vms/3/start")
+        self.assertEqual((created["id"], started["state"]), ("3", "provisioning"))
+        self.assertEqual([(r.path_with_query, r.body) for r in sent], [("/vms", b'{"name": "a"}'), ("/vms/3/start", b"")])
+        self.assertTrue(all(isinstance(r.method, wasi.Method_Post) for r in sent))
+
 
 class ValueTests(unittest.TestCase):
     def test_endpoints_parse_without_echoing_user_info(self):

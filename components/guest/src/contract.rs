@@ -54,6 +54,21 @@ pub fn get_json<T: serde::de::DeserializeOwned>(
     call(&Request::new(Method::Get, endpoint, path))?.decode()
 }
 
+/// `POST` `path` below `endpoint`, with `body` as JSON or none (an action such as a start), and
+/// decode the JSON answer; see [`call`].
+pub fn post_json<T: serde::de::DeserializeOwned>(
+    endpoint: &Endpoint,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<T, Problem> {
+    let request = Request::new(Method::Post, endpoint, path);
+    call(&match body {
+        Some(body) => request.json(body),
+        None => request,
+    })?
+    .decode()
+}
+
 /// The configuration of a provider whose backend is one URL and nothing else:
 /// `{"url": "http(s)://host[:port][/base]"}`, unknown keys refused.
 #[derive(serde::Deserialize)]

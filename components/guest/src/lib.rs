@@ -14,9 +14,10 @@
 //!    `Content-Length` is sent. The feature `wasi-http-only` sends everything through `wasi:http`,
 //!    for a host that predates the exchange call.
 //! 3. Or [`call`] it: a non-2xx status or no response comes back as a [`Problem`] of the
-//!    contract's error class ([`ErrorClass::of_status`], [`TransportKind::class`]); and [`check`]
-//!    answers a health request as a [`Health`] reason. [`contract_types!`] converts both into
-//!    your bindings' `error` and `check-result`, so `?` works in every operation.
+//!    contract's error class ([`ErrorClass::of_status`], [`TransportKind::class`]); [`get_json`]
+//!    and [`post_json`] call and decode the JSON answer; and [`check`] answers a health request as
+//!    a [`Health`] reason. [`contract_types!`] converts both into your bindings' `error` and
+//!    `check-result`, so `?` works in every operation.
 //! 4. [`time::now_rfc3339`] for `created-at`, [`time::sleep_ms`] to wait without spinning.
 //! 5. The contract's ownership rules for a backend with key/value labels: the [`Mark`] as labels,
 //!    [`adopt`] for `create`, [`deletable`] and [`unless_gone`] for `delete`, [`numeric_id`] for
@@ -51,7 +52,9 @@ pub mod time;
 /// The WASI 0.2 bindings underneath, for what this crate does not wrap.
 pub use wasip2;
 
-pub use contract::{Health, Problem, Reason, UrlConfig, call, check, config, get_json};
+pub use contract::{
+    Health, Problem, Reason, UrlConfig, call, check, config, get_json, post_json,
+};
 pub use endpoint::{Endpoint, Scheme};
 pub use errors::{ErrorClass, TransportError, TransportKind};
 pub use http::{
