@@ -483,3 +483,116 @@ impl RecordingDir {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egress_runtime::types::ProviderError;
+    use http_body_util::Full;
+
+    /// Reads each request whole and answers it with `body`, as a backend behind the broker does.
+    struct Answering(&'static str);
+
+    impl Egress for Answering {
+        fn send(
+            &self,
+            _site: &CallSite,
+            request: http::Request<EgressBody>,
+            _options: Option<RequestOptions>,
+        ) -> EgressFuture {
+            let body = Full::new(Bytes::from(self.0))
+                .map_err(|never| match never {})
+                .boxed_unsync();
+            Box::pin(async move {
+                request.into_body().collect().await?;
+                Ok(http::Response::new(body))
+            })
+        }
+    }
+
+    fn site() -> CallSite {
+        CallSite {
+            provider: Arc::from("p"),
+            digest: Arc::from(""),
+            operation: "get",
+        }
+    }
+
+    fn request(body: &'static str) -> http::Request<EgressBody> {
+        let body = Full::new(Bytes::from(body))
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        http::Request::post("https://backend.test/x")
+            .body(body)
+            .unwrap()
+    }
+
+    fn provider() -> RecordedProvider {
+        RecordedProvider {
+            identity: "p".into(),
+            name: "p".into(),
+            contract: "0.2.0".into(),
+            digest: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_past_their_bounds_keep_their_first_bytes_and_say_so() {
+        let recorder = Recorder::new(Bounds {
+            body_bytes: 4,
+            call_bytes: 10,
+        });
+        let next: Arc<dyn Egress> = Arc::new(Answering("hello world"));
+        for sent in ["abcdefgh", "xy"] {
+            let answer = recorder
+                .send(&site(), request(sent), None, &next)
+                .await
+                .unwrap();
+            let received = answer.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(received, "hello world", "the guest gets the whole body");
+        }
+        let recording = recorder.finish(provider(), "get", Value::Null, Value::Null);
+        let bodies: Vec<(Option<String>, bool)> = recording
+            .exchanges
+            .iter()
+            .flat_map(|exchange| {
+                let response = exchange.response.as_ref().unwrap();
+                [&exchange.request.body, &response.body]
+            })
+            .map(|body| (body.text.clone(), body.truncated))
+            .collect();
+        // 4 + 4 of the call's 10, then 2 left for the second exchange's request and none after.
+        let expected = [
+            (Some("abcd".to_owned()), true),
+            (Some("hell".to_owned()), true),
+            (Some("xy".to_owned()), false),
+            (None, true),
+        ];
+        assert_eq!(bodies, expected);
+    }
+
+    #[tokio::test]
+    async fn a_recording_that_cannot_be_saved_leaves_the_call_as_it_was() {
+        let files = std::env::temp_dir().join(format!("egress-tap-{}", std::process::id()));
+        std::fs::write(&files, "a file where the folder would go").unwrap();
+        let dir = RecordingDir::new(files.join("p"), 3, Bounds::default());
+        let answered = dir
+            .record(
+                provider(),
+                Request::Describe,
+                &CallContext::default(),
+                |_, context| async move {
+                    assert!(context.tap.is_some(), "the call runs with the recorder");
+                    Err(CallError::Provider(ProviderError::Transient(
+                        "asked".into(),
+                    )))
+                },
+            )
+            .await;
+        std::fs::remove_file(&files).unwrap();
+        assert!(
+            matches!(&answered, Err(CallError::Provider(ProviderError::Transient(why))) if why == "asked"),
+            "{answered:?}"
+        );
+    }
+}
