@@ -445,6 +445,17 @@ impl ProviderSet {
         }
     }
 
+    /// Where ProviderConfig `name` records its calls, if its `spec` says to.
+    fn recordings_of(&self, name: &str, spec: &ProviderConfigSpec) -> Option<RecordingDir> {
+        let record = spec.record.as_ref()?;
+        let bounds = Bounds::of(record.max_body_bytes, record.max_call_bytes);
+        Some(RecordingDir::new(
+            self.recordings.join(name),
+            record.keep as usize,
+            bounds,
+        ))
+    }
+
     /// The binding to serve next, if any.
     fn next_binding(
         &self,
@@ -477,9 +488,7 @@ impl ProviderSet {
                     config: fresh.config.clone(),
                     sweep: spec.orphan_sweep.clone(),
                     recovery: spec.recovery.clone(),
-                    resync: spec
-                        .resync_seconds
-                        .map(|seconds| Duration::from_secs(seconds.max(1))),
+                    resync: (spec.resync_seconds).map(|s| Duration::from_secs(s.max(1))),
                     revision,
                     handled_by: HandledBy {
                         provider_config: name.to_owned(),
@@ -489,10 +498,7 @@ impl ProviderSet {
                         version: description.version.clone(),
                         digest: fresh.provider.component_digest().to_string(),
                     },
-                    recordings: (spec.record.as_ref()).map(|record| {
-                        let bounds = Bounds::of(record.max_body_bytes, record.max_call_bytes);
-                        RecordingDir::new(self.recordings.join(name), record.keep as usize, bounds)
-                    }),
+                    recordings: self.recordings_of(name, spec),
                 }))
             }
             _ => None,

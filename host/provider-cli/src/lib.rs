@@ -457,23 +457,12 @@ async fn call(args: &CallArgs) -> anyhow::Result<ExitCode> {
         &args.cache,
     )
     .await?;
-    let recorder = args
-        .record
-        .as_ref()
-        .map(|_| Recorder::new(Bounds::default()));
-    let replay = match &args.replay {
-        Some(path) => {
-            let recording = Recording::read(path)?;
-            let source = path.display().to_string();
-            Some(Replay::new(recording, &source, provider.description())?)
-        }
-        None => None,
-    };
-    let tap: Option<Arc<dyn Tap>> = match (&recorder, &replay) {
-        (Some(recorder), _) => Some(Arc::clone(recorder) as Arc<dyn Tap>),
-        (None, Some(replay)) => Some(Arc::clone(replay) as Arc<dyn Tap>),
-        (None, None) => None,
-    };
+    let recorder = (args.record.as_ref()).map(|_| Recorder::new(Bounds::default()));
+    let replay = (args.replay.as_deref())
+        .map(|path| replay_of(path, &provider))
+        .transpose()?;
+    let recording_tap = recorder.clone().map(|recorder| recorder as Arc<dyn Tap>);
+    let tap = recording_tap.or_else(|| replay.clone().map(|replay| replay as Arc<dyn Tap>));
     let context = CallContext {
         tap,
         ..CallContext::default()
@@ -496,26 +485,42 @@ async fn call(args: &CallArgs) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    if let Some(replay) = &replay {
-        if let Err(divergence) = replay.verdict() {
-            eprintln!("{divergence}");
-            return Ok(ExitCode::from(3));
-        }
-        let recorded = &replay.recording().output;
-        if *recorded != output {
-            eprintln!(
-                "replay: every request matched the recording, but the output differs\n  recorded: {recorded}\n  replayed: {output}"
-            );
-            return Ok(ExitCode::from(3));
-        }
-        let exchanges = replay.recording().exchanges.len();
-        eprintln!("replay: {exchanges} exchanges matched and the output is the recorded one");
+    if let Some(replay) = &replay
+        && !replayed_the_recording(replay, &output)
+    {
+        return Ok(ExitCode::from(3));
     }
     Ok(if result.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The replay of the recording at `path` for `provider`.
+fn replay_of(path: &Path, provider: &Provider) -> anyhow::Result<Arc<Replay>> {
+    let recording = Recording::read(path)?;
+    let source = path.display().to_string();
+    Ok(Replay::new(recording, &source, provider.description())?)
+}
+
+/// Whether the call kept to `replay`'s recording and gave its `output`; says why not, or how
+/// much matched, on stderr.
+fn replayed_the_recording(replay: &Replay, output: &serde_json::Value) -> bool {
+    if let Err(divergence) = replay.verdict() {
+        eprintln!("{divergence}");
+        return false;
+    }
+    let recorded = &replay.recording().output;
+    if recorded != output {
+        eprintln!(
+            "replay: every request matched the recording, but the output differs\n  recorded: {recorded}\n  replayed: {output}"
+        );
+        return false;
+    }
+    let exchanges = replay.recording().exchanges.len();
+    eprintln!("replay: {exchanges} exchanges matched and the output is the recorded one");
+    true
 }
 
 /// Run `conformance`: the report on stdout (and as JUnit XML with `--junit`).

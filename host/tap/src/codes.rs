@@ -56,68 +56,77 @@ pub(crate) fn name(error: &EgressError) -> (&'static str, Option<String>) {
 /// The error code named `name` (with `detail` for `internal-error`); `None` for a name this
 /// version does not know.
 pub(crate) fn parse(name: &str, detail: Option<String>) -> Option<EgressError> {
+    if name == "internal-error" {
+        return Some(EgressError::InternalError(detail));
+    }
+    CODES
+        .iter()
+        .map(|code| code())
+        .find(|code| self::name(code).0 == name)
+}
+
+/// Every code but `internal-error`, without payload (the type is not `Clone`: a maker each).
+const CODES: &[fn() -> EgressError] = {
     use EgressError as E;
-    Some(match name {
-        "DNS-timeout" => E::DnsTimeout,
-        "DNS-error" => E::DnsError {
+    &[
+        || E::DnsTimeout,
+        || E::DnsError {
             rcode: None,
             info_code: None,
         },
-        "destination-not-found" => E::DestinationNotFound,
-        "destination-unavailable" => E::DestinationUnavailable,
-        "destination-IP-prohibited" => E::DestinationIpProhibited,
-        "destination-IP-unroutable" => E::DestinationIpUnroutable,
-        "connection-refused" => E::ConnectionRefused,
-        "connection-terminated" => E::ConnectionTerminated,
-        "connection-timeout" => E::ConnectionTimeout,
-        "connection-read-timeout" => E::ConnectionReadTimeout,
-        "connection-write-timeout" => E::ConnectionWriteTimeout,
-        "connection-limit-reached" => E::ConnectionLimitReached,
-        "TLS-protocol-error" => E::TlsProtocolError,
-        "TLS-certificate-error" => E::TlsCertificateError,
-        "TLS-alert-received" => E::TlsAlertReceived {
+        || E::DestinationNotFound,
+        || E::DestinationUnavailable,
+        || E::DestinationIpProhibited,
+        || E::DestinationIpUnroutable,
+        || E::ConnectionRefused,
+        || E::ConnectionTerminated,
+        || E::ConnectionTimeout,
+        || E::ConnectionReadTimeout,
+        || E::ConnectionWriteTimeout,
+        || E::ConnectionLimitReached,
+        || E::TlsProtocolError,
+        || E::TlsCertificateError,
+        || E::TlsAlertReceived {
             alert_id: None,
             alert_message: None,
         },
-        "HTTP-request-denied" => E::HttpRequestDenied,
-        "HTTP-request-length-required" => E::HttpRequestLengthRequired,
-        "HTTP-request-body-size" => E::HttpRequestBodySize(None),
-        "HTTP-request-method-invalid" => E::HttpRequestMethodInvalid,
-        "HTTP-request-URI-invalid" => E::HttpRequestUriInvalid,
-        "HTTP-request-URI-too-long" => E::HttpRequestUriTooLong,
-        "HTTP-request-header-section-size" => E::HttpRequestHeaderSectionSize(None),
-        "HTTP-request-header-size" => E::HttpRequestHeaderSize {
+        || E::HttpRequestDenied,
+        || E::HttpRequestLengthRequired,
+        || E::HttpRequestBodySize(None),
+        || E::HttpRequestMethodInvalid,
+        || E::HttpRequestUriInvalid,
+        || E::HttpRequestUriTooLong,
+        || E::HttpRequestHeaderSectionSize(None),
+        || E::HttpRequestHeaderSize {
             field_name: None,
             field_size: None,
         },
-        "HTTP-request-trailer-section-size" => E::HttpRequestTrailerSectionSize(None),
-        "HTTP-request-trailer-size" => E::HttpRequestTrailerSize {
+        || E::HttpRequestTrailerSectionSize(None),
+        || E::HttpRequestTrailerSize {
             field_name: None,
             field_size: None,
         },
-        "HTTP-response-incomplete" => E::HttpResponseIncomplete,
-        "HTTP-response-header-section-size" => E::HttpResponseHeaderSectionSize(None),
-        "HTTP-response-header-size" => E::HttpResponseHeaderSize {
+        || E::HttpResponseIncomplete,
+        || E::HttpResponseHeaderSectionSize(None),
+        || E::HttpResponseHeaderSize {
             field_name: None,
             field_size: None,
         },
-        "HTTP-response-body-size" => E::HttpResponseBodySize(None),
-        "HTTP-response-trailer-section-size" => E::HttpResponseTrailerSectionSize(None),
-        "HTTP-response-trailer-size" => E::HttpResponseTrailerSize {
+        || E::HttpResponseBodySize(None),
+        || E::HttpResponseTrailerSectionSize(None),
+        || E::HttpResponseTrailerSize {
             field_name: None,
             field_size: None,
         },
-        "HTTP-response-transfer-coding" => E::HttpResponseTransferCoding(None),
-        "HTTP-response-content-coding" => E::HttpResponseContentCoding(None),
-        "HTTP-response-timeout" => E::HttpResponseTimeout,
-        "HTTP-upgrade-failed" => E::HttpUpgradeFailed,
-        "HTTP-protocol-error" => E::HttpProtocolError,
-        "loop-detected" => E::LoopDetected,
-        "configuration-error" => E::ConfigurationError,
-        "internal-error" => E::InternalError(detail),
-        _ => return None,
-    })
-}
+        || E::HttpResponseTransferCoding(None),
+        || E::HttpResponseContentCoding(None),
+        || E::HttpResponseTimeout,
+        || E::HttpUpgradeFailed,
+        || E::HttpProtocolError,
+        || E::LoopDetected,
+        || E::ConfigurationError,
+    ]
+};
 
 /// The refusal named `name` (`Refusal::as_str`), if this version knows it.
 pub(crate) fn refusal(name: &str) -> Option<egress_runtime::Refusal> {

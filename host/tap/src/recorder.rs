@@ -107,6 +107,40 @@ impl Recorder {
         })
     }
 
+    /// A request of the call leaves: keep its line and headers; its number.
+    fn begin(&self, parts: &http::request::Parts) -> usize {
+        let mut state = lock(&self.state);
+        state.exchanges.push(Pending {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: pairs(&parts.headers),
+            sent: Kept::default(),
+            response: None,
+            received: Kept::default(),
+            body_error: None,
+            error: None,
+            timing: Timing {
+                sent_ms: millis(self.started),
+                ..Timing::default()
+            },
+        });
+        state.exchanges.len() - 1
+    }
+
+    /// `body` of exchange `index`, kept as it streams.
+    fn tee(&self, body: EgressBody, index: usize, side: Side) -> EgressBody {
+        let state = Arc::clone(&self.state);
+        let started = self.started;
+        Tee {
+            inner: body,
+            state,
+            started,
+            index,
+            side,
+        }
+        .boxed_unsync()
+    }
+
     /// The call's recording: `provider` ran `operation` on `input` and returned `output`.
     pub fn finish(
         &self,
@@ -140,59 +174,27 @@ impl Tap for Recorder {
     ) -> EgressFuture {
         let (parts, body) = request.into_parts();
         let reporter = parts.extensions.get::<RefusalReporter>().cloned();
-        let index = {
-            let mut state = lock(&self.state);
-            state.exchanges.push(Pending {
-                method: parts.method.to_string(),
-                uri: parts.uri.to_string(),
-                headers: pairs(&parts.headers),
-                sent: Kept::default(),
-                response: None,
-                received: Kept::default(),
-                body_error: None,
-                error: None,
-                timing: Timing {
-                    sent_ms: millis(self.started),
-                    ..Timing::default()
-                },
-            });
-            state.exchanges.len() - 1
-        };
-        let tee = |body, side| {
-            Tee {
-                inner: body,
-                state: Arc::clone(&self.state),
-                started: self.started,
-                index,
-                side,
-            }
-            .boxed_unsync()
-        };
-        let request = http::Request::from_parts(parts, tee(body, Side::Sent));
+        let index = self.begin(&parts);
+        let request = http::Request::from_parts(parts, self.tee(body, index, Side::Sent));
         let answer = next.send(site, request, options);
-        let (state, started) = (Arc::clone(&self.state), self.started);
-        let response_tee = move |body| {
-            Tee {
-                inner: body,
-                state: Arc::clone(&state),
-                started,
-                index,
-                side: Side::Received,
-            }
-            .boxed_unsync()
+        let tee = Tee {
+            inner: EgressBody::default(),
+            state: Arc::clone(&self.state),
+            started: self.started,
+            index,
+            side: Side::Received,
         };
-        let state = Arc::clone(&self.state);
         Box::pin(async move {
             let answer = answer.await;
-            let mut recorded = lock(&state);
+            let mut recorded = lock(&tee.state);
             let exchange = &mut recorded.exchanges[index];
-            exchange.timing.answered_ms = Some(millis(started));
+            exchange.timing.answered_ms = Some(millis(tee.started));
             match answer {
                 Ok(response) => {
                     exchange.response =
                         Some((response.status().as_u16(), pairs(response.headers())));
                     drop(recorded);
-                    Ok(response.map(response_tee))
+                    Ok(response.map(|inner| Tee { inner, ..tee }.boxed_unsync()))
                 }
                 Err(error) => {
                     let (code, detail) = codes::name(&error);
