@@ -208,6 +208,21 @@ impl Refusal {
             Refusal::RequestsInFlight => "requests-in-flight",
         }
     }
+
+    /// The refusal whose WIT name is `name`, if there is one (a recording names refusals so).
+    pub fn named(name: &str) -> Option<Refusal> {
+        [
+            Refusal::NotGranted,
+            Refusal::Denied,
+            Refusal::CredentialsUnavailable,
+            Refusal::CaUnavailable,
+            Refusal::CaInvalid,
+            Refusal::ResponseUnredactable,
+            Refusal::RequestsInFlight,
+        ]
+        .into_iter()
+        .find(|refusal| refusal.as_str() == name)
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -287,6 +302,14 @@ impl RefusalSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_refusal_is_found_by_its_name_and_nothing_else_is() {
+        for refusal in [Refusal::NotGranted, Refusal::CaInvalid, Refusal::RequestsInFlight] {
+            assert_eq!(Refusal::named(refusal.as_str()), Some(refusal));
+        }
+        assert_eq!(Refusal::named("CaInvalid"), None);
+    }
 
     #[test]
     fn only_the_latest_request_sets_the_last_refusal() {

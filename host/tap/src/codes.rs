@@ -128,22 +128,6 @@ const CODES: &[fn() -> EgressError] = {
     ]
 };
 
-/// The refusal named `name` (`Refusal::as_str`), if this version knows it.
-pub(crate) fn refusal(name: &str) -> Option<egress_runtime::Refusal> {
-    use egress_runtime::Refusal as R;
-    [
-        R::NotGranted,
-        R::Denied,
-        R::CredentialsUnavailable,
-        R::CaUnavailable,
-        R::CaInvalid,
-        R::ResponseUnredactable,
-        R::RequestsInFlight,
-    ]
-    .into_iter()
-    .find(|refusal| refusal.as_str() == name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,9 +147,5 @@ mod tests {
             assert_eq!(super::name(&back), (name, detail));
         }
         assert!(parse("no-such-code", None).is_none());
-        assert_eq!(
-            refusal("ca-invalid"),
-            Some(egress_runtime::Refusal::CaInvalid)
-        );
     }
 }

@@ -313,7 +313,7 @@ impl Exchange {
                 let unknown = error
                     .refusal
                     .as_deref()
-                    .is_some_and(|name| crate::codes::refusal(name).is_none());
+                    .is_some_and(|name| egress_runtime::Refusal::named(name).is_none());
                 unknown
                     .then(|| format!("refusal {:?} is not one the broker reports", error.refusal))
             }

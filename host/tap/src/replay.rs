@@ -19,9 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use egress_runtime::egress::{
-    CallSite, HostWallClock, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
+    CallSite, Egress, EgressBody, EgressError, EgressFuture, HostWallClock, RequestOptions,
 };
-use egress_runtime::{Description, RefusalReporter, Tap, lock};
+use egress_runtime::{Description, Refusal, RefusalReporter, Tap, lock};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 
@@ -37,9 +37,8 @@ pub const DIVERGED: &str = "replay-diverged";
 /// Answers one call from its recording.
 #[derive(Debug)]
 pub struct Replay {
-    recording: Arc<Recording>,
-    source: Arc<str>,
-    state: Arc<Mutex<ReplayState>>,
+    /// Shared with the futures of the call's requests and its clock.
+    cursor: Arc<Cursor>,
 }
 
 #[derive(Debug, Default)]
@@ -80,46 +79,54 @@ impl Replay {
                 ),
             });
         }
+        let cursor = Cursor {
+            recording,
+            source: source.to_owned(),
+            state: Mutex::default(),
+        };
         Ok(Arc::new(Replay {
-            recording: Arc::new(recording),
-            source: Arc::from(source),
-            state: Arc::default(),
+            cursor: Arc::new(cursor),
         }))
     }
 
     /// The recording replayed.
     pub fn recording(&self) -> &Recording {
-        &self.recording
+        &self.cursor.recording
     }
 
     /// Once the call returned: `Ok` when every request matched and every recorded exchange was
     /// sent; else the first divergence.
     pub fn verdict(&self) -> Result<(), Divergence> {
-        let state = lock(&self.state);
+        let Cursor {
+            recording,
+            source,
+            state,
+        } = &*self.cursor;
+        let state = lock(state);
         if let Some(divergence) = &state.divergence {
             return Err(divergence.clone());
         }
-        match self.recording.exchanges.get(state.sent) {
+        match recording.exchanges.get(state.sent) {
             None => Ok(()),
             Some(unsent) => Err(Divergence {
-                file: self.source.to_string(),
+                file: source.clone(),
                 index: state.sent + 1,
                 what: format!(
                     "the call ended without sending it; the recording has {} ({} exchanges in all)",
                     unsent.request.line(),
-                    self.recording.exchanges.len()
+                    recording.exchanges.len()
                 ),
             }),
         }
     }
 }
 
-/// The recording, the file it came from and how far the call got: what a request's future
-/// needs of its replay.
+/// The recording, the file it came from and how far the call got.
+#[derive(Debug)]
 struct Cursor {
-    recording: Arc<Recording>,
-    source: Arc<str>,
-    state: Arc<Mutex<ReplayState>>,
+    recording: Recording,
+    source: String,
+    state: Mutex<ReplayState>,
 }
 
 impl Cursor {
@@ -144,7 +151,7 @@ impl Cursor {
             None => Some(exchanges[index - 1].clone()),
             Some(what) => {
                 state.divergence = Some(Divergence {
-                    file: self.source.to_string(),
+                    file: self.source.clone(),
                     index,
                     what,
                 });
@@ -208,11 +215,7 @@ impl Tap for Replay {
         let (mut parts, body) = request.into_parts();
         let reporter = RefusalReporter::take(&mut parts.extensions);
         let (method, uri) = (parts.method.to_string(), parts.uri.to_string());
-        let cursor = Cursor {
-            recording: Arc::clone(&self.recording),
-            source: Arc::clone(&self.source),
-            state: Arc::clone(&self.state),
-        };
+        let cursor = Arc::clone(&self.cursor);
         Box::pin(async move {
             let body = http_body_util::Limited::new(body, MAX_COMPARED_BYTES)
                 .collect()
@@ -228,7 +231,7 @@ impl Tap for Replay {
 
     fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
         Some(Box::new(ReplayClock {
-            recording: Arc::clone(&self.recording),
+            cursor: Arc::clone(&self.cursor),
             read: Mutex::new((0, Instant::now())),
         }))
     }
@@ -236,7 +239,7 @@ impl Tap for Replay {
 
 /// The recorded wall-clock reads, in order; past them, the last one advancing with real time.
 struct ReplayClock {
-    recording: Arc<Recording>,
+    cursor: Arc<Cursor>,
     /// How many reads were served, and when the last one was.
     read: Mutex<(usize, Instant)>,
 }
@@ -248,12 +251,14 @@ impl HostWallClock for ReplayClock {
 
     fn now(&self) -> Duration {
         let mut read = lock(&self.read);
-        let clock = &self.recording.clock;
+        let clock = &self.cursor.recording.clock;
         let now = match clock.get(read.0) {
             Some(recorded) => Duration::from_nanos(*recorded),
             None => match clock.last() {
                 Some(last) => Duration::from_nanos(*last) + read.1.elapsed(),
-                None => SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
+                None => SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default(),
             },
         };
         if read.0 < clock.len() {
@@ -270,7 +275,7 @@ fn answer(
 ) -> Result<http::Response<EgressBody>, EgressError> {
     if let Some(error) = exchange.error {
         if let (Some(reporter), Some(refusal)) =
-            (reporter, error.refusal.as_deref().and_then(codes::refusal))
+            (reporter, error.refusal.as_deref().and_then(Refusal::named))
         {
             reporter.report(refusal);
         }

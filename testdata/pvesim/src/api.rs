@@ -185,16 +185,14 @@ where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    if let Err(err) = authenticate(server, &request) {
-        return reply::error(&err);
-    }
-    let (parts, body) = request.into_parts();
-    let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
-        return reply::error(&ApiError::new(413, "request entity too large"));
-    };
-    match admin::dispatch(server, &parts.method, parts.uri.path(), &body.to_bytes()) {
-        Ok(value) => reply::data(value),
-        Err(err) => reply::error(&err),
+    match authenticated(server, request).await {
+        Ok((parts, body)) => {
+            match admin::dispatch(server, &parts.method, parts.uri.path(), &body) {
+                Ok(value) => reply::data(value),
+                Err(err) => reply::error(&err),
+            }
+        }
+        Err(refused) => refused,
     }
 }
 
@@ -205,14 +203,31 @@ where
     B: hyper::body::Body<Data = Bytes> + Send,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    if let Err(err) = authenticate(server, &request) {
-        return reply::error(&err);
+    match authenticated(server, request).await {
+        Ok((parts, body)) => test_hook::answer(server, &parts.method, parts.uri.path(), &body),
+        Err(refused) => refused,
     }
+}
+
+/// The head and whole body of a request outside the Proxmox API, once its token is accepted;
+/// else the answer refusing it.
+async fn authenticated<B>(
+    server: &Arc<Server>,
+    request: Request<B>,
+) -> Result<(http::request::Parts, Bytes), HttpResponse>
+where
+    B: hyper::body::Body<Data = Bytes> + Send,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    authenticate(server, &request).map_err(|err| reply::error(&err))?;
     let (parts, body) = request.into_parts();
     let Ok(body) = Limited::new(body, MAX_BODY).collect().await else {
-        return reply::error(&ApiError::new(413, "request entity too large"));
+        return Err(reply::error(&ApiError::new(
+            413,
+            "request entity too large",
+        )));
     };
-    test_hook::answer(server, &parts.method, parts.uri.path(), &body.to_bytes())
+    Ok((parts, body.to_bytes()))
 }
 
 /// F22: wrong secret or unknown token → `Authentication failed!`; no credentials → `No ticket`.
