@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_runtime::egress::{CallSite, Egress, EgressBody, EgressFuture, RequestOptions};
+use egress_runtime::egress::{Egress, EgressFuture};
 use egress_runtime::types::{CheckReason, Vm};
-use egress_runtime::{CallError, ErrorClass, Operation, Tap, VmState};
+use egress_runtime::{CallError, ErrorClass, Operation, Outgoing, Tap, VmState};
 use egress_tap::{Fault, Faults, Which};
 
 use super::{Outcome, RuleResult, Session, outcome};
@@ -255,22 +255,17 @@ impl AboutVm {
 }
 
 impl Tap for AboutVm {
-    fn send(
-        &self,
-        site: &CallSite,
-        request: http::Request<EgressBody>,
-        options: Option<RequestOptions>,
-        next: &Arc<dyn Egress>,
-    ) -> EgressFuture {
-        let names_the_vm = request
+    fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture {
+        let names_the_vm = outgoing
+            .request
             .uri()
             .path()
             .split('/')
             .any(|segment| self.segments.iter().any(|ours| ours == segment));
         if names_the_vm {
-            self.faults.send(site, request, options, next)
+            self.faults.send(outgoing, next)
         } else {
-            next.send(site, request, options)
+            outgoing.send_to(next)
         }
     }
 }

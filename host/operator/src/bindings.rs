@@ -35,7 +35,7 @@ use crate::crd::{
     ProviderConfigStatus, Recovery,
 };
 use crate::grants::ObjectsHost;
-use crate::images::Images;
+use crate::images::{Images, Wanted};
 use crate::{Objects, lock};
 use egress_capability_set::Capabilities;
 use egress_tap::{Bounds, RecordingDir};
@@ -300,7 +300,15 @@ impl ProviderSet {
             .and_then(|loaded| loaded.image.as_deref());
         let fetched = self
             .images
-            .fetch(name, component, recorded, serving, objects)
+            .fetch(
+                Wanted {
+                    name,
+                    component,
+                    recorded,
+                    serving,
+                },
+                objects,
+            )
             .await?;
         check_schema(&fetched.provider.description().config_schema, &spec.config)?;
         Ok(Candidate {

@@ -49,6 +49,20 @@ pub struct ImageSettings {
     pub allow_unsigned: bool,
 }
 
+/// What a ProviderConfig asks [`Images::fetch`] for.
+#[derive(Clone, Copy, Debug)]
+pub struct Wanted<'a> {
+    /// The ProviderConfig's name.
+    pub name: &'a str,
+    /// Its `spec.component`, which names the image.
+    pub component: &'a ComponentRef,
+    /// The pinned image its status records.
+    pub recorded: Option<&'a str>,
+    /// Whether a binding of it serves now: a moved tag is then reported; before anything
+    /// serves, the recorded digest serves first.
+    pub serving: bool,
+}
+
 /// An image's component, ready to be validated and bound.
 #[derive(Debug)]
 pub struct Fetched {
@@ -115,39 +129,35 @@ impl Images {
         }
     }
 
-    /// The component of ProviderConfig `name`'s image. `recorded` is the pinned image its status
-    /// records; `serving` whether a binding of it serves now (a moved tag is then reported;
-    /// before anything serves, the recorded digest serves first).
+    /// The component of the image `wanted` names, its pull Secret and keys read in `objects`.
     pub async fn fetch(
         &self,
-        name: &str,
-        component: &ComponentRef,
-        recorded: Option<&str>,
-        serving: bool,
+        wanted: Wanted<'_>,
         objects: &dyn Objects,
     ) -> Result<Fetched, NotReady> {
         let mut source = "none";
-        let fetched = self
-            .fetch_from(name, component, recorded, serving, objects, &mut source)
-            .await;
+        let fetched = self.fetch_from(wanted, objects, &mut source).await;
         let outcome = match &fetched {
             Ok(_) => "ok",
             Err(refused) => refused.reason,
         };
-        self.metrics.image_loaded(name, source, outcome);
+        self.metrics.image_loaded(wanted.name, source, outcome);
         fetched
     }
 
     /// [`Images::fetch`], saying in `source` where the component came from.
     async fn fetch_from(
         &self,
-        name: &str,
-        component: &ComponentRef,
-        recorded: Option<&str>,
-        serving: bool,
+        wanted: Wanted<'_>,
         objects: &dyn Objects,
         source: &mut &'static str,
     ) -> Result<Fetched, NotReady> {
+        let Wanted {
+            name,
+            component,
+            recorded,
+            serving,
+        } = wanted;
         let image = component.image.as_deref().unwrap_or_default();
         let reference = parse(image)?;
         let client = || self.client(component, objects);

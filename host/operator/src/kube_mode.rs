@@ -105,6 +105,24 @@ pub(crate) fn retry_after(controller: &str, error: &Error, context: &Context) ->
     Action::requeue(api_retry(context))
 }
 
+/// Log what one of `controller`'s passes ended with: a pass waiting on its cleanup or on a stale
+/// finalizer patch comes back by itself (debug); anything else is a warning.
+pub(crate) fn log_pass<T, Q: std::error::Error + 'static>(
+    controller: &str,
+    result: Result<T, kube::runtime::controller::Error<Error, Q>>,
+) -> std::future::Ready<()> {
+    match result {
+        Ok(_) => {}
+        Err(kube::runtime::controller::Error::ReconcilerFailed(error, object))
+            if error.metric_label() == "cleanuppending" || error.is_stale_finalizer_patch() =>
+        {
+            tracing::debug!(%object, "{error}");
+        }
+        Err(error) => tracing::warn!("{controller} controller: {error}"),
+    }
+    std::future::ready(())
+}
+
 /// The wait after an API error: the adapter-failure rule both modes share.
 pub(crate) fn api_retry(context: &Context) -> Duration {
     context.operator.reconciler.timing().after_adapter_failure()

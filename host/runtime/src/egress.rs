@@ -109,19 +109,30 @@ pub fn default_forbidden_header(name: &HeaderName) -> bool {
 /// [`CallContext`](crate::CallContext)). Requests reach a tap after the runtime's budgets and
 /// before the egress's policy; what it returns reaches the guest as the egress's answer would.
 pub trait Tap: Send + Sync + std::fmt::Debug + 'static {
-    /// Send `request` of the call at `site`: answer it, or hand it on to `next`.
-    fn send(
-        &self,
-        site: &CallSite,
-        request: http::Request<EgressBody>,
-        options: Option<RequestOptions>,
-        next: &Arc<dyn Egress>,
-    ) -> EgressFuture;
+    /// Answer `outgoing`, or hand it on to `next` ([`Outgoing::send_to`]).
+    fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture;
 
     /// The wall clock the call's guest reads (`wasi:clocks/wall-clock`) when the tap keeps or
     /// replays it (a provider writes the time into what it sends); `None`: the host's.
     fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
         None
+    }
+}
+
+/// One request of a call on its way to the [`Egress`], as a [`Tap`] sees it.
+pub struct Outgoing<'a> {
+    /// The call that sends it.
+    pub site: &'a CallSite,
+    /// The request as the guest wrote it (no credential yet).
+    pub request: http::Request<EgressBody>,
+    /// The guest's timeouts, if it set any.
+    pub options: Option<RequestOptions>,
+}
+
+impl Outgoing<'_> {
+    /// Hand the request on to `egress` unchanged.
+    pub fn send_to(self, egress: &Arc<dyn Egress>) -> EgressFuture {
+        egress.send(self.site, self.request, self.options)
     }
 }
 
@@ -146,7 +157,12 @@ impl Egress for Tapped {
         request: http::Request<EgressBody>,
         options: Option<RequestOptions>,
     ) -> EgressFuture {
-        self.tap.send(site, request, options, &self.next)
+        let outgoing = Outgoing {
+            site,
+            request,
+            options,
+        };
+        self.tap.send(outgoing, &self.next)
     }
 }
 
@@ -305,7 +321,11 @@ mod tests {
 
     #[test]
     fn every_refusal_is_found_by_its_name_and_nothing_else_is() {
-        for refusal in [Refusal::NotGranted, Refusal::CaInvalid, Refusal::RequestsInFlight] {
+        for refusal in [
+            Refusal::NotGranted,
+            Refusal::CaInvalid,
+            Refusal::RequestsInFlight,
+        ] {
             assert_eq!(Refusal::named(refusal.as_str()), Some(refusal));
         }
         assert_eq!(Refusal::named("CaInvalid"), None);

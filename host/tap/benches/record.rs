@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use egress_runtime::Tap;
 use egress_runtime::egress::{CallSite, Egress, EgressBody, EgressFuture, RequestOptions};
+use egress_runtime::{Outgoing, Tap};
 use egress_tap::{Bounds, Recorder};
 use http_body_util::{BodyExt, Full};
 
@@ -50,7 +50,14 @@ async fn exchange(egress: &Arc<dyn Egress>, recorder: Option<&Recorder>) -> usiz
         operation: "create",
     };
     let answer = match recorder {
-        Some(recorder) => recorder.send(&site, request(), None, egress),
+        Some(recorder) => {
+            let outgoing = Outgoing {
+                site: &site,
+                request: request(),
+                options: None,
+            };
+            recorder.send(outgoing, egress)
+        }
         None => egress.send(&site, request(), None),
     };
     let body = answer.await.unwrap().into_body().collect().await.unwrap();

@@ -7,10 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use egress_runtime::Tap;
-use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, RequestOptions,
-};
+use egress_runtime::egress::{Egress, EgressBody, EgressError, EgressFuture};
+use egress_runtime::{Outgoing, Tap};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 
@@ -83,16 +81,10 @@ impl Faults {
 }
 
 impl Tap for Faults {
-    fn send(
-        &self,
-        site: &CallSite,
-        request: http::Request<EgressBody>,
-        options: Option<RequestOptions>,
-        next: &Arc<dyn Egress>,
-    ) -> EgressFuture {
+    fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture {
         let number = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if !self.chooses(number, request.uri().path()) {
-            return next.send(site, request, options);
+        if !self.chooses(number, outgoing.request.uri().path()) {
+            return outgoing.send_to(next);
         }
         self.injected.fetch_add(1, Ordering::Relaxed);
         let hang = self.hang;
@@ -112,15 +104,17 @@ impl Tap for Faults {
             Fault::Reset => Box::pin(async { Err(EgressError::ConnectionTerminated) }),
             Fault::Tls => Box::pin(async { Err(EgressError::TlsCertificateError) }),
             Fault::NoResponse => {
-                let wait = (options.and_then(|options| options.first_byte_timeout))
-                    .map_or(hang, |guest| guest.min(hang));
+                let wait = (outgoing
+                    .options
+                    .and_then(|options| options.first_byte_timeout))
+                .map_or(hang, |guest| guest.min(hang));
                 Box::pin(async move {
                     tokio::time::sleep(wait).await;
                     Err(EgressError::HttpResponseTimeout)
                 })
             }
             Fault::SlowBody => {
-                let answer = next.send(site, request, options);
+                let answer = outgoing.send_to(next);
                 Box::pin(async move {
                     let response = answer.await?;
                     Ok(response.map(|body| {

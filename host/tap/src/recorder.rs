@@ -8,11 +8,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, HostWallClock, RequestOptions,
-};
+use egress_runtime::egress::{Egress, EgressBody, EgressError, EgressFuture, HostWallClock};
 use egress_runtime::types::{Request, Response};
-use egress_runtime::{CallContext, CallError, Provider, RefusalReporter, Tap, lock};
+use egress_runtime::{CallContext, CallError, Outgoing, Provider, RefusalReporter, Tap, lock};
 use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
@@ -165,18 +163,16 @@ impl Recorder {
 }
 
 impl Tap for Recorder {
-    fn send(
-        &self,
-        site: &CallSite,
-        request: http::Request<EgressBody>,
-        options: Option<RequestOptions>,
-        next: &Arc<dyn Egress>,
-    ) -> EgressFuture {
-        let (parts, body) = request.into_parts();
+    fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture {
+        let (parts, body) = outgoing.request.into_parts();
         let reporter = parts.extensions.get::<RefusalReporter>().cloned();
         let index = self.begin(&parts);
         let request = http::Request::from_parts(parts, self.tee(body, index, Side::Sent));
-        let answer = next.send(site, request, options);
+        let answer = Outgoing {
+            request,
+            ..outgoing
+        }
+        .send_to(next);
         let tee = Tee {
             inner: EgressBody::default(),
             state: Arc::clone(&self.state),
@@ -489,6 +485,7 @@ impl RecordingDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use egress_runtime::egress::{CallSite, RequestOptions};
     use egress_runtime::types::ProviderError;
     use http_body_util::Full;
 
@@ -546,10 +543,12 @@ mod tests {
         });
         let next: Arc<dyn Egress> = Arc::new(Answering("hello world"));
         for sent in ["abcdefgh", "xy"] {
-            let answer = recorder
-                .send(&site(), request(sent), None, &next)
-                .await
-                .unwrap();
+            let outgoing = Outgoing {
+                site: &site(),
+                request: request(sent),
+                options: None,
+            };
+            let answer = recorder.send(outgoing, &next).await.unwrap();
             let received = answer.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(received, "hello world", "the guest gets the whole body");
         }

@@ -18,10 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use egress_runtime::egress::{
-    CallSite, Egress, EgressBody, EgressError, EgressFuture, HostWallClock, RequestOptions,
-};
-use egress_runtime::{Description, Refusal, RefusalReporter, Tap, lock};
+use egress_runtime::egress::{Egress, EgressBody, EgressError, EgressFuture, HostWallClock};
+use egress_runtime::{Description, Outgoing, Refusal, RefusalReporter, Tap, lock};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
 
@@ -205,14 +203,8 @@ fn shown(body: &[u8]) -> String {
 }
 
 impl Tap for Replay {
-    fn send(
-        &self,
-        _site: &CallSite,
-        request: http::Request<EgressBody>,
-        _options: Option<RequestOptions>,
-        _next: &Arc<dyn Egress>,
-    ) -> EgressFuture {
-        let (mut parts, body) = request.into_parts();
+    fn send(&self, outgoing: Outgoing<'_>, _next: &Arc<dyn Egress>) -> EgressFuture {
+        let (mut parts, body) = outgoing.request.into_parts();
         let reporter = RefusalReporter::take(&mut parts.extensions);
         let (method, uri) = (parts.method.to_string(), parts.uri.to_string());
         let cursor = Arc::clone(&self.cursor);

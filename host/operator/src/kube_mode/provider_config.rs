@@ -63,12 +63,7 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
         .reconcile_on(never_ending(related))
         .graceful_shutdown_on(stop.map(|_| ()))
         .run(reconcile, error_policy, context)
-        .for_each(|result| {
-            if let Err(error) = result {
-                tracing::warn!("providerconfig controller: {error}");
-            }
-            std::future::ready(())
-        })
+        .for_each(|result| super::log_pass("providerconfig", result))
         .await;
 }
 

@@ -68,19 +68,7 @@ pub async fn controller(context: Arc<Context>, stop: oneshot::Receiver<()>) {
         .reconcile_on(never_ending(related))
         .graceful_shutdown_on(stop.map(|_| ()))
         .run(reconcile, error_policy, context)
-        .for_each(|result| {
-            match result {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object))
-                    if error.metric_label() == "cleanuppending"
-                        || error.is_stale_finalizer_patch() =>
-                {
-                    tracing::debug!(proxy = %object, "{error}");
-                }
-                Err(error) => tracing::warn!("proxy controller: {error}"),
-            }
-            std::future::ready(())
-        })
+        .for_each(|result| super::log_pass("proxy", result))
         .await;
 }
 
