@@ -1,5 +1,6 @@
 //! The backend behind the grant's origins, reached through the broker under the provider's own
-//! grant, so the suite never reads the credential: the broker injects it and verifies TLS.
+//! grant, so the suite never reads the credential: the broker injects it and verifies TLS. Each
+//! request is a step of the run's tape, when it has one (`tape.rs`).
 //!
 //! - The test-backend hook `POST /_egress-test/stop` (`docs/contract.md`, "Test-backend hooks"):
 //!   stops a VM by name outside the provider's API, for `create.starts-stopped`. Any backend may
@@ -7,13 +8,17 @@
 //! - `pvesim`'s admin API (`/_sim/…`, see testdata/pvesim), when the backend is the simulator:
 //!   counting the VMs of a name, which only the hypervisor can tell.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use egress_capability_http::Broker;
-use egress_runtime::Digest;
 use egress_runtime::egress::{CallSite, Egress, EgressBody};
+use egress_runtime::{Digest, Outgoing};
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
+
+use super::tape::{BACKEND, Tape};
 
 /// The label the broker logs and counts the suite's own requests under.
 const OPERATION: &str = "conformance";
@@ -28,9 +33,10 @@ pub(crate) const NO_STOP_HOOK: &str =
 /// One of the grant's origins, through the broker.
 #[derive(Clone)]
 pub(crate) struct Origin {
-    broker: Broker,
+    broker: Arc<dyn Egress>,
     site: CallSite,
     origin: String,
+    tape: Option<Arc<Tape>>,
 }
 
 /// What the stop hook made of a request.
@@ -50,11 +56,14 @@ impl Origin {
         identity: &str,
         digest: Digest,
         origins: &[String],
+        tape: Option<Arc<Tape>>,
     ) -> Vec<Origin> {
+        let broker: Arc<dyn Egress> = Arc::new(broker.clone());
         origins
             .iter()
             .map(|origin| Origin {
-                broker: broker.clone(),
+                broker: Arc::clone(&broker),
+                tape: tape.clone(),
                 site: CallSite {
                     provider: identity.into(),
                     digest: digest.hex().into(),
@@ -108,19 +117,29 @@ impl Origin {
             .header(http::header::CONTENT_LENGTH, length)
             .body(body)
             .map_err(|error| format!("{method} {uri}: {error}"))?;
-        let response = self
-            .broker
-            .send(&self.site, request, None)
-            .await
-            .map_err(|error| format!("{method} {uri}: {error}"))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| format!("{method} {uri}: {error}"))?
-            .to_bytes();
-        Ok((status, body))
+        let step = match &self.tape {
+            Some(tape) => tape.begin(BACKEND, &Value::Null)?,
+            None => None,
+        };
+        let outgoing = Outgoing {
+            site: &self.site,
+            request,
+            options: None,
+        };
+        let answer = match &step {
+            Some(step) => step.tap(None).send(outgoing, &self.broker),
+            None => outgoing.send_to(&self.broker),
+        };
+        let answered = async {
+            let response = answer.await?;
+            let status = response.status();
+            Ok((status, response.into_body().collect().await?.to_bytes()))
+        };
+        let answered: Result<_, egress_runtime::egress::EgressError> = answered.await;
+        if let (Some(tape), Some(step)) = (&self.tape, step) {
+            tape.end(step, BACKEND, Value::Null, Value::Null);
+        }
+        answered.map_err(|error| format!("{method} {uri}: {error}"))
     }
 }
 

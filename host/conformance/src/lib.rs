@@ -21,6 +21,10 @@
 //!    against any HTTP backend; `create.starts-stopped` stops a VM through the backend's
 //!    test-backend hook `POST /_egress-test/stop` (`backend.rs`, `docs/contract.md`);
 //! 4. deletes every VM it made (names, UIDs and tags are fresh per run).
+//!
+//! With [`Taping`], a run is recorded into a folder, or replayed from one with no backend at all
+//! (`tape.rs`): each rule's provider calls and the suite's own requests to the backend, one
+//! `egress-recording` file each.
 
 mod backend;
 mod check;
@@ -30,6 +34,7 @@ mod junit;
 mod lifecycle;
 mod run_checks;
 mod session;
+mod tape;
 mod validate;
 mod watch;
 
@@ -169,6 +174,9 @@ pub const RULES: &[Rule] = &[
     ),
 ];
 
+/// How the reason of a rule that left the recording it replays begins.
+pub const REPLAY_DIVERGED: &str = "replay diverged: ";
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -185,6 +193,17 @@ pub struct Options {
     /// The runtime's settings: default limits (the rules judge a provider under them), where
     /// compiled components are cached.
     pub runtime: RuntimeConfig,
+    /// Record the run into a folder, or replay one recorded.
+    pub taping: Option<Taping>,
+}
+
+/// Where a run is taped (`tape.rs`).
+#[derive(Clone, Debug)]
+pub enum Taping {
+    /// Record every step into this folder, which must be missing or empty.
+    Record(PathBuf),
+    /// Answer every step from the run recorded in this folder; no request reaches a backend.
+    Replay(PathBuf),
 }
 
 /// One rule's result in a report.
@@ -211,6 +230,13 @@ impl Report {
     /// Rules that failed.
     pub fn failed(&self) -> usize {
         self.count(|outcome| matches!(outcome, Outcome::Fail(_)))
+    }
+
+    /// Rules that failed because a replay left its recording.
+    pub fn diverged(&self) -> usize {
+        self.count(|outcome| {
+            matches!(outcome, Outcome::Fail(reason) if reason.starts_with(REPLAY_DIVERGED))
+        })
     }
 
     /// Rules that were skipped.
@@ -290,22 +316,46 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         .await
         .with_context(|| format!("reading {}", options.file.display()))?;
     let provider = runtime.load_bytes(&identity, &bytes, &options.file).await?;
-    let grant = grants
-        .grants
-        .get(&identity)
-        .and_then(|entry| entry.grants.http.clone());
-    let session = Session::start(provider, broker, watch, grant, config).await?;
+    let entry = grants.grants.get(&identity);
+    let grant = entry.and_then(|entry| entry.grants.http.clone());
+    let libvirt = entry.is_some_and(|entry| entry.grants.libvirt.is_some());
+    let tape = match &options.taping {
+        Some(_) if libvirt => bail!(
+            "{identity} has a libvirt grant: a run is recorded and replayed at the HTTP broker only"
+        ),
+        Some(Taping::Record(dir)) => Some(tape::Tape::record(dir, &provider, &config)?),
+        Some(Taping::Replay(dir)) => Some(tape::Tape::replay(dir, &provider, &config)?),
+        None => None,
+    };
+    let session =
+        Session::start(provider, broker, watch, grant, config, tape.map(Arc::new)).await?;
     let mut reports = Vec::new();
     for rule in rules {
         let started = Instant::now();
-        let outcome = (rule.run)(&session).await;
+        let index = RULES
+            .iter()
+            .position(|r| r.id == rule.id)
+            .unwrap_or_default();
+        let outcome = if session.enter_rule(index, rule.id)? {
+            let outcome = (rule.run)(&session).await;
+            match session.leave_rule() {
+                Some(divergence) => Outcome::Fail(format!("{REPLAY_DIVERGED}{divergence}")),
+                None => outcome,
+            }
+        } else {
+            Outcome::Skip("the recording replayed holds no steps of this rule".into())
+        };
         reports.push(RuleReport {
             id: rule.id,
             outcome,
             elapsed: started.elapsed(),
         });
     }
-    session.clean_up().await;
+    // A replay made no VM; a recording keeps the clean-up's steps apart from the rules'.
+    if !session.replaying() {
+        session.enter_rule(RULES.len(), "clean-up")?;
+        session.clean_up().await;
+    }
     Ok(Report {
         identity,
         rules: reports,

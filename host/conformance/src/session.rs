@@ -13,6 +13,7 @@ use egress_runtime::{CallContext, CallError, ErrorClass, Operation, Provider, Ta
 use serde_json::Value;
 
 use super::backend::{Origin, Pvesim};
+use super::tape::Tape;
 use super::watch::Watch;
 use crate::lock;
 
@@ -87,6 +88,10 @@ pub struct Session {
     pvesim: Option<Pvesim>,
     /// What every call goes through while a rule faults its requests (`with_tap`).
     tap: Mutex<Option<Arc<dyn Tap>>>,
+    /// Where the run is recorded to or replayed from (`--record`, `--replay`).
+    tape: Option<Arc<Tape>>,
+    /// The rule running (its place in `RULES`) and the UIDs it took: what makes a UID.
+    rule: Mutex<(usize, u64)>,
     denied_before: u64,
     calls: Mutex<Vec<CallRecord>>,
     /// Provider IDs of VMs the run made, and tags it used, for the clean-up.
@@ -101,6 +106,7 @@ impl Session {
         watch: Arc<Watch>,
         grant: Option<HttpGrant>,
         config: Value,
+        tape: Option<Arc<Tape>>,
     ) -> anyhow::Result<Session> {
         let mut secrets = vec![WRONG_CREDENTIAL.to_owned()];
         if let Some(file) = grant
@@ -130,10 +136,14 @@ impl Session {
             provider.identity(),
             provider.component_digest(),
             &origins,
+            tape.clone(),
         );
         let pvesim = Pvesim::detect(&origins).await;
         let denied_before = denied(&broker, provider.identity());
-        let run = format!("{:08x}", rand::random::<u32>());
+        let run = match &tape {
+            Some(tape) => tape.run().to_owned(),
+            None => format!("{:08x}", rand::random::<u32>()),
+        };
         Ok(Session {
             provider,
             broker,
@@ -145,6 +155,8 @@ impl Session {
             origins,
             pvesim,
             tap: Mutex::new(None),
+            tape,
+            rule: Mutex::new((0, 0)),
             denied_before,
             calls: Mutex::new(Vec::new()),
             made: Mutex::new(Vec::new()),
@@ -184,14 +196,35 @@ impl Session {
         TapGuard { session: self }
     }
 
-    /// Requests the provider sent so far.
+    /// Requests the provider sent so far (replaying, the broker's share is the recording's).
     pub(crate) fn sent(&self) -> u64 {
-        self.watch.sent()
+        self.watch.sent() + self.replayed().0
     }
 
     /// Requests of the provider the broker denied during the run.
     pub(crate) fn denied(&self) -> u64 {
-        denied(&self.broker, self.provider.identity()) - self.denied_before
+        denied(&self.broker, self.provider.identity()) - self.denied_before + self.replayed().1
+    }
+
+    fn replayed(&self) -> (u64, u64) {
+        self.tape.as_ref().map_or((0, 0), |tape| tape.replayed())
+    }
+
+    /// Whether the run replays a recording (no backend is reached).
+    pub(crate) fn replaying(&self) -> bool {
+        self.tape.as_ref().is_some_and(|tape| tape.replaying())
+    }
+
+    /// Rule `id`, at `index` in `RULES`, runs from now on. Replaying, `false` when the recording
+    /// holds no steps of it.
+    pub(crate) fn enter_rule(&self, index: usize, id: &str) -> anyhow::Result<bool> {
+        *lock(&self.rule) = (index, 0);
+        self.tape.as_ref().map_or(Ok(true), |tape| tape.enter(id))
+    }
+
+    /// The rule is done: where it left the recording, if it did.
+    pub(crate) fn leave_rule(&self) -> Option<String> {
+        self.tape.as_ref().and_then(|tape| tape.leave())
     }
 
     /// Attempts to set a credential header during the run.
@@ -209,9 +242,12 @@ impl Session {
         format!("conformance-{}-{label}", self.run)
     }
 
-    /// A fresh Proxy UID.
+    /// A Proxy UID fresh per run, rule and call: made from them (in the form of a version-4
+    /// UUID), so a replay of the run gives the rule the UIDs it was recorded with.
     pub(crate) fn uid(&self) -> String {
-        uuid::Uuid::new_v4().to_string()
+        let mut rule = lock(&self.rule);
+        rule.1 += 1;
+        format!("{}-{:04x}-4000-8000-{:012x}", self.run, rule.0, rule.1)
     }
 
     /// The tag for `label`, fresh per run.
@@ -240,14 +276,39 @@ impl Session {
         )
     }
 
-    /// One call, recorded.
+    /// One call, recorded (and taped with `--record` or `--replay`). A replayed call that left
+    /// the recording is not made, nor counted for the aggregate rules: its rule fails with it.
     pub(crate) async fn call(&self, request: Request) -> Result<Response, CallError> {
         let operation = request.operation();
+        let input = serde_json::to_value(&request).unwrap_or_default();
+        let step = match &self.tape {
+            // Permanent: no retry or wait of the rule goes on past the recording.
+            Some(tape) => {
+                tape.begin(operation.as_str(), &input)
+                    .map_err(|why| CallError::InvalidResult {
+                        operation,
+                        problem: format!("replay: {why}"),
+                    })?
+            }
+            None => None,
+        };
+        let front = lock(&self.tap).clone();
         let context = CallContext {
-            tap: lock(&self.tap).clone(),
+            tap: match &step {
+                Some(step) => Some(step.tap(front)),
+                None => front,
+            },
             ..CallContext::default()
         };
         let outcome = self.provider.call(request, &context).await;
+        if let (Some(tape), Some(step)) = (&self.tape, step) {
+            tape.end(
+                step,
+                operation.as_str(),
+                input,
+                egress_tap::output_of(&outcome),
+            );
+        }
         let text = match &outcome {
             Ok(response) => serde_json::to_string(response).unwrap_or_default(),
             Err(error) => format!("{error} {error:?}"),

@@ -12,7 +12,8 @@
 //! - `provider push FILE REF [--sign KEY]`, `provider pull REF`: the component as an OCI artifact
 //!   ([`egress_distribution`]);
 //! - `conformance FILE --config C --grants G`: the contract's rules against the provider and its
-//!   backend ([`egress_conformance`]).
+//!   backend ([`egress_conformance`]); `--record DIR` tapes the run, `--replay DIR` runs it
+//!   again from the tape with no backend.
 //!
 //! Exit status: 0 on success, 1 when the operation answered a classified error (or a rule
 //! failed), 3 when a replay left its recording; an `Err` is the caller's to print (the binary
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use egress_capability_set::{Capabilities, GrantsFile};
+use egress_conformance::Taping;
 use egress_distribution::oci::{
     DEFAULT_MAX_LAYER_BYTES, DockerConfig, RegistryClient, RegistryOptions,
 };
@@ -58,6 +60,14 @@ pub struct ConformanceArgs {
     /// Also write the results as JUnit XML to this file.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Record the run into this folder (missing or empty): every provider call of each rule and
+    /// every request of the suite's own, one recording each (docs/recordings.md).
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    record: Option<PathBuf>,
+    /// Replay the run recorded in this folder with no backend; the first step that differs from
+    /// the recording fails its rule, named.
+    #[arg(long, value_name = "DIR")]
+    replay: Option<PathBuf>,
     /// Where the compiled component is cached.
     #[command(flatten)]
     cache: CacheArgs,
@@ -537,6 +547,11 @@ pub async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
         runtime: RuntimeConfig::default()
             .compilation(Compilation::Optimized)
             .cache_dir(args.cache.dir()),
+        taping: match (&args.record, &args.replay) {
+            (Some(dir), _) => Some(Taping::Record(dir.clone())),
+            (None, Some(dir)) => Some(Taping::Replay(dir.clone())),
+            (None, None) => None,
+        },
     };
     let report = egress_conformance::run(&options).await?;
     print!("{}", report.text());
@@ -544,7 +559,9 @@ pub async fn conformance(args: &ConformanceArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(path, report.junit())
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(if report.failed() == 0 {
+    Ok(if report.diverged() > 0 {
+        ExitCode::from(3)
+    } else if report.failed() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

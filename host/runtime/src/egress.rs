@@ -136,6 +136,30 @@ impl Outgoing<'_> {
     }
 }
 
+/// Two taps on one call, `front` before `behind`: what `front` hands on reaches `behind`, and
+/// the guest reads `front`'s wall clock if it keeps one, else `behind`'s.
+#[derive(Debug)]
+pub struct Chain {
+    /// The tap the call's requests reach first.
+    pub front: Arc<dyn Tap>,
+    /// The tap between `front` and the egress.
+    pub behind: Arc<dyn Tap>,
+}
+
+impl Tap for Chain {
+    fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture {
+        let behind: Arc<dyn Egress> = Arc::new(Tapped {
+            tap: Arc::clone(&self.behind),
+            next: Arc::clone(next),
+        });
+        self.front.send(outgoing, &behind)
+    }
+
+    fn wall_clock(&self) -> Option<Box<dyn HostWallClock>> {
+        self.front.wall_clock().or_else(|| self.behind.wall_clock())
+    }
+}
+
 /// An [`Egress`] with a call's [`Tap`] in front.
 pub(crate) struct Tapped {
     pub(crate) tap: Arc<dyn Tap>,

@@ -95,7 +95,8 @@ pub use capability::{Capability, PrepareContext};
 // The digest of a component's bytes (`Provider::component_digest`), in a leaf crate of its own so
 // that crates without wasmtime share it.
 pub use egress::{
-    CallSite, DenyAll, Egress, Outgoing, Refusal, RefusalReporter, Tap, default_forbidden_header,
+    CallSite, Chain, DenyAll, Egress, Outgoing, Refusal, RefusalReporter, Tap,
+    default_forbidden_header,
 };
 pub use egress_digest::{Digest, ParseDigestError};
 pub use engine::{Compilation, Tier};

@@ -334,4 +334,3 @@ mod tests {
         assert!(limiter.memory_cap_hit);
     }
 }
-

@@ -89,6 +89,8 @@ struct Pending {
 struct Kept {
     bytes: Vec<u8>,
     truncated: bool,
+    /// The body reached its end: a request refused before the broker read its body was not.
+    whole: bool,
 }
 
 impl Recorder {
@@ -105,14 +107,18 @@ impl Recorder {
         })
     }
 
-    /// A request of the call leaves: keep its line and headers; its number.
-    fn begin(&self, parts: &http::request::Parts) -> usize {
+    /// A request of the call leaves: keep its line and headers; its number. `empty`: it has no
+    /// body to read.
+    fn begin(&self, parts: &http::request::Parts, empty: bool) -> usize {
         let mut state = lock(&self.state);
         state.exchanges.push(Pending {
             method: parts.method.to_string(),
             uri: parts.uri.to_string(),
             headers: pairs(&parts.headers),
-            sent: Kept::default(),
+            sent: Kept {
+                whole: empty,
+                ..Kept::default()
+            },
             response: None,
             received: Kept::default(),
             body_error: None,
@@ -166,7 +172,7 @@ impl Tap for Recorder {
     fn send(&self, outgoing: Outgoing<'_>, next: &Arc<dyn Egress>) -> EgressFuture {
         let (parts, body) = outgoing.request.into_parts();
         let reporter = parts.extensions.get::<RefusalReporter>().cloned();
-        let index = self.begin(&parts);
+        let index = self.begin(&parts, body.is_end_stream());
         let request = http::Request::from_parts(parts, self.tee(body, index, Side::Sent));
         let answer = Outgoing {
             request,
@@ -242,7 +248,10 @@ impl Pending {
             method: self.method.clone(),
             uri: self.uri.clone(),
             headers: self.headers.clone(),
-            body: Body::of(self.sent.bytes.clone(), self.sent.truncated),
+            body: Body::of(
+                self.sent.bytes.clone(),
+                self.sent.truncated || !self.sent.whole,
+            ),
         };
         let response = self
             .response
@@ -317,6 +326,7 @@ impl HttpBody for Tee {
                     let taken = data.len().min(room);
                     body.bytes.extend_from_slice(&data[..taken]);
                     body.truncated |= taken < data.len();
+                    body.whole |= self.inner.is_end_stream();
                     *kept += taken;
                 }
             }
@@ -325,7 +335,8 @@ impl HttpBody for Tee {
                 exchange.timing.ended_ms = Some(millis(self.started));
             }
             (None, Side::Received) => exchange.timing.ended_ms = Some(millis(self.started)),
-            (_, Side::Sent) => {}
+            (None, Side::Sent) => exchange.sent.whole = true,
+            (Some(Err(_)), Side::Sent) => {}
         }
         drop(state);
         polled
@@ -533,6 +544,50 @@ mod tests {
             contract: "0.2.0".into(),
             digest: String::new(),
         }
+    }
+
+    /// Refuses every request without reading its body, as the broker refuses a denied one.
+    struct Refusing;
+
+    impl Egress for Refusing {
+        fn send(
+            &self,
+            _site: &CallSite,
+            _request: http::Request<EgressBody>,
+            _options: Option<RequestOptions>,
+        ) -> EgressFuture {
+            Box::pin(async { Err(EgressError::HttpRequestDenied) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_refused_before_it_was_read_is_kept_as_cut_short() {
+        let recorder = Recorder::new(Bounds::default());
+        let read: Arc<dyn Egress> = Arc::new(Answering("ok"));
+        let refused: Arc<dyn Egress> = Arc::new(Refusing);
+        for (body, next) in [
+            ("read whole", &read),
+            ("", &refused),
+            ("never read", &refused),
+        ] {
+            let outgoing = Outgoing {
+                site: &site(),
+                request: request(body),
+                options: None,
+            };
+            let _ = recorder.send(outgoing, next).await;
+        }
+        let recording = recorder.finish(provider(), "get", Value::Null, Value::Null);
+        let bodies: Vec<(Option<&str>, bool)> = (recording.exchanges.iter())
+            .map(|exchange| &exchange.request.body)
+            .map(|body| (body.text.as_deref(), body.truncated))
+            .collect();
+        // A replay compares a cut-short body on its kept prefix: the refused one matches what
+        // the provider sends again.
+        assert_eq!(
+            bodies,
+            [(Some("read whole"), false), (None, false), (None, true)]
+        );
     }
 
     #[tokio::test]

@@ -73,6 +73,7 @@ fn options(subject: &Subject, backend: &Backend, only: Option<&str>) -> Options 
         runtime: RuntimeConfig::default().cache_dir(Some(
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxmox-compile-cache"),
         )),
+        taping: None,
     }
 }
 
@@ -160,6 +161,7 @@ fn broken_options(only: Option<&str>) -> Options {
         identity: None,
         only: only.map(str::to_owned),
         runtime: RuntimeConfig::default().cache_dir(None),
+        taping: None,
     }
 }
 
@@ -367,6 +369,7 @@ async fn the_reference_provider_passes_every_rule_against_its_endpoint() {
         identity: None,
         only: None,
         runtime: RuntimeConfig::default().cache_dir(None),
+        taping: None,
     };
     let report = conformance::run(&options).await.expect("the suite runs");
     println!("{}", report.text());
@@ -459,6 +462,7 @@ async fn only(file: &str, config: Value, grants: Value, rule: &str) -> Outcome {
         identity: None,
         only: Some(rule.to_owned()),
         runtime: RuntimeConfig::default().cache_dir(None),
+        taping: None,
     };
     let report = conformance::run(&options).await.expect("the suite runs");
     report.rules[0].outcome.clone()

@@ -903,6 +903,7 @@ async fn conformance_passes_every_rule_that_applies_on_libvirtd() {
         runtime: egress_runtime::RuntimeConfig::default().cache_dir(Some(
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libvirt-conformance-cache"),
         )),
+        taping: None,
     })
     .await
     .expect("the suite runs");

@@ -10,6 +10,7 @@
 
 mod cli;
 mod conformance;
+mod conformance_tape;
 mod deploy;
 mod example_inventory;
 mod example_python;

@@ -30,7 +30,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// The Proxmox component with every `/status/current` it asks for spelled `/status/CURRENT`:
 /// a provider changed to send one request differently, without another build.
-fn mutant(dir: &Path) -> PathBuf {
+pub(crate) fn mutant(dir: &Path) -> PathBuf {
     let mut bytes = std::fs::read(proxmox_support::component()).unwrap();
     let (from, to) = (b"/status/current", b"/status/CURRENT");
     let mut patched = 0;
