@@ -287,18 +287,23 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The rules a run takes: every one, or the one `only` names.
+fn rules(only: Option<&str>) -> anyhow::Result<Vec<&'static Rule>> {
+    let Some(id) = only else {
+        return Ok(RULES.iter().collect());
+    };
+    match RULES.iter().find(|rule| rule.id == id) {
+        Some(rule) => Ok(vec![rule]),
+        None => bail!(
+            "no rule `{id}`; the rules are: {}",
+            RULES.iter().map(|r| r.id).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
 /// Loads the component, runs the rules (or the one `--only` names) and cleans up.
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
-    let rules: Vec<&Rule> = match &options.only {
-        None => RULES.iter().collect(),
-        Some(id) => match RULES.iter().find(|rule| rule.id == id) {
-            Some(rule) => vec![rule],
-            None => bail!(
-                "no rule `{id}`; the rules are: {}",
-                RULES.iter().map(|r| r.id).collect::<Vec<_>>().join(", ")
-            ),
-        },
-    };
+    let rules = rules(options.only.as_deref())?;
     let config: serde_json::Value =
         serde_json::from_str(&options.config).context("the config is not JSON")?;
     let grants = GrantsFile::parse(&options.grants).context("grants")?;
@@ -331,25 +336,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         Session::start(provider, broker, watch, grant, config, tape.map(Arc::new)).await?;
     let mut reports = Vec::new();
     for rule in rules {
-        let started = Instant::now();
-        let index = RULES
-            .iter()
-            .position(|r| r.id == rule.id)
-            .unwrap_or_default();
-        let outcome = if session.enter_rule(index, rule.id)? {
-            let outcome = (rule.run)(&session).await;
-            match session.leave_rule() {
-                Some(divergence) => Outcome::Fail(format!("{REPLAY_DIVERGED}{divergence}")),
-                None => outcome,
-            }
-        } else {
-            Outcome::Skip("the recording replayed holds no steps of this rule".into())
-        };
-        reports.push(RuleReport {
-            id: rule.id,
-            outcome,
-            elapsed: started.elapsed(),
-        });
+        reports.push(run_rule(&session, rule).await?);
     }
     // A replay made no VM; a recording keeps the clean-up's steps apart from the rules'.
     if !session.replaying() {
@@ -359,6 +346,26 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         identity,
         rules: reports,
+    })
+}
+
+/// One rule, on the run's tape if it has one.
+async fn run_rule(session: &Session, rule: &'static Rule) -> anyhow::Result<RuleReport> {
+    let started = Instant::now();
+    let index = (RULES.iter().position(|r| r.id == rule.id)).unwrap_or_default();
+    let outcome = if session.enter_rule(index, rule.id)? {
+        let outcome = (rule.run)(session).await;
+        match session.leave_rule() {
+            Some(divergence) => Outcome::Fail(format!("{REPLAY_DIVERGED}{divergence}")),
+            None => outcome,
+        }
+    } else {
+        Outcome::Skip("the recording replayed holds no steps of this rule".into())
+    };
+    Ok(RuleReport {
+        id: rule.id,
+        outcome,
+        elapsed: started.elapsed(),
     })
 }
 

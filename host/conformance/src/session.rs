@@ -62,6 +62,22 @@ pub(crate) enum Ending {
     HostBusy,
 }
 
+impl Ending {
+    fn of(outcome: &Result<Response, CallError>) -> Ending {
+        match outcome {
+            Ok(_) | Err(CallError::Provider(_)) => Ending::Answered,
+            Err(CallError::Deadline { .. }) => Ending::Deadline,
+            Err(
+                CallError::MemoryCap { .. }
+                | CallError::Budget { .. }
+                | CallError::Instantiate { .. },
+            ) => Ending::Limit,
+            Err(CallError::Busy { .. } | CallError::PoolFull { .. }) => Ending::HostBusy,
+            Err(_) => Ending::Broken,
+        }
+    }
+}
+
 /// One provider call of the run.
 #[derive(Clone, Debug)]
 pub(crate) struct CallRecord {
@@ -108,25 +124,7 @@ impl Session {
         config: Value,
         tape: Option<Arc<Tape>>,
     ) -> anyhow::Result<Session> {
-        let mut secrets = vec![WRONG_CREDENTIAL.to_owned()];
-        if let Some(file) = grant
-            .as_ref()
-            .and_then(|grant| grant.credential.as_ref())
-            .and_then(|credential| credential.secret_file.as_ref())
-        {
-            // Read only to search the provider's answers for it; it goes nowhere else.
-            let secret = tokio::fs::read_to_string(file).await.unwrap_or_default();
-            let secret = secret.trim();
-            // A `user=secret` token: the part after `=` is the secret a leak would show.
-            for part in [Some(secret), secret.split_once('=').map(|(_, s)| s)]
-                .into_iter()
-                .flatten()
-            {
-                if part.len() >= 8 {
-                    secrets.push(part.to_owned());
-                }
-            }
-        }
+        let secrets = secrets_of(grant.as_ref()).await;
         let origins = grant
             .as_ref()
             .map(|grant| grant.origins.clone())
@@ -319,17 +317,7 @@ impl Session {
             .any(|secret| text.contains(secret.as_str()));
         let record = CallRecord {
             operation,
-            ending: match &outcome {
-                Ok(_) | Err(CallError::Provider(_)) => Ending::Answered,
-                Err(CallError::Deadline { .. }) => Ending::Deadline,
-                Err(
-                    CallError::MemoryCap { .. }
-                    | CallError::Budget { .. }
-                    | CallError::Instantiate { .. },
-                ) => Ending::Limit,
-                Err(CallError::Busy { .. } | CallError::PoolFull { .. }) => Ending::HostBusy,
-                Err(_) => Ending::Broken,
-            },
+            ending: Ending::of(&outcome),
             error: outcome
                 .as_ref()
                 .err()
@@ -547,6 +535,29 @@ impl Drop for TapGuard<'_> {
     fn drop(&mut self) {
         *lock(&self.session.tap) = None;
     }
+}
+
+/// The secrets a leak would show: the wrong credential, and the grant's (read only to search
+/// the provider's answers for it; it goes nowhere else).
+async fn secrets_of(grant: Option<&HttpGrant>) -> Vec<String> {
+    let mut secrets = vec![WRONG_CREDENTIAL.to_owned()];
+    let file = grant
+        .and_then(|grant| grant.credential.as_ref())
+        .and_then(|credential| credential.secret_file.as_ref());
+    if let Some(file) = file {
+        let secret = tokio::fs::read_to_string(file).await.unwrap_or_default();
+        let secret = secret.trim();
+        // A `user=secret` token: the part after `=` is the secret a leak would show.
+        for part in [Some(secret), secret.split_once('=').map(|(_, s)| s)]
+            .into_iter()
+            .flatten()
+        {
+            if part.len() >= 8 {
+                secrets.push(part.to_owned());
+            }
+        }
+    }
+    secrets
 }
 
 fn denied(broker: &Broker, identity: &str) -> u64 {
