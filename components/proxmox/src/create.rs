@@ -363,17 +363,25 @@ enum Inspected {
 }
 
 /// The ownership check on a VM at `node/vmid`: wait out a task lock (a nameless mid-clone entry
-/// has one, F8) within the clone budget, never a `suspended` one, then [`judge`].
+/// has one, F8) within the clone budget, never a `suspended` one, then [`judge`]. A VM whose
+/// config is not on `node` is looked up again ([`moved`]) before it counts as gone.
 fn inspect<I: Io>(
     pve: &mut Pve<'_, I>,
     node: &str,
     vmid: u32,
     request: &CreateRequest,
 ) -> Result<Inspected, Error> {
-    let config = match wait_unlocked(pve, node, vmid) {
-        Err(Error::NotFound(_)) => return Ok(Inspected::Vanished),
-        other => other?,
+    let (node, config) = match wait_unlocked(pve, node, vmid) {
+        Err(Error::NotFound(_)) => match moved(pve, node, vmid)? {
+            Some(target) => match wait_unlocked(pve, &target, vmid) {
+                Err(Error::NotFound(_)) => return Ok(Inspected::Vanished),
+                other => (target, other?),
+            },
+            None => return Ok(Inspected::Vanished),
+        },
+        other => (node.to_string(), other?),
     };
+    let node = node.as_str();
     match judge(vmid, &config, &request.name, &request.uid) {
         Verdict::Adopt => {
             pve.io.log(
@@ -389,6 +397,24 @@ fn inspect<I: Io>(
         }
         Verdict::Foreign => Ok(Inspected::Foreign),
         Verdict::Refuse(why) => Err(Error::Permanent(why)),
+    }
+}
+
+/// Where VM `vmid`, whose config `node` no longer holds, is now. A clone with `target` is listed
+/// on the node running it until its task ends, then moves to the target (F8, and the reference
+/// log's note on cross-node clones): its new node. Not listed at all: `None`, it is gone. Still
+/// listed on `node`: `transient`, since a VM the cluster lists is never taken for gone, lest a
+/// second one be cloned beside it.
+fn moved<I: Io>(pve: &mut Pve<'_, I>, node: &str, vmid: u32) -> Result<Option<String>, Error> {
+    let entries = pve
+        .resources()
+        .map_err(|error| classify("list VMs", &error))?;
+    match entries.into_iter().find(|e| e.vmid == vmid && e.is_qemu()) {
+        None => Ok(None),
+        Some(entry) if entry.node != node => Ok(Some(entry.node)),
+        Some(_) => Err(Error::Transient(format!(
+            "VM {vmid} is listed on {node}, but {node} has no config for it: retrying"
+        ))),
     }
 }
 

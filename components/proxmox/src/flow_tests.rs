@@ -670,6 +670,36 @@ fn correction2_f4_on_clone_inspects_the_vmid_and_adopts_our_crashed_clone() {
     assert!(io.clock_ms >= 100, "the lock was waited out on the clock");
 }
 
+/// F8 and the predecessor's note on cross-node clones: a VM the cluster still lists where its
+/// config is not (a clone moving to its target) is transient, never probed past: probing past it
+/// would clone a second VM beside it.
+#[test]
+fn f8_a_vm_listed_where_its_config_is_not_is_transient_not_probed_past() {
+    let config = create_config();
+    let vmid = start_vmid("proxy-a", config.vmid_min, config.vmid_max);
+    let mid_clone = format!(
+        r#"{{"type":"qemu","vmid":{vmid},"node":"pv1-1","lock":"clone","status":"unknown"}}"#
+    );
+    let missing =
+        format!("Configuration file 'nodes/pv1-1/qemu-server/{vmid}.conf' does not exist");
+    let mut steps = clean_create_steps(vmid, "OK");
+    steps.truncate(2); // resources, template config
+    steps[0] = resources(&format!("{TEMPLATE_ENTRY},{mid_clone}"));
+    steps.extend([
+        fail(Method::Get, config_path(vmid), 500, &missing),
+        // Looked up again: still listed on pv1-1. No clone follows (the script ends here).
+        resources(&format!("{TEMPLATE_ENTRY},{mid_clone}")),
+    ]);
+    let (result, _, _) = run(&config, steps, |pve| create(pve, &request("")));
+    match result {
+        Err(Error::Transient(message)) => assert!(
+            message.contains(&format!("VM {vmid} is listed on pv1-1")),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn correction2_a_foreign_vm_at_the_start_vmid_is_probed_past() {
     let config = create_config();

@@ -97,17 +97,40 @@ class Found:
 
 def _inspect(pve, node: str, vmid: int, request: CreateRequest):
     """Correction 2: wait out a task lock (a nameless mid-clone entry has one, F8) within the clone
-    budget, never a `suspended` one, then judge. `None` when the VM is gone or someone else's."""
+    budget, never a `suspended` one, then judge. `None` when the VM is gone or someone else's. A VM
+    whose config is not on `node` is looked up again (`_moved`) before it counts as gone."""
     try:
         config = wait_unlocked(pve, node, vmid)
     except Problem as failure:
-        if failure.kind == NOT_FOUND:
-            return None  # vanished (a failed clone removed it)
-        raise
+        if failure.kind != NOT_FOUND:
+            raise
+        node = _moved(pve, node, vmid)
+        if node is None:
+            return None  # gone (a failed clone removed it)
+        try:
+            config = wait_unlocked(pve, node, vmid)
+        except Problem as again:
+            if again.kind == NOT_FOUND:
+                return None
+            raise
     if judge(vmid, config, request.name, request.uid) == ADOPT:
         pve.io.log("info", "adopting VM", {"vmid": str(vmid), "node": node})
         return Found(node, vmid, config)
     return None
+
+
+def _moved(pve, node: str, vmid: int):
+    """Where VM `vmid`, whose config `node` no longer holds, is now. A clone with `target` is listed
+    on the node running it until its task ends, then moves to the target (F8, and the predecessor's
+    note on cross-node clones): its new node. Not listed: `None`, it is gone. Still listed on `node`:
+    `transient`, since a VM the cluster lists is never taken for gone, lest a second one be cloned
+    beside it."""
+    entry = next((e for e in list_vms(pve) if e.vmid == vmid and e.is_qemu()), None)
+    if entry is None:
+        return None
+    if entry.node == node:
+        raise transient(f"VM {vmid} is listed on {node}, but {node} has no config for it: retrying")
+    return entry.node
 
 
 def create(pve, request: CreateRequest) -> Vm:

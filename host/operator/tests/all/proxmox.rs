@@ -220,6 +220,57 @@ async fn create_crashed_at_every_request_converges_on_one_adopted_vm() {
     );
 }
 
+/// The same retry when the clone crosses nodes (F8, and the predecessor's note on cross-node
+/// clones): the clone's config stays on the node running the clone, listed there nameless, until
+/// its task ends and moves it to the target. The retry waits on it at the node it was listed on,
+/// then finds it on its target: it adopts it there, instead of reading "does not exist" as gone
+/// and cloning a second VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_during_a_crashed_cross_node_clone_finds_it_on_its_target_and_adopts_it() {
+    a_retry_during_a_cross_node_clone_adopts_it_on_its_target(&PROXMOX).await;
+}
+
+/// The test above for `subject` (the Python provider runs it too).
+pub(crate) async fn a_retry_during_a_cross_node_clone_adopts_it_on_its_target(subject: &Subject) {
+    let sim_config = SimConfig {
+        nodes: vec!["pv1-1".into(), "pv1-2".into()],
+        task_latency: std::time::Duration::from_millis(400),
+        ..quick_sim_config()
+    };
+    let mut harness = Harness::start_subject(subject, sim_config).await;
+    harness.config["nodes"] = json!(["pv1-2"]);
+    harness.config["targetStorage"] = json!(pvesim::SHARED_STORAGE);
+    // resources, template config, clone: then the crash, before the clone task's first poll.
+    harness.sim.faults().abort_after(3);
+    let first = harness.create(NAME, UID).await;
+    assert_eq!(class(&first), Some(ErrorClass::Transient), "{first:?}");
+    harness.sim.faults().clear_abort();
+    let state = harness.sim.state();
+    let mid_clone: Vec<pvesim::GuestView> = (state.vmids().into_iter())
+        .filter_map(|vmid| state.guest(vmid))
+        .filter(|guest| guest.mid_clone)
+        .collect();
+    assert_eq!(mid_clone.len(), 1, "the clone still runs: {mid_clone:#?}");
+    assert_eq!(mid_clone[0].node, "pv1-1", "listed on the node running it");
+
+    let instance = harness
+        .create(NAME, UID)
+        .await
+        .expect("the retry adopts the clone");
+    let vms = harness.vms_named(NAME);
+    assert_eq!(vms.len(), 1, "exactly one VM named {NAME}: {vms:#?}");
+    let vmid = vmid_of(&instance.provider_id);
+    assert_eq!(
+        vmid, mid_clone[0].vmid,
+        "the crashed attempt's VM is adopted"
+    );
+    assert_eq!(vms[0].node, "pv1-2", "on its target");
+    let clones = (state.request_log().iter())
+        .filter(|r| r.path.ends_with("/clone"))
+        .count();
+    assert_eq!(clones, 1, "no second clone");
+}
+
 /// Corrections 1 and 2, F8: a retry that arrives while the crashed attempt's clone still runs sees
 /// a nameless entry locked `clone` at its deterministic VMID. It waits for it and adopts it,
 /// instead of taking the missing name as "absent" and cloning a second VM.

@@ -300,6 +300,14 @@ async fn a_paused_vm_is_stopped_not_running() {
     assert_eq!(stopped.state, VmState::Stopped);
 }
 
+/// F8 and the predecessor's note on cross-node clones: a retry during a clone onto another node
+/// adopts it on its target (`proxmox.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_during_a_crashed_cross_node_clone_adopts_it_on_its_target() {
+    crate::proxmox::a_retry_during_a_cross_node_clone_adopts_it_on_its_target(&PYTHON_PROXMOX)
+        .await;
+}
+
 /// Corrections 1 and 2, F8: after a crash mid-clone the VM has no name and `lock: clone`. Get of
 /// it is never `not-found`, and the retry of create waits for it and adopts it instead of taking
 /// the missing name as "absent" and cloning a second VM.
