@@ -381,7 +381,12 @@ async fn a_recording_of_every_reflection_case_holds_no_form_of_the_secret() {
     for request in requests {
         let origin = request.uri().authority().unwrap().to_string();
         let broker: Arc<dyn Egress> = Arc::new(setup.broker(&format!("https://{origin}")));
-        let sent = egress_runtime::Tap::send(&*recorder, &site("proxmox"), request, None, &broker);
+        let outgoing = egress_runtime::Outgoing {
+            site: &site("proxmox"),
+            request,
+            options: None,
+        };
+        let sent = egress_runtime::Tap::send(&*recorder, outgoing, &broker);
         if let Ok(response) = sent.await {
             response.into_body().collect().await.unwrap();
             answered += 1;
