@@ -3,9 +3,9 @@
 //! test. Checks that the grant's files are what libvirt dials with, read on every dial, and that
 //! host-key and authentication failures are told apart.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use egress_capability_libvirt::bindings::egress::libvirt::libvirt::{Error, HostConnection};
 
@@ -35,6 +35,34 @@ fn keygen(path: &Path) {
     assert!(status.success());
 }
 
+/// `sshd_config` for `port`, and the known_hosts files naming it, in `dir`.
+fn write_files(dir: &Path, port: u16) {
+    let path = |name: &str| dir.join(name);
+    std::fs::write(
+        path("sshd_config"),
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+             PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+            path("host_key").display(),
+            path("authorized_keys").display(),
+        ),
+    )
+    .unwrap();
+    let known = |key: &str| {
+        let public = std::fs::read_to_string(path(&format!("{key}.pub"))).unwrap();
+        let mut fields = public.split_whitespace();
+        format!(
+            "[127.0.0.1]:{port} {} {}\n",
+            fields.next().unwrap(),
+            fields.next().unwrap()
+        )
+    };
+    std::fs::write(path("known_hosts"), known("host_key")).unwrap();
+    std::fs::write(path("wrong_known_hosts"), known("other_host_key")).unwrap();
+    std::fs::write(path("empty_known_hosts"), "").unwrap();
+}
+
 impl Sshd {
     fn start() -> Self {
         libvirtd();
@@ -44,48 +72,39 @@ impl Sshd {
             keygen(&path(key));
         }
         std::fs::copy(path("client_key.pub"), path("authorized_keys")).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        std::fs::write(
-            path("sshd_config"),
-            format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
-                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
-                path("host_key").display(),
-                path("authorized_keys").display(),
-            ),
-        )
-        .unwrap();
-        let known = |key: &str| {
-            let public = std::fs::read_to_string(path(&format!("{key}.pub"))).unwrap();
-            let mut fields = public.split_whitespace();
-            format!(
-                "[127.0.0.1]:{port} {} {}\n",
-                fields.next().unwrap(),
-                fields.next().unwrap()
-            )
-        };
-        std::fs::write(path("known_hosts"), known("host_key")).unwrap();
-        std::fs::write(path("wrong_known_hosts"), known("other_host_key")).unwrap();
-        std::fs::write(path("empty_known_hosts"), "").unwrap();
         // Privilege separation needs it.
         std::fs::create_dir_all("/run/sshd").unwrap();
-        let child = Command::new("/usr/sbin/sshd")
-            .args(["-D", "-e", "-f"])
-            .arg(path("sshd_config"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sshd (apt-get install openssh-server)");
-        wait_for(Duration::from_secs(10), "sshd listening", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        Self { dir, port, child }
+        // A free port can be taken between finding it and sshd binding it (tests run side by
+        // side): an sshd that exits instead of listening is started again on another.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            write_files(dir.path(), port);
+            let mut child = Command::new("/usr/sbin/sshd")
+                .args(["-D", "-e", "-f"])
+                .arg(path("sshd_config"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("sshd (apt-get install openssh-server)");
+            // sshd says when it listens (`-e`: its log on stderr); a connection could reach
+            // another test's sshd on the same port. The rest of its log is drained.
+            let mut log = BufReader::new(child.stderr.take().unwrap()).lines();
+            let listening = log
+                .by_ref()
+                .map_while(Result::ok)
+                .any(|line| line.starts_with("Server listening on 127.0.0.1"));
+            std::thread::spawn(move || log.for_each(drop));
+            if listening {
+                return Self { dir, port, child };
+            }
+            let _ = child.wait();
+        }
+        panic!("sshd did not listen on any of five free ports");
     }
 
     fn path(&self, name: &str) -> PathBuf {
