@@ -118,7 +118,7 @@ impl Origin {
             .body(body)
             .map_err(|error| format!("{method} {uri}: {error}"))?;
         let step = match &self.tape {
-            Some(tape) => tape.begin(BACKEND, &Value::Null)?,
+            Some(tape) => tape.begin(BACKEND, Value::Null)?,
             None => None,
         };
         let outgoing = Outgoing {
@@ -136,8 +136,8 @@ impl Origin {
             Ok((status, response.into_body().collect().await?.to_bytes()))
         };
         let answered: Result<_, egress_runtime::egress::EgressError> = answered.await;
-        if let (Some(tape), Some(step)) = (&self.tape, step) {
-            tape.end(step, BACKEND, Value::Null, Value::Null);
+        if let Some(step) = step {
+            step.end(Value::Null);
         }
         answered.map_err(|error| format!("{method} {uri}: {error}"))
     }

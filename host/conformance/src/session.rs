@@ -140,7 +140,7 @@ impl Session {
         let denied_before = denied(&broker, provider.identity());
         let run = match &tape {
             Some(tape) => tape.run().to_owned(),
-            None => format!("{:08x}", rand::random::<u32>()),
+            None => super::tape::fresh_run(),
         };
         Ok(Session {
             provider,
@@ -278,15 +278,15 @@ impl Session {
     /// the recording is not made, nor counted for the aggregate rules: its rule fails with it.
     pub(crate) async fn call(&self, request: Request) -> Result<Response, CallError> {
         let operation = request.operation();
-        let input = serde_json::to_value(&request).unwrap_or_default();
         let step = match &self.tape {
-            // Permanent: no retry or wait of the rule goes on past the recording.
             Some(tape) => {
-                tape.begin(operation.as_str(), &input)
-                    .map_err(|why| CallError::InvalidResult {
-                        operation,
-                        problem: format!("replay: {why}"),
-                    })?
+                let input = serde_json::to_value(&request).unwrap_or_default();
+                // Permanent: no retry or wait of the rule goes on past the recording.
+                let left = |why| CallError::InvalidResult {
+                    operation,
+                    problem: format!("replay: {why}"),
+                };
+                tape.begin(operation.as_str(), input).map_err(left)?
             }
             None => None,
         };
@@ -299,13 +299,8 @@ impl Session {
             ..CallContext::default()
         };
         let outcome = self.provider.call(request, &context).await;
-        if let (Some(tape), Some(step)) = (&self.tape, step) {
-            tape.end(
-                step,
-                operation.as_str(),
-                input,
-                egress_tap::output_of(&outcome),
-            );
+        if let Some(step) = step {
+            step.end(egress_tap::output_of(&outcome));
         }
         let text = match &outcome {
             Ok(response) => serde_json::to_string(response).unwrap_or_default(),

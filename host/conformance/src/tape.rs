@@ -68,26 +68,61 @@ struct Folder {
     broken: bool,
 }
 
-/// One step in progress: its tap and how it ends.
-pub(crate) struct Step {
-    tap: Arc<dyn Tap>,
-    end: StepEnd,
+/// A run id, fresh: what a run's VM names, UIDs and tags are made from.
+pub(crate) fn fresh_run() -> String {
+    format!("{:08x}", rand::random::<u32>())
 }
 
-enum StepEnd {
-    Record(Arc<Recorder>, PathBuf),
-    Replay(Arc<Replay>),
+/// One step in progress: `operation` on `input`, recorded or replayed.
+pub(crate) struct Step {
+    tape: Arc<Tape>,
+    operation: String,
+    input: Value,
+    taped: Taped,
+}
+
+enum Taped {
+    Recording(Arc<Recorder>, PathBuf),
+    Replaying(Arc<Replay>),
 }
 
 impl Step {
     /// The step's tap behind `front` (a rule's faults), if a rule set one.
     pub(crate) fn tap(&self, front: Option<Arc<dyn Tap>>) -> Arc<dyn Tap> {
+        let tap: Arc<dyn Tap> = match &self.taped {
+            Taped::Recording(recorder, _) => Arc::clone(recorder) as Arc<dyn Tap>,
+            Taped::Replaying(replay) => Arc::clone(replay) as Arc<dyn Tap>,
+        };
         match front {
-            Some(front) => Arc::new(Chain {
-                front,
-                behind: Arc::clone(&self.tap),
-            }),
-            None => Arc::clone(&self.tap),
+            Some(front) => Arc::new(Chain { front, behind: tap }),
+            None => tap,
+        }
+    }
+
+    /// The step returned `output`: recording, its file is written (a failed write stops the
+    /// recording, not the run); replaying, its verdict is taken.
+    pub(crate) fn end(self, output: Value) {
+        let Step {
+            tape,
+            operation,
+            input,
+            taped,
+        } = self;
+        match taped {
+            Taped::Recording(recorder, path) => {
+                let recording = recorder.finish(tape.provider.clone(), &operation, input, output);
+                if let Err(error) = recording.write(&path) {
+                    eprintln!("warning: the recording stopped, the run goes on: {error}");
+                    lock(&tape.state).broken = true;
+                }
+            }
+            Taped::Replaying(replay) => match replay.verdict() {
+                Ok(()) => tape.count(&replay.recording().exchanges),
+                Err(divergence) => {
+                    let mut state = lock(&tape.state);
+                    state.diverged.get_or_insert(divergence.to_string());
+                }
+            },
         }
     }
 }
@@ -109,7 +144,7 @@ impl Tape {
         let run = RunFile {
             format: FORMAT.into(),
             version: VERSION,
-            run: format!("{:08x}", rand::random::<u32>()),
+            run: fresh_run(),
             provider: RecordedProvider::of(provider),
             config: config.clone(),
         };
@@ -244,7 +279,11 @@ impl Tape {
     /// The next step: `operation` on `input`. Replaying, the recorded step must be the same;
     /// `Err` (the rule diverged) when it is not, when the recording has no more steps, or when
     /// an earlier step of the rule diverged (its later steps cannot match).
-    pub(crate) fn begin(&self, operation: &str, input: &Value) -> Result<Option<Step>, String> {
+    pub(crate) fn begin(
+        self: &Arc<Self>,
+        operation: &str,
+        input: Value,
+    ) -> Result<Option<Step>, String> {
         let mut state = lock(&self.state);
         if state.broken {
             return Ok(None);
@@ -259,21 +298,24 @@ impl Tape {
                 .dir
                 .join(&state.name)
                 .join(format!("{number:03}-{operation}.json"));
-            let recorder = Recorder::new(Bounds::default());
-            let tap = Arc::clone(&recorder) as Arc<dyn Tap>;
-            let end = StepEnd::Record(recorder, path);
-            return Ok(Some(Step { tap, end }));
+            let taped = Taped::Recording(Recorder::new(Bounds::default()), path);
+            return Ok(Some(self.step(operation, input, taped)));
         };
         let replay = self
-            .replay_of(&state.name, number, operation, input, description)
+            .replay_of(&state.name, number, operation, &input, description)
             .inspect_err(|why| {
                 state.diverged.get_or_insert_with(|| why.clone());
             })?;
-        let tap = Arc::clone(&replay) as Arc<dyn Tap>;
-        Ok(Some(Step {
-            tap,
-            end: StepEnd::Replay(replay),
-        }))
+        Ok(Some(self.step(operation, input, Taped::Replaying(replay))))
+    }
+
+    fn step(self: &Arc<Self>, operation: &str, input: Value, taped: Taped) -> Step {
+        Step {
+            tape: Arc::clone(self),
+            operation: operation.to_owned(),
+            input,
+            taped,
+        }
     }
 
     /// Step `number` of rule `folder`, checked against what the suite does now.
@@ -321,40 +363,23 @@ impl Tape {
             }))
     }
 
-    /// `step` returned `output` for `input`: recording, its file is written (a failed write stops
-    /// the recording, not the run); replaying, its verdict is taken.
-    pub(crate) fn end(&self, step: Step, operation: &str, input: Value, output: Value) {
-        match step.end {
-            StepEnd::Record(recorder, path) => {
-                let recording = recorder.finish(self.provider.clone(), operation, input, output);
-                if let Err(error) = recording.write(&path) {
-                    eprintln!("warning: the recording stopped, the run goes on: {error}");
-                    lock(&self.state).broken = true;
-                }
-            }
-            StepEnd::Replay(replay) => match replay.verdict() {
-                Ok(()) => {
-                    let exchanges = &replay.recording().exchanges;
-                    let denied = exchanges
-                        .iter()
-                        .filter_map(|exchange| exchange.error.as_ref()?.refusal.as_deref())
-                        .filter(|refusal| {
-                            [Refusal::Denied, Refusal::NotGranted]
-                                .iter()
-                                .any(|counted| counted.as_str() == *refusal)
-                        })
-                        .count();
-                    self.replayed_sent
-                        .fetch_add(exchanges.len() as u64, Ordering::Relaxed);
-                    self.replayed_denied
-                        .fetch_add(denied as u64, Ordering::Relaxed);
-                }
-                Err(divergence) => {
-                    let mut state = lock(&self.state);
-                    state.diverged.get_or_insert(divergence.to_string());
-                }
-            },
-        }
+    /// A replayed step kept to its recording: count its requests, and the broker's denials.
+    fn count(&self, exchanges: &[egress_tap::Exchange]) {
+        let refusals = exchanges
+            .iter()
+            .filter_map(|exchange| exchange.error.as_ref()?.refusal.as_deref());
+        let denied = refusals
+            .filter(|refusal| {
+                matches!(
+                    Refusal::named(refusal),
+                    Some(Refusal::Denied | Refusal::NotGranted)
+                )
+            })
+            .count();
+        self.replayed_sent
+            .fetch_add(exchanges.len() as u64, Ordering::Relaxed);
+        self.replayed_denied
+            .fetch_add(denied as u64, Ordering::Relaxed);
     }
 }
 
@@ -420,10 +445,10 @@ mod tests {
             provider,
             config: Value::Null,
         };
-        let tape = Tape::new(dir.path(), Some(description), run);
+        let tape = Arc::new(Tape::new(dir.path(), Some(description), run));
         assert!(tape.enter("rule").unwrap());
         let input = json!({"providerId": "7"});
-        let step = tape.begin("get", &input).unwrap().expect("a step");
+        let step = tape.begin("get", input).unwrap().expect("a step");
         let site = CallSite {
             provider: "p".into(),
             digest: "".into(),
@@ -446,7 +471,7 @@ mod tests {
             };
             let _ = step.tap(None).send(outgoing, &next).await;
         }
-        tape.end(step, "get", input, Value::Null);
+        step.end(Value::Null);
         assert_eq!(tape.leave(), None);
         assert_eq!(tape.replayed(), (3, 2));
     }
